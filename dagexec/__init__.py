@@ -1,0 +1,63 @@
+"""dagexec: run a graph of dependent tasks on threads, fast and within hard bounds.
+
+One scheduler thread tracks readiness and try-puts ready tasks into bounded
+per-worker queues under a global in-flight cap; workers report back over one
+unbounded results queue. See README.md for the guarantees and the design.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._errors import (
+    CycleError,
+    DagexecError,
+    DuplicateTaskError,
+    MissingDependencyError,
+    UnknownTargetError,
+)
+from ._events import Callback, PlanInfo
+from ._executor import Executor, run
+from ._graph import Graph, Task
+from ._result import RunResult, RunStats, StatusMap, TaskState, TraceRecord
+
+__all__ = [
+    "Callback",
+    "CycleError",
+    "DagexecError",
+    "DuplicateTaskError",
+    "Executor",
+    "Graph",
+    "MissingDependencyError",
+    "PlanInfo",
+    "RunResult",
+    "RunStats",
+    "StatusMap",
+    "Task",
+    "TaskState",
+    "TraceRecord",
+    "UnknownTargetError",
+    "run",
+]
+
+__version__ = "0.1.0"
+
+# Tracebacks and reprs show the public names, not the private modules (as trio does).
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) or callable(_obj):
+        try:
+            _obj.__module__ = "dagexec"
+        except (AttributeError, TypeError):
+            pass
+del _name, _obj
+
+
+def __getattr__(name: str) -> Any:
+    # Optional integrations load only when asked for, so `import dagexec` stays
+    # std-only and fast (the way concurrent.futures loads ProcessPoolExecutor).
+    if name in ("dask", "testing"):
+        import importlib
+
+        return importlib.import_module(f"dagexec.{name}")
+    raise AttributeError(f"module 'dagexec' has no attribute {name!r}")

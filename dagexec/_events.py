@@ -1,0 +1,88 @@
+"""Run callbacks: the protocol users implement, and the scheduler's view of it.
+
+Every hook is called on the scheduler thread, in the order things happened, so
+a callback needs no locking to keep its own counts. A hook that raises stops
+the run like a failing task does (drain, then raise). A run pays only for the
+hooks someone implements: without an ``on_task_start`` the workers send no
+start notices, and without any hook the scheduler makes no calls at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._result import RunResult, TaskState
+
+__all__ = ["Callback", "Hooks", "PlanInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInfo:
+    """What a run is about to do; passed to ``on_run_start``."""
+
+    tasks: tuple[Hashable, ...]
+    targets: tuple[Hashable, ...]
+    workers: int
+    queue_cap: int
+    max_in_flight: int
+    effective_cap: int
+
+
+class Callback:
+    """Base class for run callbacks; override only the hooks you need.
+
+    Any object with some of these methods works too; subclassing just documents
+    the intent and the signatures.
+    """
+
+    def on_run_start(self, plan: PlanInfo) -> None:
+        """The run validated and planned its tasks; nothing has been dispatched yet."""
+
+    def on_task_dispatch(self, name: Hashable, worker: int) -> None:
+        """``name`` was queued to ``worker``: it now counts as in flight."""
+
+    def on_task_start(self, name: Hashable, worker: int) -> None:
+        """``worker`` reported that it began running ``name``."""
+
+    def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
+        """``name`` ended as ``state``; ``seconds`` is its run time (0.0 if it never ran).
+
+        Called for every task of the plan exactly once, including tasks that end
+        ``SKIPPED`` or ``CANCELLED`` without ever running.
+        """
+
+    def on_run_end(self, result: RunResult) -> None:
+        """The run is over and every worker is idle; called before errors are raised."""
+
+
+_HOOK_NAMES = ("on_run_start", "on_task_dispatch", "on_task_start", "on_task_end", "on_run_end")
+
+
+class Hooks:
+    """The hooks a run's callbacks implement, bound once so the hot path is a list walk."""
+
+    __slots__ = ("run_end", "run_start", "task_dispatch", "task_end", "task_start")
+
+    def __init__(self, callbacks: Iterable[object]) -> None:
+        found: dict[str, list[Callable[..., Any]]] = {name: [] for name in _HOOK_NAMES}
+        for cb in callbacks:
+            for name in _HOOK_NAMES:
+                method = getattr(cb, name, None)
+                if method is None or getattr(type(cb), name, None) is getattr(Callback, name):
+                    continue  # absent, or Callback's own no-op
+                if not callable(method):
+                    raise TypeError(f"callback {cb!r}: {name} must be callable, got {method!r}")
+                found[name].append(method)
+        self.run_start = tuple(found["on_run_start"])
+        self.task_dispatch = tuple(found["on_task_dispatch"])
+        self.task_start = tuple(found["on_task_start"])
+        self.task_end = tuple(found["on_task_end"])
+        self.run_end = tuple(found["on_run_end"])
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.run_start or self.task_dispatch or self.task_start or self.task_end or self.run_end
+        )

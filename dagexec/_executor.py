@@ -1,0 +1,269 @@
+"""Executor: the worker threads and their inboxes, reused across runs; and ``run``.
+
+Runs on one executor are serialised: a second thread calling :meth:`Executor.run`
+waits until the first run has finished. The bounds are a property of the
+executor's workers and inboxes, so letting two runs share them would make the
+bounds of each meaningless.
+
+The calling thread never touches run state. It starts the run's scheduler
+thread and waits for it with a timeout, so a ``KeyboardInterrupt`` is seen
+within :data:`_INTERRUPT_POLL_SECONDS` even when it was raised with
+``_thread.interrupt_main()``, which does not wake a thread blocked on a lock.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Hashable, Iterable
+from types import TracebackType
+from typing import Literal
+
+from ._events import Hooks
+from ._graph import Graph
+from ._plan import plan_run
+from ._result import RunResult
+from ._scheduler import Run
+from ._worker import STOP, WorkItem, worker_loop
+
+__all__ = ["Executor", "run"]
+
+OnError = Literal["raise", "continue"]
+
+# How often a waiting caller wakes to let a pending KeyboardInterrupt surface.
+# Shorter notices Ctrl-C sooner; each wake costs a few microseconds of a thread
+# that is otherwise asleep.
+_INTERRUPT_POLL_SECONDS = 0.05
+
+# How long an interrupted caller waits for the scheduler to take queued tasks
+# back before re-raising anyway. The scheduler is never busy for long, so this
+# only matters if it is stuck in a user callback.
+_CANCEL_WAIT_SECONDS = 1.0
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_on_error(on_error: object) -> OnError:
+    if on_error not in ("raise", "continue"):
+        raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
+    return on_error  # type: ignore[return-value]
+
+
+class Executor:
+    """A fixed set of worker threads with bounded inboxes, reused across runs.
+
+    Args:
+        workers: worker threads; default ``os.cpu_count()``.
+        queue_cap: most tasks waiting in one worker's inbox (besides the one it
+            runs); default 2.
+        max_in_flight: most tasks queued or running at once across all workers;
+            default ``2 * workers``.
+
+    At most ``min(max_in_flight, workers * (queue_cap + 1))`` tasks are ever queued
+    or running; that number is ``RunStats.effective_cap``. Use as a context manager,
+    or call :meth:`shutdown`; the workers are daemon threads either way.
+    """
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        queue_cap: int = 2,
+        max_in_flight: int | None = None,
+    ) -> None:
+        if workers is None:
+            workers = os.cpu_count() or 1
+        self.workers = _check_int("workers", workers, 1)
+        self.queue_cap = _check_int("queue_cap", queue_cap, 1)
+        if max_in_flight is None:
+            max_in_flight = 2 * self.workers
+        self.max_in_flight = _check_int("max_in_flight", max_in_flight, 1)
+        self.effective_cap = min(self.max_in_flight, self.workers * (self.queue_cap + 1))
+        # maxsize >= 1 was checked above: Queue(maxsize=0) would be unbounded.
+        self._inboxes: list[queue.Queue[WorkItem | None]] = [
+            queue.Queue(maxsize=self.queue_cap) for _ in range(self.workers)
+        ]
+        self._threads = [
+            threading.Thread(
+                target=worker_loop,
+                args=(i, inbox),
+                name=f"dagexec-worker-{i}",
+                daemon=True,
+            )
+            for i, inbox in enumerate(self._inboxes)
+        ]
+        # Held for a whole run and for shutdown: runs are serialised.
+        self._run_lock = threading.Lock()
+        self._closed = False
+        # The scheduler of an interrupted run, still waiting for its running tasks.
+        self._abandoned: threading.Thread | None = None
+        for t in self._threads:
+            t.start()
+
+    def run(
+        self,
+        graph: Graph,
+        targets: Iterable[Hashable] | None = None,
+        *,
+        on_error: OnError = "raise",
+        callbacks: Iterable[object] = (),
+        trace: bool = False,
+        progress: bool = False,
+    ) -> RunResult:
+        """Run ``targets`` (every sink if None) and their ancestors; nothing else runs.
+
+        Blocks until the run is over and every worker is idle again. The graph is
+        validated first (cached until it changes), so a bad graph runs nothing.
+
+        Args:
+            graph: the graph to run.
+            targets: names whose values the result holds; a collection, not a string.
+            on_error: ``"raise"`` stops at the first failure and raises it;
+                ``"continue"`` runs everything not downstream of a failure and
+                returns, with failures in ``result.errors``.
+            callbacks: objects with any of the :class:`dagexec.Callback` hooks.
+            trace: record per-task timings in ``result.trace``.
+            progress: show a progress line on stderr when it is a terminal.
+
+        Raises:
+            CycleError, MissingDependencyError: the graph is invalid.
+            UnknownTargetError: a target is not in the graph.
+            BaseException: with ``on_error="raise"``, the first failing task's own
+                exception, with a note naming the task; any ``BaseException`` that
+                is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is
+                raised in either mode.
+        """
+        if not isinstance(graph, Graph):
+            raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
+        on_error = _check_on_error(on_error)
+        callbacks = list(callbacks)
+        if progress:
+            from ._progress import ProgressBar
+
+            callbacks.append(ProgressBar())
+        hooks = Hooks(callbacks)
+        plan = plan_run(graph._compile(), targets)
+        with self._run_lock:
+            if self._closed:
+                raise RuntimeError("this Executor is shut down; create a new one to run")
+            self._wait_for_abandoned()
+            run = Run(
+                plan,
+                self._inboxes,
+                queue_cap=self.queue_cap,
+                max_in_flight=self.max_in_flight,
+                on_error=on_error,
+                hooks=hooks,
+                trace=trace,
+            )
+            scheduler = threading.Thread(target=run.main, name="dagexec-scheduler", daemon=True)
+            try:
+                scheduler.start()
+                while not run.finished.wait(_INTERRUPT_POLL_SECONDS):
+                    pass
+            except BaseException:
+                # Ctrl-C (or any asynchronous exception) in the caller: stop
+                # dispatch, make sure nothing queued will start, and leave the
+                # running tasks to finish in the background.
+                run.abort()
+                run.cancelled.wait(_CANCEL_WAIT_SECONDS)
+                self._abandoned = scheduler
+                raise
+            scheduler.join()
+        outcome = run.outcome
+        assert outcome is not None
+        if outcome.error is not None:
+            error = outcome.error
+            del outcome, run  # the caller's traceback should not pin the run's state
+            raise error
+        return outcome.result
+
+    def _wait_for_abandoned(self) -> None:
+        """Let an interrupted run's running tasks finish, so bounds hold across runs."""
+        abandoned = self._abandoned
+        if abandoned is not None:
+            while abandoned.is_alive():
+                abandoned.join(_INTERRUPT_POLL_SECONDS)
+            self._abandoned = None
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the workers once they are idle; with ``wait``, join every thread.
+
+        Safe to call more than once. Without ``wait`` (what an interrupted ``with``
+        block does), tasks still running from an interrupted run finish in the
+        background and their threads exit afterwards.
+        """
+        with self._run_lock:
+            if not self._closed:
+                self._closed = True
+                for inbox in self._inboxes:
+                    inbox.put(STOP)
+        if wait:
+            self._wait_for_abandoned()
+            for t in self._threads:
+                t.join()
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # After Ctrl-C, do not wait for tasks that cannot be interrupted.
+        self.shutdown(wait=exc is None or isinstance(exc, Exception))
+
+    def __repr__(self) -> str:
+        state = "shut down" if self._closed else "running"
+        return (
+            f"<dagexec.Executor workers={self.workers} queue_cap={self.queue_cap} "
+            f"max_in_flight={self.max_in_flight} ({state})>"
+        )
+
+
+def run(
+    graph: Graph,
+    targets: Iterable[Hashable] | None = None,
+    *,
+    workers: int | None = None,
+    queue_cap: int = 2,
+    max_in_flight: int | None = None,
+    on_error: OnError = "raise",
+    callbacks: Iterable[object] = (),
+    trace: bool = False,
+    progress: bool = False,
+) -> RunResult:
+    """Run a graph on a fresh :class:`Executor` and shut it down afterwards.
+
+    Arguments are those of :class:`Executor` and :meth:`Executor.run`. The graph
+    and the parameters are all checked before any thread starts.
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
+    _check_on_error(on_error)
+    # Validate before starting threads: a bad graph costs no thread.
+    plan_run(graph._compile(), targets)
+    ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)
+    try:
+        result = ex.run(
+            graph,
+            targets,
+            on_error=on_error,
+            callbacks=callbacks,
+            trace=trace,
+            progress=progress,
+        )
+    except BaseException as exc:
+        ex.shutdown(wait=isinstance(exc, Exception))
+        raise
+    ex.shutdown()
+    return result

@@ -1,0 +1,189 @@
+"""The graph a user builds: named tasks, their functions and their dependencies.
+
+A :class:`Graph` is a plain value with no threads. It only records what the user
+said; checking that the whole thing makes sense (cycles, missing dependencies) is
+:mod:`dagexec._validate`'s job and happens once per version of the graph: the
+checked form is cached here and dropped by every change, so repeated runs of a
+large graph do not pay for validation again, while a graph changed between two
+runs is always validated again.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from ._errors import DuplicateTaskError, describe
+
+if TYPE_CHECKING:
+    from ._validate import CompiledGraph
+
+__all__ = ["Graph", "Task"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One node: ``fn(*results_of(deps))`` produces the value named ``name``."""
+
+    name: Hashable
+    fn: Callable[..., Any]
+    deps: tuple[Hashable, ...]
+
+
+class Graph:
+    """A set of named tasks, each a function of the results of the tasks it depends on.
+
+    Names are any hashable values. Dependencies may name tasks that are added later;
+    they are checked by :meth:`validate`, which :func:`dagexec.run` also calls.
+    A graph is not safe to change from one thread while another runs it.
+    """
+
+    __slots__ = ("__weakref__", "_compiled", "_tasks")
+
+    def __init__(self) -> None:
+        self._tasks: dict[Hashable, Task] = {}
+        self._compiled: CompiledGraph | None = None
+
+    def add(
+        self, name: Hashable, fn: Callable[..., Any], *, deps: Iterable[Hashable] = ()
+    ) -> Hashable:
+        """Add task ``name`` computing ``fn(*[result of d for d in deps])``; return ``name``.
+
+        Raises:
+            DuplicateTaskError: ``name`` is already a task of this graph.
+            TypeError: ``name`` is unhashable, ``fn`` is not callable, or ``deps`` is a
+                single string instead of a collection of names.
+        """
+        try:
+            hash(name)
+        except TypeError:
+            raise TypeError(
+                f"task name must be hashable, got {type(name).__name__} {name!r}"
+            ) from None
+        if not callable(fn):
+            raise TypeError(
+                f"task {describe(name)}: fn must be callable, got {type(fn).__name__} {fn!r}"
+            )
+        if isinstance(deps, (str, bytes)):
+            raise TypeError(
+                f"task {describe(name)}: deps must be a collection of task names, got the "
+                f"string {deps!r}; write deps=[{deps!r}]"
+            )
+        if name in self._tasks:
+            raise DuplicateTaskError(name)
+        dep_names = tuple(deps)
+        for dep in dep_names:
+            try:
+                hash(dep)
+            except TypeError:
+                raise TypeError(
+                    f"task {describe(name)}: dependency names must be hashable, got "
+                    f"{type(dep).__name__} {dep!r}"
+                ) from None
+        self._tasks[name] = Task(name, fn, dep_names)
+        self._compiled = None
+        return name
+
+    @overload
+    def task(self, fn: F, /) -> F: ...
+
+    @overload
+    def task(
+        self, *, name: Hashable | None = None, deps: Iterable[Hashable] | None = None
+    ) -> Callable[[F], F]: ...
+
+    def task(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: Hashable | None = None,
+        deps: Iterable[Hashable] | None = None,
+    ) -> F | Callable[[F], F]:
+        """Decorator form of :meth:`add`; the function is returned unchanged.
+
+        Without ``name`` the task is named after the function; without ``deps`` its
+        dependencies are its positional parameters that have no default, in order.
+        """
+
+        def register(func: F) -> F:
+            task_name = func.__name__ if name is None else name
+            task_deps = _deps_from_signature(task_name, func) if deps is None else deps
+            self.add(task_name, func, deps=task_deps)
+            return func
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    def validate(self) -> None:
+        """Check the whole graph: every dependency exists and there is no cycle.
+
+        The result is cached until the graph changes, so calling this (or running the
+        graph) again is cheap.
+
+        Raises:
+            MissingDependencyError: a task depends on a name that is not in the graph.
+            CycleError: the graph has a cycle; ``.cycle`` is its path.
+        """
+        self._compile()
+
+    def _compile(self) -> CompiledGraph:
+        compiled = self._compiled
+        if compiled is None:
+            from ._validate import compile_graph
+
+            compiled = compile_graph(self._tasks)
+            self._compiled = compiled
+        return compiled
+
+    @property
+    def tasks(self) -> Mapping[Hashable, Task]:
+        """A read-only view of the tasks by name, in the order they were added."""
+        return MappingProxyType(self._tasks)
+
+    def sinks(self) -> tuple[Hashable, ...]:
+        """The tasks nothing depends on: what a run with ``targets=None`` returns."""
+        compiled = self._compile()
+        return tuple(compiled.names[i] for i in compiled.sinks)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            return name in self._tasks
+        except TypeError:  # unhashable: certainly not a task name
+            return False
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self._tasks)
+
+    def __getitem__(self, name: Hashable) -> Task:
+        return self._tasks[name]
+
+    def __repr__(self) -> str:
+        return f"<dagexec.Graph with {len(self._tasks)} tasks>"
+
+
+def _deps_from_signature(name: Hashable, func: Callable[..., Any]) -> tuple[str, ...]:
+    """Positional parameters without defaults name the dependencies, in order."""
+    deps: list[str] = []
+    for param in inspect.signature(func).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.default is not param.empty:
+            continue
+        if param.kind is param.KEYWORD_ONLY:
+            raise TypeError(
+                f"task {describe(name)}: keyword-only parameter {param.name!r} has no "
+                "default, but dependency results are passed positionally; give it a "
+                "default or make it positional"
+            )
+        deps.append(param.name)
+    return tuple(deps)

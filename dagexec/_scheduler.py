@@ -1,0 +1,450 @@
+"""The scheduler: one thread per run that owns all of the run's mutable state.
+
+Data flow::
+
+                      put_nowait (never blocks)          get (blocks)
+    +-----------+  --> inbox 0  [queue_cap] ----------> worker 0 --+
+    | scheduler |  --> inbox 1  [queue_cap] ----------> worker 1 --+
+    |  thread   |  --> ...                                         |
+    +-----------+  <-- results (unbounded SimpleQueue) <-----------+
+          ^  get: the scheduler's only blocking call        put (never blocks)
+          |
+      caller thread: waits for ``finished``; on Ctrl-C puts ABORT on ``results``
+
+Ownership:
+
+    =====================  ==========================================
+    what                   who may touch it
+    =====================  ==========================================
+    every ``_Run`` field   the scheduler thread only (marked below)
+    inboxes                scheduler puts/drains, worker gets
+    results                workers and the caller put, scheduler gets
+    outcome, finished      written by the scheduler, then read by the
+                           caller after ``finished`` is set
+    =====================  ==========================================
+
+Why no circular wait can form: the scheduler never blocks on an inbox (it only
+try-puts, and checks for space first because it is the only producer), and a
+worker never blocks on reporting (the results queue is unbounded). The one
+blocking call of the scheduler is ``results.get``, and something is always on
+its way there while any task is in flight. Nothing here relies on the GIL.
+
+Policies, each written down once:
+
+* Ready tasks are dispatched first-in first-out, to the worker holding the
+  fewest tasks (queued + running) whose inbox has room.
+* A worker that falls idle while others still have tasks waiting in their
+  inboxes takes one of those over (the scheduler moves it), so a ready task is
+  never stuck behind a long one while a worker has nothing to do.
+* A value is dropped as soon as the last task that needs it has been handed
+  its arguments (targets are kept), so a long chain of large values holds O(1)
+  of them, not O(n).
+* On a stop (a failure with ``on_error="raise"``, a ``BaseException`` from a
+  task, a callback error, or an abort): nothing more is dispatched, tasks still
+  in inboxes are taken back and cancelled, tasks already running finish, and
+  only then is the outcome published.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any
+
+from ._errors import describe
+from ._events import Hooks, PlanInfo
+from ._plan import Plan
+from ._result import CANCELLED as S_CANCELLED
+from ._result import DONE as S_DONE
+from ._result import FAILED as S_FAILED
+from ._result import (
+    IN_FLIGHT,
+    READY,
+    WAITING,
+    RunResult,
+    RunStats,
+    StatusMap,
+    TaskState,
+    TraceRecord,
+)
+from ._result import SKIPPED as S_SKIPPED
+from ._worker import DONE, NOTIFY_START, STARTED, TIMED, WorkItem
+
+__all__ = ["ABORT", "Outcome", "Run"]
+
+
+# How long the scheduler waits for a worker to take its next item when it has
+# ready tasks and room under the cap, but every inbox is momentarily full (a
+# worker has reported but not yet picked up). Shorter re-checks sooner but
+# wakes the scheduler more often; the wait ends early on any result anyway.
+_PICKUP_RETRY_SECONDS = 0.001
+
+
+class _Abort:
+    def __repr__(self) -> str:
+        return "ABORT"
+
+
+ABORT = _Abort()
+"""Put on a run's results queue by the caller thread to stop the run (Ctrl-C)."""
+
+
+class Outcome:
+    """What the scheduler hands the caller: the result, and what to raise if anything."""
+
+    __slots__ = ("error", "result")
+
+    def __init__(self, result: RunResult, error: BaseException | None) -> None:
+        self.result = result
+        self.error = error
+
+
+class Run:
+    """One run of a plan on a set of worker inboxes. :meth:`main` is the scheduler thread.
+
+    ``abort`` may be called from any thread; everything else belongs to the
+    scheduler thread until ``finished`` is set.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        inboxes: list[queue.Queue[WorkItem | None]],
+        *,
+        queue_cap: int,
+        max_in_flight: int,
+        on_error: str,
+        hooks: Hooks,
+        trace: bool,
+    ) -> None:
+        self.plan = plan
+        self.inboxes = inboxes
+        self.queue_cap = queue_cap
+        self.max_in_flight = max_in_flight
+        self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
+        self.on_error = on_error
+        self.hooks = hooks
+        self.trace = trace
+        self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.finished = threading.Event()  # outcome is ready
+        self.cancelled = threading.Event()  # after an abort: nothing queued will start
+        self.outcome: Outcome | None = None
+
+    def abort(self) -> None:
+        """Ask the run to stop; safe from any thread, including a signal handler."""
+        self.results.put(ABORT)
+
+    # ------------------------------------------------------------------ thread
+    def main(self) -> None:
+        """The scheduler thread's body. Never raises: errors go into ``outcome``."""
+        try:
+            self._run()
+        except BaseException as exc:  # a bug here must still release the caller
+            self.outcome = Outcome(self._result(0.0), exc)
+        finally:
+            self.cancelled.set()
+            self.finished.set()
+
+    def _run(self) -> None:
+        plan = self.plan
+        n = len(plan)
+        hooks = self.hooks
+        started_at = perf_counter()
+        workers = len(self.inboxes)
+
+        # --- run state: scheduler thread only -------------------------------------
+        self.state = state = bytearray(n)
+        self.values: list[Any] = [None] * n
+        self.remaining = [len(d) for d in plan.deps]
+        self.consumers = [len(d) for d in plan.dependents]
+        self.is_target = bytearray(n)
+        for t in plan.targets:
+            self.is_target[t] = 1
+        self.ready: deque[int] = deque(plan.roots)
+        self.held = [0] * workers  # tasks queued or running, per worker
+        self.ran_on = [0] * workers  # tasks finished, per worker
+        self.peak_depth = [0] * workers
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.unfinished = n
+        self.stopping = False
+        self.aborted = False
+        self.first_error: BaseException | None = None
+        self.errors: dict[int, BaseException] = {}
+        self.flags = (TIMED if (self.trace or hooks.task_end) else 0) | (
+            NOTIFY_START if hooks.task_start else 0
+        )
+        self.times: dict[int, list[float]] | None = None
+        if self.trace:
+            self.times = {}
+            for r in plan.roots:
+                self.times[r] = [0.0]
+        for r in plan.roots:
+            state[r] = READY
+        self.started_at = started_at
+        # -------------------------------------------------------------------------
+
+        if hooks.run_start:
+            info = PlanInfo(
+                tasks=plan.names,
+                targets=tuple(plan.names[t] for t in plan.targets),
+                workers=workers,
+                queue_cap=self.queue_cap,
+                max_in_flight=self.max_in_flight,
+                effective_cap=self.cap,
+            )
+            self._call(hooks.run_start, info)
+
+        get = self.results.get
+        empty = self.results.empty
+        handle = self._handle
+        while self.unfinished:
+            waiting_for_pickup = False
+            if self.ready and not self.stopping:
+                waiting_for_pickup = self._dispatch()
+                if not self.ready and self.in_flight > 1:
+                    self._rebalance()
+            if self.in_flight == 0 and not waiting_for_pickup:
+                # Nothing can report any more: only reachable when stopping.
+                self._cancel_rest()
+                break
+            if waiting_for_pickup:
+                try:
+                    handle(get(timeout=_PICKUP_RETRY_SECONDS))
+                except queue.Empty:
+                    continue
+            else:
+                handle(get())
+            while not empty():
+                handle(get())
+
+        if self.aborted:
+            return  # the caller has gone; nobody reads an outcome
+        result = self._result(perf_counter() - started_at)
+        if hooks.run_end:
+            self._call(hooks.run_end, result)
+        self.outcome = Outcome(result, self.first_error)
+
+    # ---------------------------------------------------------------- dispatch
+    def _dispatch(self) -> bool:
+        """Hand ready tasks to workers up to the cap; True if blocked by full inboxes."""
+        plan = self.plan
+        fns, deps = plan.fns, plan.deps
+        inboxes, held, values, consumers = self.inboxes, self.held, self.values, self.consumers
+        state, is_target, ready = self.state, self.is_target, self.ready
+        queue_cap, cap = self.queue_cap, self.cap
+        report = self.results.put
+        flags = self.flags
+        hooks = self.hooks.task_dispatch
+        times = self.times
+        workers = range(len(inboxes))
+        while ready and self.in_flight < cap:
+            best = -1
+            best_held = queue_cap + 2
+            for w in workers:
+                h = held[w]
+                if h < best_held and len(inboxes[w].queue) < queue_cap:
+                    best, best_held = w, h
+            if best < 0:
+                return True
+            task = ready.popleft()
+            task_deps = deps[task]
+            args = tuple([values[d] for d in task_deps])
+            for d in task_deps:
+                left = consumers[d] - 1
+                consumers[d] = left
+                if not left and not is_target[d]:
+                    values[d] = None
+            inbox = inboxes[best]
+            inbox.put_nowait((report, task, fns[task], args, flags))
+            del args
+            state[task] = IN_FLIGHT
+            held[best] = best_held + 1
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            depth = len(inbox.queue)
+            self.peak_depth[best] = max(self.peak_depth[best], depth)
+            if times is not None:
+                times[task].append(perf_counter() - self.started_at)
+            if hooks:
+                self._call(hooks, plan.names[task], best)
+        return False
+
+    def _rebalance(self) -> None:
+        """Move queued tasks from busy workers' inboxes to idle workers."""
+        held, inboxes = self.held, self.inboxes
+        for idle, h in enumerate(held):
+            if h:
+                continue
+            victim = max(range(len(inboxes)), key=lambda w: len(inboxes[w].queue))
+            if not inboxes[victim].queue:
+                return
+            try:
+                item = inboxes[victim].get_nowait()
+            except queue.Empty:  # its worker took it first: nothing is stuck there
+                continue
+            inboxes[idle].put_nowait(item)
+            held[victim] -= 1
+            held[idle] += 1
+
+    # ------------------------------------------------------------------ results
+    def _handle(self, msg: Any) -> None:
+        if msg is ABORT:
+            self.aborted = True
+            self._stop()
+            self.cancelled.set()
+            return
+        worker, task, kind, payload, t0, t1 = msg
+        name = self.plan.names[task]
+        if kind == STARTED:
+            self._call(self.hooks.task_start, name, worker)
+            return
+        self.held[worker] -= 1
+        self.in_flight -= 1
+        self.ran_on[worker] += 1
+        self.unfinished -= 1
+        if kind == DONE:
+            self.state[task] = S_DONE
+            if self.consumers[task] or self.is_target[task]:
+                self.values[task] = payload
+            del payload
+            if not self.stopping:
+                self._release_dependents(task)
+        else:
+            self.state[task] = S_FAILED
+            exc: BaseException = payload
+            del payload
+            note = f"dagexec: raised by task {describe(name)}"
+            if note not in getattr(exc, "__notes__", ()):
+                exc.add_note(note)
+            self.errors[task] = exc
+            if self.on_error == "raise" or not isinstance(exc, Exception):
+                self._fail(exc)
+            else:
+                self._skip_downstream(task)
+        if self.times is not None:
+            self.times[task] += (t0 - self.started_at, t1 - self.started_at, worker)
+        if self.hooks.task_end:
+            state = TaskState.DONE if kind == DONE else TaskState.FAILED
+            self._call(self.hooks.task_end, name, state, t1 - t0)
+
+    def _release_dependents(self, task: int) -> None:
+        remaining, state, ready = self.remaining, self.state, self.ready
+        times = self.times
+        for d in self.plan.dependents[task]:
+            left = remaining[d] - 1
+            remaining[d] = left
+            if not left and state[d] == WAITING:
+                state[d] = READY
+                ready.append(d)
+                if times is not None:
+                    times[d] = [perf_counter() - self.started_at]
+
+    def _skip_downstream(self, failed: int) -> None:
+        state, dependents, names = self.state, self.plan.dependents, self.plan.names
+        stack = list(dependents[failed])
+        while stack:
+            d = stack.pop()
+            if state[d] != WAITING:
+                continue
+            state[d] = S_SKIPPED
+            self.unfinished -= 1
+            if self.hooks.task_end:
+                self._call(self.hooks.task_end, names[d], TaskState.SKIPPED, 0.0)
+            stack.extend(dependents[d])
+
+    # ------------------------------------------------------------------- stop
+    def _fail(self, exc: BaseException) -> None:
+        if self.first_error is None:
+            self.first_error = exc
+        self._stop()
+
+    def _stop(self) -> None:
+        """Stop dispatching and cancel everything that has not started."""
+        if self.stopping:
+            return
+        self.stopping = True
+        for w, inbox in enumerate(self.inboxes):
+            while True:
+                try:
+                    item = inbox.get_nowait()
+                except queue.Empty:
+                    break
+                assert item is not None
+                self.held[w] -= 1
+                self.in_flight -= 1
+                self.unfinished -= 1
+                self._cancel(item[1])
+        self._cancel_rest()
+
+    def _cancel_rest(self) -> None:
+        state = self.state
+        self.ready.clear()
+        for task in range(len(state)):
+            if state[task] <= READY:
+                self.unfinished -= 1
+                self._cancel(task)
+
+    def _cancel(self, task: int) -> None:
+        self.state[task] = S_CANCELLED
+        if self.hooks.task_end:
+            self._call(self.hooks.task_end, self.plan.names[task], TaskState.CANCELLED, 0.0)
+
+    def _call(self, hooks: tuple[Callable[..., Any], ...], *args: Any) -> None:
+        """Call each hook; one that raises stops the run like a failing task."""
+        for hook in hooks:
+            try:
+                hook(*args)
+            except BaseException as exc:
+                note = f"dagexec: raised by callback {getattr(hook, '__qualname__', hook)!s}"
+                exc.add_note(note)
+                if self.first_error is None:
+                    self.first_error = exc
+                if not self.stopping:
+                    self._stop()
+
+    # ----------------------------------------------------------------- result
+    def _result(self, wall: float) -> RunResult:
+        plan = getattr(self, "plan", None)
+        state = getattr(self, "state", None)
+        if plan is None or state is None:  # failed before any state existed
+            raise RuntimeError("dagexec: scheduler failed before the run started")
+        names = plan.names
+        values = {names[t]: self.values[t] for t in plan.targets if state[t] == S_DONE}
+        status = StatusMap(names, plan.index, state)
+        errors = {names[t]: e for t, e in self.errors.items()}
+        workers = len(self.inboxes)
+        stats = RunStats(
+            tasks_planned=len(plan),
+            tasks_run=sum(self.ran_on),
+            wall_seconds=wall,
+            workers=workers,
+            queue_cap=self.queue_cap,
+            max_in_flight=self.max_in_flight,
+            effective_cap=self.cap,
+            peak_in_flight=self.peak_in_flight,
+            peak_queue_depth=tuple(self.peak_depth),
+            tasks_per_worker=tuple(self.ran_on),
+        )
+        trace: tuple[TraceRecord, ...] = ()
+        if self.times is not None:
+            records = []
+            for task, t in self.times.items():
+                if len(t) == 5:  # ready, dispatched, started, ended, worker
+                    records.append(
+                        TraceRecord(
+                            name=names[task],
+                            worker=int(t[4]),
+                            state=status.state_of(state[task]),
+                            ready=t[0],
+                            dispatched=t[1],
+                            started=t[2],
+                            ended=t[3],
+                        )
+                    )
+            records.sort(key=lambda r: r.started)
+            trace = tuple(records)
+        return RunResult(values, status, errors, stats, trace)

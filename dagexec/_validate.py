@@ -1,0 +1,122 @@
+"""Whole-graph checks, and the indexed form every later stage works on. Pure.
+
+Names are arbitrary hashables, but the planner and the scheduler only ever touch
+integer indices: list indexing is cheaper than hashing user objects on the hot
+path, and a million-task graph stays a handful of flat tuples. Nothing here
+recurses on graph depth, so a 200,000-task chain validates like any other graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._errors import CycleError, MissingDependencyError
+
+if TYPE_CHECKING:
+    from ._graph import Task
+    from ._plan import Plan
+
+__all__ = ["CompiledGraph", "compile_graph"]
+
+_WHITE, _GREY, _BLACK = 0, 1, 2
+
+
+class CompiledGraph:
+    """A validated graph in index form: task ``i`` is ``names[i]``, computed by
+    ``fns[i]`` from the results of ``deps[i]``.
+
+    Immutable once built, except for the plans cached by :mod:`dagexec._plan`,
+    which depend only on the immutable fields.
+    """
+
+    __slots__ = ("deps", "fns", "index", "names", "plans", "sinks")
+
+    def __init__(
+        self,
+        names: tuple[Hashable, ...],
+        index: dict[Hashable, int],
+        fns: tuple[Callable[..., Any], ...],
+        deps: tuple[tuple[int, ...], ...],
+        sinks: tuple[int, ...],
+    ) -> None:
+        self.names = names
+        self.index = index
+        self.fns = fns
+        self.deps = deps
+        self.sinks = sinks
+        # Plans by their target indices; owned by _plan.plan_run.
+        self.plans: dict[tuple[int, ...] | None, Plan] = {}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def compile_graph(tasks: Mapping[Hashable, Task]) -> CompiledGraph:
+    """Check ``tasks`` and convert it to index form.
+
+    Raises:
+        MissingDependencyError: for the first task (in insertion order) with unknown deps.
+        CycleError: if any cycle exists; the path is rotated to start at the task
+            added first, so the message does not depend on hash order.
+    """
+    names = tuple(tasks)
+    index = {name: i for i, name in enumerate(names)}
+    fns: list[Callable[..., Any]] = []
+    deps: list[tuple[int, ...]] = []
+    in_insertion_order = True
+    for i, task in enumerate(tasks.values()):
+        fns.append(task.fn)
+        try:
+            dep_ids = tuple([index[d] for d in task.deps])
+        except KeyError:
+            missing = [d for d in dict.fromkeys(task.deps) if d not in index]
+            raise MissingDependencyError(task.name, missing) from None
+        # Each dep added before its task (the common case) proves there is no cycle.
+        if in_insertion_order and dep_ids and max(dep_ids) >= i:
+            in_insertion_order = False
+        deps.append(dep_ids)
+    if not in_insertion_order:
+        cycle = _find_cycle(deps)
+        if cycle is not None:
+            raise CycleError([names[i] for i in cycle])
+    has_dependent = bytearray(len(names))
+    for dep_ids in deps:
+        for d in dep_ids:
+            has_dependent[d] = 1
+    sinks = tuple(i for i, flag in enumerate(has_dependent) if not flag)
+    return CompiledGraph(names, index, tuple(fns), tuple(deps), sinks)
+
+
+def _find_cycle(deps: list[tuple[int, ...]]) -> list[int] | None:
+    """Return one cycle in data-flow order (first == last), or None. Iterative DFS."""
+    color = bytearray(len(deps))
+    for root in range(len(deps)):
+        if color[root] != _WHITE:
+            continue
+        path = [root]
+        cursor = [0]  # cursor[k]: next dep of path[k] to explore
+        color[root] = _GREY
+        while path:
+            node = path[-1]
+            node_deps = deps[node]
+            k = cursor[-1]
+            if k == len(node_deps):
+                color[node] = _BLACK
+                path.pop()
+                cursor.pop()
+                continue
+            cursor[-1] = k + 1
+            dep = node_deps[k]
+            if color[dep] == _WHITE:
+                color[dep] = _GREY
+                path.append(dep)
+                cursor.append(0)
+            elif color[dep] == _GREY:
+                # path[start:] runs dep -> ... -> node along "depends on" edges;
+                # reversed, it is the data-flow order.
+                loop = path[path.index(dep) :][::-1]
+                first = loop.index(min(loop))
+                loop = loop[first:] + loop[:first]
+                return [*loop, loop[0]]
+    return None
