@@ -7,6 +7,7 @@ unbounded results queue. See README.md for the guarantees and the design.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from ._errors import (
@@ -46,10 +47,8 @@ __version__ = "0.1.0"
 for _name in __all__:
     _obj = globals()[_name]
     if isinstance(_obj, type) or callable(_obj):
-        try:
+        with contextlib.suppress(AttributeError, TypeError):  # some builtins refuse
             _obj.__module__ = "dagexec"
-        except (AttributeError, TypeError):
-            pass
 del _name, _obj
 
 

@@ -53,7 +53,7 @@ def _check_int(name: str, value: object, minimum: int) -> int:
 def _check_on_error(on_error: object) -> OnError:
     if on_error not in ("raise", "continue"):
         raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
-    return on_error  # type: ignore[return-value]
+    return on_error
 
 
 class Executor:

@@ -94,24 +94,24 @@ class Graph:
 
     @overload
     def task(
-        self, *, name: Hashable | None = None, deps: Iterable[Hashable] | None = None
+        self, /, *, name: Hashable | None = None, deps: Iterable[Hashable] | None = None
     ) -> Callable[[F], F]: ...
 
     def task(
         self,
-        fn: F | None = None,
+        fn: Callable[..., Any] | None = None,
         /,
         *,
         name: Hashable | None = None,
         deps: Iterable[Hashable] | None = None,
-    ) -> F | Callable[[F], F]:
+    ) -> Any:
         """Decorator form of :meth:`add`; the function is returned unchanged.
 
         Without ``name`` the task is named after the function; without ``deps`` its
         dependencies are its positional parameters that have no default, in order.
         """
 
-        def register(func: F) -> F:
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
             task_name = func.__name__ if name is None else name
             task_deps = _deps_from_signature(task_name, func) if deps is None else deps
             self.add(task_name, func, deps=task_deps)
@@ -151,6 +151,21 @@ class Graph:
         """The tasks nothing depends on: what a run with ``targets=None`` returns."""
         compiled = self._compile()
         return tuple(compiled.names[i] for i in compiled.sinks)
+
+    def to_dot(self, targets: Iterable[Hashable] | None = None, result: Any = None) -> str:
+        """Graphviz DOT text of the graph, or of the part a run of ``targets`` executes.
+
+        With a :class:`dagexec.RunResult`, nodes are coloured by their final state.
+        """
+        from ._draw import to_dot
+
+        return to_dot(self, targets, result)
+
+    def to_mermaid(self, targets: Iterable[Hashable] | None = None, result: Any = None) -> str:
+        """Mermaid flowchart text of the graph (or the part a run of ``targets`` executes)."""
+        from ._draw import to_mermaid
+
+        return to_mermaid(self, targets, result)
 
     def __len__(self) -> int:
         return len(self._tasks)

@@ -130,7 +130,7 @@ class RunResult(Mapping[Hashable, Any]):
     def __init__(
         self,
         values: dict[Hashable, Any],
-        status: dict[Hashable, TaskState],
+        status: Mapping[Hashable, TaskState],
         errors: dict[Hashable, BaseException],
         stats: RunStats,
         trace: tuple[TraceRecord, ...] = (),

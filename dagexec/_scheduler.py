@@ -47,9 +47,10 @@ Policies, each written down once:
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -74,6 +75,8 @@ from ._result import SKIPPED as S_SKIPPED
 from ._worker import DONE, NOTIFY_START, STARTED, TIMED, WorkItem
 
 __all__ = ["ABORT", "Outcome", "Run"]
+
+log = logging.getLogger("dagexec")
 
 
 # How long the scheduler waits for a worker to take its next item when it has
@@ -185,7 +188,16 @@ class Run:
         for r in plan.roots:
             state[r] = READY
         self.started_at = started_at
+        # Checked once: with debug logging off, dispatch pays one falsy test.
+        self.debug = log.isEnabledFor(logging.DEBUG)
         # -------------------------------------------------------------------------
+        log.info(
+            "run start: %d tasks, %d targets, %d workers, effective cap %d",
+            n,
+            len(plan.targets),
+            workers,
+            self.cap,
+        )
 
         if hooks.run_start:
             info = PlanInfo(
@@ -203,9 +215,10 @@ class Run:
         handle = self._handle
         while self.unfinished:
             waiting_for_pickup = False
-            if self.ready and not self.stopping:
-                waiting_for_pickup = self._dispatch()
-                if not self.ready and self.in_flight > 1:
+            if not self.stopping:
+                if self.ready:
+                    waiting_for_pickup = self._dispatch()
+                if not self.ready and self.in_flight > 1 and 0 in self.held:
                     self._rebalance()
             if self.in_flight == 0 and not waiting_for_pickup:
                 # Nothing can report any more: only reachable when stopping.
@@ -222,8 +235,18 @@ class Run:
                 handle(get())
 
         if self.aborted:
+            log.warning("run interrupted: queued tasks cancelled, running tasks finished")
             return  # the caller has gone; nobody reads an outcome
         result = self._result(perf_counter() - started_at)
+        if log.isEnabledFor(logging.INFO):
+            counts = Counter(state.name.lower() for state in result.status.values())
+            log.info(
+                "run end: %s in %.3f s; peak in flight %d of %d",
+                ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
+                result.stats.wall_seconds,
+                self.peak_in_flight,
+                self.cap,
+            )
         if hooks.run_end:
             self._call(hooks.run_end, result)
         self.outcome = Outcome(result, self.first_error)
@@ -271,6 +294,14 @@ class Run:
                 times[task].append(perf_counter() - self.started_at)
             if hooks:
                 self._call(hooks, plan.names[task], best)
+            if self.debug:
+                log.debug(
+                    "dispatch %r to worker %d (in flight %d of %d)",
+                    plan.names[task],
+                    best,
+                    self.in_flight,
+                    cap,
+                )
         return False
 
     def _rebalance(self) -> None:
@@ -321,6 +352,7 @@ class Run:
             if note not in getattr(exc, "__notes__", ()):
                 exc.add_note(note)
             self.errors[task] = exc
+            log.info("task %r failed: %s: %s", name, type(exc).__name__, exc)
             if self.on_error == "raise" or not isinstance(exc, Exception):
                 self._fail(exc)
             else:

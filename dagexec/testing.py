@@ -1,0 +1,243 @@
+"""Helpers for tests that pin concurrency bounds, without sleeping.
+
+A bound is only tested when it is *reached*: a test that never fills the queues
+proves nothing about the cap. These helpers force that state deterministically:
+
+* :class:`Gate` holds tasks until the test opens it, so they pile up;
+* :class:`InFlightRecorder` is a run callback that sees what the scheduler sees
+  (queued + running) and lets the test wait until the cap is reached;
+* :class:`ConcurrencyProbe` counts tasks running at once, from inside them;
+* :func:`assert_within_bounds` checks a result's observed bounds;
+* :func:`no_leaked_threads` fails a test that leaves a thread behind.
+
+Every wait takes a timeout and reports failure instead of hanging. Not imported
+by ``import dagexec``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import Future
+from typing import ParamSpec, TypeVar
+
+from ._result import RunResult, TaskState
+
+__all__ = [
+    "ConcurrencyProbe",
+    "Gate",
+    "GateTimeout",
+    "InFlightRecorder",
+    "assert_within_bounds",
+    "no_leaked_threads",
+    "run_in_thread",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds any helper waits before giving up: long for a healthy test, short for CI."""
+
+
+class GateTimeout(AssertionError):
+    """A task waited at a :class:`Gate` that was never opened: the test is broken."""
+
+
+class _Counter:
+    """A count with a peak, and a way to wait until it reaches a value."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.current = 0
+        self.peak = 0
+        self.total = 0
+
+    def add(self, delta: int) -> None:
+        with self._cond:
+            self.current += delta
+            if delta > 0:
+                self.total += delta
+            self.peak = max(self.peak, self.current)
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(predicate, timeout)
+
+
+class ConcurrencyProbe:
+    """Counts how many tasks are inside it at once; thread-safe.
+
+    Use ``with probe:`` inside a task, or ``probe.wrap(fn)``. ``active`` is the count
+    now, ``peak`` the most ever at once, ``entered`` how many times it was entered.
+    """
+
+    def __init__(self) -> None:
+        self._count = _Counter()
+
+    def __enter__(self) -> ConcurrencyProbe:
+        self._count.add(1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._count.add(-1)
+
+    def wrap(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """``fn``, counted as active while it runs."""
+
+        @functools.wraps(fn)
+        def probed(*args: P.args, **kwargs: P.kwargs) -> R:
+            with self:
+                return fn(*args, **kwargs)
+
+        return probed
+
+    @property
+    def active(self) -> int:
+        return self._count.current
+
+    @property
+    def peak(self) -> int:
+        return self._count.peak
+
+    @property
+    def entered(self) -> int:
+        return self._count.total
+
+    def wait_for_active(self, n: int, timeout: float = DEFAULT_TIMEOUT) -> bool:
+        """Block until exactly ``n`` tasks are inside; False if that did not happen in time."""
+        return self._count.wait_for(lambda: self._count.current == n, timeout)
+
+
+class Gate:
+    """Holds every task that calls :meth:`wait` until :meth:`open` is called.
+
+    A task still waiting after ``timeout`` seconds raises :class:`GateTimeout`, so a
+    test that forgets to open the gate fails instead of hanging.
+    """
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.timeout = timeout
+        self._opened = threading.Event()
+        self._waiting = _Counter()
+
+    def wait(self) -> None:
+        """Block the calling task until the gate opens."""
+        self._waiting.add(1)
+        try:
+            if not self._opened.wait(self.timeout):
+                raise GateTimeout(f"gate not opened within {self.timeout} s")
+        finally:
+            self._waiting.add(-1)
+
+    def open(self) -> None:
+        """Release every waiting task, and let later ones through at once."""
+        self._opened.set()
+
+    @property
+    def is_open(self) -> bool:
+        return self._opened.is_set()
+
+    @property
+    def waiting(self) -> int:
+        """How many tasks are blocked at the gate right now."""
+        return self._waiting.current
+
+    def wait_for_waiting(self, n: int, timeout: float = DEFAULT_TIMEOUT) -> bool:
+        """Block until ``n`` tasks are held at the gate; False if not in time."""
+        return self._waiting.wait_for(lambda: self._waiting.current >= n, timeout)
+
+    def gated(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """``fn``, but first waiting at this gate."""
+
+        @functools.wraps(fn)
+        def held(*args: P.args, **kwargs: P.kwargs) -> R:
+            self.wait()
+            return fn(*args, **kwargs)
+
+        return held
+
+
+class InFlightRecorder:
+    """A run callback counting tasks queued or running, as the scheduler counts them.
+
+    Pass it in ``callbacks=[...]``; from another thread, :meth:`wait_for_in_flight`
+    blocks until the scheduler has that many tasks out, which is how a test knows
+    the cap was reached before it releases a :class:`Gate`.
+    """
+
+    def __init__(self) -> None:
+        self._count = _Counter()
+        self._out: set[Hashable] = set()  # scheduler thread only
+        self.dispatched: list[tuple[Hashable, int]] = []
+
+    def on_task_dispatch(self, name: Hashable, worker: int) -> None:
+        self._out.add(name)
+        self.dispatched.append((name, worker))
+        self._count.add(1)
+
+    def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
+        if name in self._out:
+            self._out.discard(name)
+            self._count.add(-1)
+
+    @property
+    def in_flight(self) -> int:
+        return self._count.current
+
+    @property
+    def peak(self) -> int:
+        return self._count.peak
+
+    def wait_for_in_flight(self, n: int, timeout: float = DEFAULT_TIMEOUT) -> bool:
+        """Block until exactly ``n`` tasks are in flight; False if not in time."""
+        return self._count.wait_for(lambda: self._count.current == n, timeout)
+
+
+def assert_within_bounds(result: RunResult) -> None:
+    """Assert the bounds a run observed hold: in-flight cap, inbox cap, accounting."""
+    s = result.stats
+    expected_cap = min(s.max_in_flight, s.workers * (s.queue_cap + 1))
+    assert s.effective_cap == expected_cap, f"effective_cap {s.effective_cap} != {expected_cap}"
+    assert s.peak_in_flight <= s.effective_cap, (
+        f"peak_in_flight {s.peak_in_flight} exceeded effective_cap {s.effective_cap}"
+    )
+    deepest = max(s.peak_queue_depth, default=0)
+    assert deepest <= s.queue_cap, f"an inbox held {deepest} tasks; queue_cap is {s.queue_cap}"
+    assert sum(s.tasks_per_worker) == s.tasks_run, (
+        f"tasks_per_worker {s.tasks_per_worker} does not add up to tasks_run {s.tasks_run}"
+    )
+
+
+def run_in_thread(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+    """Call ``fn`` on a new daemon thread; the future holds its result or exception.
+
+    For starting a blocking ``run`` while the test thread drives gates.
+    """
+    future: Future[R] = Future()
+
+    def target() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    threading.Thread(target=target, name="dagexec-test-runner", daemon=True).start()
+    return future
+
+
+@contextlib.contextmanager
+def no_leaked_threads(timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
+    """Fail if a thread started inside the block is still alive ``timeout`` s after it."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + timeout
+    for thread in set(threading.enumerate()) - before:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    leaked = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert not leaked, f"threads still running after the test: {sorted(leaked)}"

@@ -1,0 +1,178 @@
+"""Property tests: random DAGs, random bounds, random targets, random failures.
+
+DAGs are drawn with edges only from a lower index to a higher one, so they are
+acyclic by construction; names are then shuffled so insertion order carries no
+hint. For every draw: each task runs at most once and only after all its deps;
+exactly the right tasks run; values equal a serial reference; concurrency never
+exceeds the caps; every thread is joined at the end.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dagexec
+from dagexec import TaskState
+from dagexec.testing import ConcurrencyProbe, assert_within_bounds, no_leaked_threads
+
+
+class Planned(Exception):
+    """The failure a test asked a task to raise."""
+
+
+@dataclass
+class Case:
+    deps: dict[Hashable, list[Hashable]]  # name -> deps, in insertion order
+    order: list[Hashable]  # a topological order, for the serial reference
+    targets: list[Hashable] | None
+    failing: set[Hashable]
+    workers: int
+    queue_cap: int
+    max_in_flight: int
+    on_error: str
+
+
+@st.composite
+def cases(draw: st.DrawFn, max_tasks: int = 250) -> Case:
+    n = draw(st.integers(1, max_tasks))
+    names = draw(st.permutations(range(n)))
+    names = [f"t{x}" if x % 3 else x for x in names]  # mixed str and int names
+    deps: dict[Hashable, list[Hashable]] = {}
+    for i in range(n):
+        picks = draw(st.lists(st.integers(0, i - 1), max_size=min(i, 4), unique=True)) if i else []
+        deps[names[i]] = [names[j] for j in picks]
+    topo = list(names)
+    insertion = draw(st.permutations(topo))  # any insertion order must work
+    targets = draw(st.none() | st.lists(st.sampled_from(topo), min_size=1, max_size=5, unique=True))
+    failing = set(draw(st.lists(st.sampled_from(topo), max_size=3)))
+    return Case(
+        deps={name: deps[name] for name in insertion},
+        order=topo,
+        targets=targets,
+        failing=failing,
+        workers=draw(st.integers(1, 4)),
+        queue_cap=draw(st.integers(1, 4)),
+        max_in_flight=draw(st.integers(1, 10)),
+        on_error=draw(st.sampled_from(["raise", "continue"])),
+    )
+
+
+@dataclass
+class Log:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    ran: list[Hashable] = field(default_factory=list)
+    finished: set[Hashable] = field(default_factory=set)
+    early: list[Hashable] = field(default_factory=list)  # started before a dep finished
+
+
+def ancestors(deps: dict[Hashable, list[Hashable]], targets: list[Hashable]) -> set[Hashable]:
+    seen = set(targets)
+    stack = list(targets)
+    while stack:
+        for d in deps[stack.pop()]:
+            if d not in seen:
+                seen.add(d)
+                stack.append(d)
+    return seen
+
+
+def build(case: Case, log: Log, probe: ConcurrencyProbe) -> dagexec.Graph:
+    g = dagexec.Graph()
+    for name, task_deps in case.deps.items():
+
+        def task(
+            *values: object, name: Hashable = name, task_deps: list[Hashable] = task_deps
+        ) -> object:
+            with probe, log.lock:
+                log.ran.append(name)
+                if not set(task_deps) <= log.finished:
+                    log.early.append(name)
+            if name in case.failing:
+                raise Planned(name)
+            value = (name, values)
+            with log.lock:
+                log.finished.add(name)
+            return value
+
+        g.add(name, task, deps=task_deps)
+    return g
+
+
+def serial_reference(case: Case) -> dict[Hashable, object]:
+    values: dict[Hashable, object] = {}
+    for name in case.order:
+        values[name] = (name, tuple(values[d] for d in case.deps[name]))
+    return values
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_random_dags_respect_order_targets_values_and_bounds(case: Case) -> None:
+    log, probe = Log(), ConcurrencyProbe()
+    g = build(case, log, probe)
+    sinks = [n for n in case.order if not any(n in d for d in case.deps.values())]
+    wanted = case.targets if case.targets is not None else sinks
+    needed = ancestors(case.deps, wanted)
+    failing_needed = case.failing & needed
+    # Downstream of a failure (within the plan): can never run.
+    doomed = {n for n in needed if ancestors(case.deps, [n]) & failing_needed} - failing_needed
+    # A failing task with a failing ancestor never runs, so it cannot fail itself.
+    doomed |= {f for f in failing_needed if (ancestors(case.deps, [f]) - {f}) & failing_needed}
+
+    with (
+        no_leaked_threads(),
+        dagexec.Executor(
+            case.workers, queue_cap=case.queue_cap, max_in_flight=case.max_in_flight
+        ) as ex,
+    ):
+        result: dagexec.RunResult | None = None
+        raised: BaseException | None = None
+        try:
+            result = ex.run(g, case.targets, on_error=case.on_error)  # type: ignore[arg-type]
+        except Planned as exc:
+            raised = exc
+        cap = ex.effective_cap
+
+    # Each task at most once, never before its deps, never outside the plan.
+    assert len(log.ran) == len(set(log.ran))
+    assert log.early == []
+    assert set(log.ran) <= needed
+    assert probe.peak <= min(case.workers, case.max_in_flight, cap)
+
+    reference = serial_reference(case)
+    if not failing_needed:
+        assert raised is None and result is not None
+        assert set(log.ran) == needed  # exactly the ancestors of the targets ran
+        assert dict(result) == {t: reference[t] for t in wanted}
+    elif case.on_error == "raise":
+        assert result is None and raised is not None
+        assert raised.args[0] in failing_needed
+        assert f"dagexec: raised by task {raised.args[0]!r}" in raised.__notes__
+        assert not set(log.ran) & doomed
+    else:
+        assert raised is None and result is not None
+        expected_status = {
+            n: TaskState.SKIPPED
+            if n in doomed
+            else TaskState.FAILED
+            if n in failing_needed
+            else TaskState.DONE
+            for n in needed
+        }
+        assert dict(result.status) == expected_status
+        assert set(result.errors) == {
+            n for n, s in expected_status.items() if s is TaskState.FAILED
+        }
+        assert dict(result) == {
+            t: reference[t] for t in wanted if expected_status[t] is TaskState.DONE
+        }
+        assert set(log.ran) == {n for n, s in expected_status.items() if s is not TaskState.SKIPPED}
+    if result is not None:
+        assert result.stats.peak_in_flight <= cap
+        assert result.stats.tasks_run == len(log.ran)
+        assert_within_bounds(result)
