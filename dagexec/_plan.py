@@ -28,7 +28,9 @@ class Plan:
     """The tasks one run executes, in local index form (0..len-1).
 
     ``deps`` and ``dependents`` are both restricted to the plan, so the scheduler
-    never sees a task that is not going to run.
+    never sees a task that is not going to run. ``chain_next[i]`` is the task that
+    may run right after ``i`` in the same dispatched unit, or -1 (see
+    :func:`_chain_links`).
     """
 
     names: tuple[Hashable, ...]
@@ -38,6 +40,7 @@ class Plan:
     dependents: tuple[tuple[int, ...], ...]
     targets: tuple[int, ...]
     roots: tuple[int, ...]
+    chain_next: tuple[int, ...]
 
     def __len__(self) -> int:
         return len(self.names)
@@ -87,16 +90,41 @@ def _dependents_of(deps: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], 
     return tuple(map(tuple, dependents))
 
 
+def _chain_links(
+    deps: tuple[tuple[int, ...], ...],
+    dependents: tuple[tuple[int, ...], ...],
+    targets: tuple[int, ...],
+) -> tuple[int, ...]:
+    """Link each task to the one that can follow it in a single hand-off, or -1.
+
+    ``i`` links to ``j`` when ``j`` is the only task needing ``i``, ``i`` is all
+    that ``j`` needs, and nobody asked for ``i``'s value. Such a run is sequential
+    anyway, so handing it to one worker as one unit loses no parallelism and saves
+    a scheduler round trip per task: the one cost a chain cannot otherwise avoid
+    (../shared/perf-notes.md: ~70 us per hand-off). Like dask's ``fuse``.
+    """
+    is_target = set(targets)
+    links = [-1] * len(deps)
+    for i, users in enumerate(dependents):
+        if len(users) == 1 and i not in is_target:
+            j = users[0]
+            if len(deps[j]) == 1:
+                links[i] = j
+    return tuple(links)
+
+
 def _whole_plan(compiled: CompiledGraph) -> Plan:
     deps = compiled.deps
+    dependents = _dependents_of(deps)
     return Plan(
         names=compiled.names,
         index=compiled.index,
         fns=compiled.fns,
         deps=deps,
-        dependents=_dependents_of(deps),
+        dependents=dependents,
         targets=compiled.sinks,
         roots=tuple(i for i, d in enumerate(deps) if not d),
+        chain_next=_chain_links(deps, dependents, compiled.sinks),
     )
 
 
@@ -114,12 +142,15 @@ def _partial_plan(compiled: CompiledGraph, target_ids: tuple[int, ...]) -> Plan:
     local = {g: i for i, g in enumerate(order)}
     deps = tuple(tuple([local[d] for d in all_deps[g]]) for g in order)
     names = tuple(compiled.names[g] for g in order)
+    dependents = _dependents_of(deps)
+    targets = tuple(local[t] for t in target_ids)
     return Plan(
         names=names,
         index={name: i for i, name in enumerate(names)},
         fns=tuple(compiled.fns[g] for g in order),
         deps=deps,
-        dependents=_dependents_of(deps),
-        targets=tuple(local[t] for t in target_ids),
+        dependents=dependents,
+        targets=targets,
         roots=tuple(i for i, d in enumerate(deps) if not d),
+        chain_next=_chain_links(deps, dependents, targets),
     )

@@ -39,10 +39,15 @@ Policies, each written down once:
 * A value is dropped as soon as the last task that needs it has been handed
   its arguments (targets are kept), so a long chain of large values holds O(1)
   of them, not O(n).
+* A linear run of tasks (``Plan.chain_next``) is dispatched as one unit: it
+  takes one in-flight slot and one hand-off, and its members still end one by
+  one in ``status``, ``trace`` and the callbacks (``on_task_dispatch`` is called
+  for its first task only, since the unit is what occupies the slot).
 * On a stop (a failure with ``on_error="raise"``, a ``BaseException`` from a
   task, a callback error, or an abort): nothing more is dispatched, tasks still
-  in inboxes are taken back and cancelled, tasks already running finish, and
-  only then is the outcome published.
+  in inboxes are taken back and cancelled, units stop between members (the
+  ``stop`` flag), tasks already running finish, and only then is the outcome
+  published.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ from ._result import (
     TraceRecord,
 )
 from ._result import SKIPPED as S_SKIPPED
-from ._worker import DONE, NOTIFY_START, STARTED, TIMED, WorkItem
+from ._worker import DONE, FAILED, IS_UNIT, NOTIFY_START, STARTED, TIMED, WorkItem
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
@@ -133,6 +138,7 @@ class Run:
         self.trace = trace
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.finished = threading.Event()  # outcome is ready
+        self.stop = threading.Event()  # set by the scheduler on a stop; read by units
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
 
@@ -255,12 +261,12 @@ class Run:
     def _dispatch(self) -> bool:
         """Hand ready tasks to workers up to the cap; True if blocked by full inboxes."""
         plan = self.plan
-        fns, deps = plan.fns, plan.deps
+        fns, deps, chain_next = plan.fns, plan.deps, plan.chain_next
         inboxes, held, values, consumers = self.inboxes, self.held, self.values, self.consumers
         state, is_target, ready = self.state, self.is_target, self.ready
         queue_cap, cap = self.queue_cap, self.cap
         report = self.results.put
-        flags = self.flags
+        flags, stop = self.flags, self.stop
         hooks = self.hooks.task_dispatch
         times = self.times
         workers = range(len(inboxes))
@@ -282,7 +288,18 @@ class Run:
                 if not left and not is_target[d]:
                     values[d] = None
             inbox = inboxes[best]
-            inbox.put_nowait((report, task, fns[task], args, flags))
+            follower = chain_next[task]
+            if follower < 0:
+                inbox.put_nowait((report, task, fns[task], args, flags, stop))
+            else:
+                members = [task]
+                while follower >= 0:
+                    members.append(follower)
+                    state[follower] = IN_FLIGHT
+                    follower = chain_next[follower]
+                unit_fns = tuple([fns[m] for m in members])
+                inbox.put_nowait((report, tuple(members), unit_fns, args, flags | IS_UNIT, stop))
+                del members
             del args
             state[task] = IN_FLIGHT
             held[best] = best_held + 1
@@ -329,39 +346,94 @@ class Run:
             self.cancelled.set()
             return
         worker, task, kind, payload, t0, t1 = msg
-        name = self.plan.names[task]
         if kind == STARTED:
-            self._call(self.hooks.task_start, name, worker)
+            self._call(self.hooks.task_start, self.plan.names[task], worker)
             return
         self.held[worker] -= 1
         self.in_flight -= 1
-        self.ran_on[worker] += 1
-        self.unfinished -= 1
         if kind == DONE:
-            self.state[task] = S_DONE
-            if self.consumers[task] or self.is_target[task]:
-                self.values[task] = payload
+            self.ran_on[worker] += 1
+            self._done(task, payload)
             del payload
-            if not self.stopping:
-                self._release_dependents(task)
+            self._ended(task, worker, TaskState.DONE, t0, t1)
+        elif kind == FAILED:
+            self.ran_on[worker] += 1
+            self._failed(task, payload)
+            del payload
+            self._ended(task, worker, TaskState.FAILED, t0, t1)
         else:
-            self.state[task] = S_FAILED
-            exc: BaseException = payload
-            del payload
-            note = f"dagexec: raised by task {describe(name)}"
-            if note not in getattr(exc, "__notes__", ()):
-                exc.add_note(note)
-            self.errors[task] = exc
-            log.info("task %r failed: %s: %s", name, type(exc).__name__, exc)
-            if self.on_error == "raise" or not isinstance(exc, Exception):
-                self._fail(exc)
+            self._unit_ended(worker, task, payload)
+
+    def _unit_ended(self, worker: int, members: tuple[int, ...], payload: Any) -> None:
+        """Account for each member of a finished (or stopped, or failed) unit in order."""
+        done, ok, outcome, times = payload
+        del payload
+        self.ran_on[worker] += done if ok else done + 1
+        ready_at = self.times[members[0]][1] if self.times is not None else 0.0
+        last = len(members) - 1
+        for k in range(done if ok else done + 1):
+            m = members[k]
+            t0, t1 = (times[2 * k], times[2 * k + 1]) if times is not None else (0.0, 0.0)
+            if self.times is not None and k:
+                # A member became ready, and was as good as dispatched, when the
+                # member before it ended, on the same worker.
+                self.times[m] = [ready_at, ready_at]
+            if not ok and k == done:
+                self._failed(m, outcome)
+                self._ended(m, worker, TaskState.FAILED, t0, t1)
             else:
-                self._skip_downstream(task)
+                if k == last:
+                    self._done(m, outcome)  # only the last member's value is needed
+                else:
+                    self.state[m] = S_DONE
+                    self.unfinished -= 1
+                self._ended(m, worker, TaskState.DONE, t0, t1)
+            ready_at = t1 - self.started_at
+        del outcome
+        # Members that never ran: skipped if a failure above already skipped them
+        # (on_error="continue"), otherwise cancelled because the run is stopping.
+        for m in members[done + (0 if ok else 1) :]:
+            if self.state[m] == IN_FLIGHT:
+                self.state[m] = WAITING
+        if not ok:
+            failed = members[done]
+            if self.on_error == "continue" and not self.stopping:
+                self._skip_downstream(failed)
+        if self.stopping:
+            for m in members[done:]:
+                if self.state[m] == WAITING:
+                    self.unfinished -= 1
+                    self._cancel(m)
+
+    def _done(self, task: int, value: Any) -> None:
+        self.state[task] = S_DONE
+        self.unfinished -= 1
+        if self.consumers[task] or self.is_target[task]:
+            self.values[task] = value
+        del value
+        if not self.stopping:
+            self._release_dependents(task)
+
+    def _failed(self, task: int, exc: BaseException) -> None:
+        self.state[task] = S_FAILED
+        self.unfinished -= 1
+        name = self.plan.names[task]
+        note = f"dagexec: raised by task {describe(name)}"
+        if note not in getattr(exc, "__notes__", ()):
+            exc.add_note(note)
+        self.errors[task] = exc
+        log.info("task %r failed: %s: %s", name, type(exc).__name__, exc)
+        if self.on_error == "raise" or not isinstance(exc, Exception):
+            self._fail(exc)
+        else:
+            self._skip_downstream(task)
+
+    def _ended(self, task: int, worker: int, state: TaskState, t0: float, t1: float) -> None:
+        """Record a task that ran: its trace timings and the ``on_task_end`` hooks."""
         if self.times is not None:
             self.times[task] += (t0 - self.started_at, t1 - self.started_at, worker)
         if self.hooks.task_end:
-            state = TaskState.DONE if kind == DONE else TaskState.FAILED
-            self._call(self.hooks.task_end, name, state, t1 - t0)
+            self._call(self.hooks.task_end, self.plan.names[task], state, t1 - t0)
 
     def _release_dependents(self, task: int) -> None:
         remaining, state, ready = self.remaining, self.state, self.ready
@@ -399,6 +471,7 @@ class Run:
         if self.stopping:
             return
         self.stopping = True
+        self.stop.set()
         for w, inbox in enumerate(self.inboxes):
             while True:
                 try:
@@ -408,8 +481,9 @@ class Run:
                 assert item is not None
                 self.held[w] -= 1
                 self.in_flight -= 1
-                self.unfinished -= 1
-                self._cancel(item[1])
+                for task in item[1] if item[4] & IS_UNIT else (item[1],):
+                    self.unfinished -= 1
+                    self._cancel(task)
         self._cancel_rest()
 
     def _cancel_rest(self) -> None:

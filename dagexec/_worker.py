@@ -1,36 +1,54 @@
-"""The worker loop: take a task from my inbox, run it, report. Knows nothing of graphs.
+"""The worker loop: take an item from my inbox, run it, report. Knows nothing of graphs.
 
 A worker owns nothing shared. Each work item carries everything it needs,
-including where to report, so a run that was abandoned (Ctrl-C) can never
-deliver a late result into the next run on the same executor: its reports go to
-its own results queue, which nobody reads any more.
+including where to report and the run's stop flag, so a run that was abandoned
+(Ctrl-C) can never deliver a late result into the next run on the same
+executor: its reports go to its own results queue, which nobody reads any more.
 
 Reporting is a ``put`` on an unbounded ``SimpleQueue``: it never blocks, so a
 worker cannot wait on the scheduler while the scheduler waits on it.
+
+An item is one task, or a *unit*: a linear run of tasks, each the only consumer
+of the one before, run back to back and reported once (see ``_plan._chain_links``).
 """
 
 from __future__ import annotations
 
 import queue
+import threading
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-__all__ = ["DONE", "FAILED", "NOTIFY_START", "STARTED", "STOP", "TIMED", "WorkItem", "worker_loop"]
+__all__ = [
+    "DONE",
+    "FAILED",
+    "NOTIFY_START",
+    "STARTED",
+    "STOP",
+    "TIMED",
+    "UNIT",
+    "WorkItem",
+    "worker_loop",
+]
 
-# Message kinds a worker reports: (worker_id, task, kind, value_or_exc, t_start, t_end).
-DONE, FAILED, STARTED = 0, 1, 2
+# Message kinds a worker reports: (worker_id, task, kind, payload, t_start, t_end).
+# For UNIT, task is the tuple of member tasks and payload is
+# (members_done, ok, value_or_exception, [start, end, start, end, ...] or None).
+DONE, FAILED, STARTED, UNIT = 0, 1, 2, 3
 
 # Item flags: extra reporting a run asked for. Off by default, so a run without
 # tracing or callbacks pays nothing for them.
 NOTIFY_START = 1
 TIMED = 2
+IS_UNIT = 4
 
 # Sentinel telling a worker to exit once it reaches it in its inbox.
 STOP = None
 
-Report = Callable[[tuple[int, int, int, Any, float, float]], None]
-WorkItem = tuple[Report, int, Callable[..., Any], tuple[Any, ...], int]
+Report = Callable[[tuple[int, Any, int, Any, float, float]], None]
+# (report, task or member tasks, fn or member fns, args, flags, the run's stop flag)
+WorkItem = tuple[Report, Any, Any, tuple[Any, ...], int, threading.Event]
 
 
 def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
@@ -44,10 +62,14 @@ def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
         item = get()
         if item is STOP:
             return
-        report, task, fn, args, flags = item
+        report, task, fn, args, flags, stop = item
         # Drop every reference we can before running and after reporting: an idle
         # worker must not keep a large argument or result alive.
         del item
+        if flags & IS_UNIT:
+            _run_unit(worker_id, report, task, fn, args, flags, stop)
+            del report, task, fn, args, stop
+            continue
         if flags & NOTIFY_START:
             report((worker_id, task, STARTED, None, 0.0, 0.0))
         started = perf_counter() if flags & TIMED else 0.0
@@ -63,4 +85,45 @@ def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
             ended = perf_counter() if flags & TIMED else 0.0
             report((worker_id, task, DONE, value, started, ended))
             del value
-        del report, fn
+        del report, fn, stop
+
+
+def _run_unit(
+    worker_id: int,
+    report: Report,
+    tasks: tuple[int, ...],
+    fns: tuple[Callable[..., Any], ...],
+    args: tuple[Any, ...],
+    flags: int,
+    stop: threading.Event,
+) -> None:
+    """Run a unit's members in order, each on the previous one's value.
+
+    Stops early, between members, once the run is stopping (a failure elsewhere,
+    Ctrl-C), so a long unit is no longer than one task in how late it notices.
+    """
+    timed = flags & TIMED
+    times: list[float] | None = [] if timed else None
+    value: Any = None
+    done = 0
+    for k, fn in enumerate(fns):
+        if k and stop.is_set():
+            break
+        if flags & NOTIFY_START:
+            report((worker_id, tasks[k], STARTED, None, 0.0, 0.0))
+        started = perf_counter() if timed else 0.0
+        try:
+            value = fn(*args)
+        except BaseException as exc:
+            del args
+            if times is not None:
+                times += (started, perf_counter())
+            report((worker_id, tasks, UNIT, (done, False, exc, times), 0.0, 0.0))
+            del exc
+            return
+        if times is not None:
+            times += (started, perf_counter())
+        args = (value,)
+        done = k + 1
+    del args
+    report((worker_id, tasks, UNIT, (done, True, value, times), 0.0, 0.0))
