@@ -103,13 +103,12 @@ def _chain_links(
     a scheduler round trip per task: the one cost a chain cannot otherwise avoid
     (../shared/perf-notes.md: ~70 us per hand-off). Like dask's ``fuse``.
     """
-    is_target = set(targets)
     links = [-1] * len(deps)
     for i, users in enumerate(dependents):
-        if len(users) == 1 and i not in is_target:
-            j = users[0]
-            if len(deps[j]) == 1:
-                links[i] = j
+        if len(users) == 1 and len(deps[users[0]]) == 1:
+            links[i] = users[0]
+    for t in targets:  # a target's value is wanted: it must come back on its own
+        links[t] = -1
     return tuple(links)
 
 

@@ -8,13 +8,12 @@ recurses on graph depth, so a 200,000-task chain validates like any other graph.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._errors import CycleError, MissingDependencyError
 
 if TYPE_CHECKING:
-    from ._graph import Task
     from ._plan import Plan
 
 __all__ = ["CompiledGraph", "compile_graph"]
@@ -52,43 +51,40 @@ class CompiledGraph:
         return len(self.names)
 
 
-def compile_graph(tasks: Mapping[Hashable, Task]) -> CompiledGraph:
-    """Check ``tasks`` and convert it to index form.
+def compile_graph(
+    names: Sequence[Hashable],
+    fns: Sequence[Callable[..., Any]],
+    dep_names: Sequence[tuple[Hashable, ...]],
+) -> CompiledGraph:
+    """Check a graph given as columns and convert it to index form.
 
     Raises:
         MissingDependencyError: for the first task (in insertion order) with unknown deps.
         CycleError: if any cycle exists; the path is rotated to start at the task
             added first, so the message does not depend on hash order.
     """
-    names = tuple(tasks)
-    index = {name: i for i, name in enumerate(names)}
-    fns: list[Callable[..., Any]] = []
-    deps: list[tuple[int, ...]] = []
-    in_insertion_order = True
-    for i, task in enumerate(tasks.values()):
-        fns.append(task.fn)
-        try:
-            dep_ids = tuple([index[d] for d in task.deps])
-        except KeyError:
-            missing = [d for d in dict.fromkeys(task.deps) if d not in index]
-            raise MissingDependencyError(task.name, missing) from None
-        # Each dep added before its task (the common case) proves there is no cycle.
-        if in_insertion_order and dep_ids and max(dep_ids) >= i:
-            in_insertion_order = False
-        deps.append(dep_ids)
-    if not in_insertion_order:
+    names = tuple(names)
+    index = dict(zip(names, range(len(names)), strict=True))
+    to_index = index.__getitem__
+    try:
+        deps = tuple([tuple(map(to_index, d)) for d in dep_names])
+    except KeyError:
+        for name, task_deps in zip(names, dep_names, strict=True):
+            missing = [d for d in dict.fromkeys(task_deps) if d not in index]
+            if missing:
+                raise MissingDependencyError(name, missing) from None
+        raise  # unreachable: some dependency was missing
+    # Each dep added before its task (the common case) proves there is no cycle.
+    if any(d and max(d) >= i for i, d in enumerate(deps)):
         cycle = _find_cycle(deps)
         if cycle is not None:
             raise CycleError([names[i] for i in cycle])
-    has_dependent = bytearray(len(names))
-    for dep_ids in deps:
-        for d in dep_ids:
-            has_dependent[d] = 1
-    sinks = tuple(i for i, flag in enumerate(has_dependent) if not flag)
-    return CompiledGraph(names, index, tuple(fns), tuple(deps), sinks)
+    has_dependents = set().union(*deps) if deps else set()
+    sinks = tuple([i for i in range(len(names)) if i not in has_dependents])
+    return CompiledGraph(names, index, tuple(fns), deps, sinks)
 
 
-def _find_cycle(deps: list[tuple[int, ...]]) -> list[int] | None:
+def _find_cycle(deps: tuple[tuple[int, ...], ...]) -> list[int] | None:
     """Return one cycle in data-flow order (first == last), or None. Iterative DFS."""
     color = bytearray(len(deps))
     for root in range(len(deps)):
