@@ -32,10 +32,9 @@ its way there while any task is in flight. Nothing here relies on the GIL.
 Policies, each written down once:
 
 * Ready tasks are dispatched first-in first-out, to the worker holding the
-  fewest tasks (queued + running) whose inbox has room.
-* A worker that falls idle while others still have tasks waiting in their
-  inboxes takes one of those over (the scheduler moves it), so a ready task is
-  never stuck behind a long one while a worker has nothing to do.
+  fewest tasks (queued + running) whose inbox has room; :mod:`dagexec._balance`
+  steers work away from a worker stuck on a long task and moves tasks waiting
+  behind it, so a ready task is never stuck while a worker has nothing to do.
 * A value is dropped as soon as the last task that needs it has been handed
   its arguments (targets are kept), so a long chain of large values holds O(1)
   of them, not O(n).
@@ -60,6 +59,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
+from ._balance import Balance
 from ._errors import describe
 from ._events import Hooks, PlanInfo
 from ._plan import Plan
@@ -173,7 +173,9 @@ class Run:
         for t in plan.targets:
             self.is_target[t] = 1
         self.ready: deque[int] = deque(plan.roots)
-        self.held = [0] * workers  # tasks queued or running, per worker
+        self.balance = Balance(self.inboxes, self.queue_cap)
+        self.held = self.balance.held  # tasks queued or running, per worker
+        self.now = started_at  # when the current batch of reports arrived
         self.ran_on = [0] * workers  # tasks finished, per worker
         self.peak_depth = [0] * workers
         self.in_flight = 0
@@ -222,21 +224,27 @@ class Run:
         while self.unfinished:
             waiting_for_pickup = False
             if not self.stopping:
+                if self.in_flight > 1:
+                    done = sum(self.ran_on)
+                    mean = (self.now - started_at) * workers / done if done else 0.0
+                    self.balance.rebalance(self.now, mean)
                 if self.ready:
                     waiting_for_pickup = self._dispatch()
-                if not self.ready and self.in_flight > 1 and 0 in self.held:
-                    self._rebalance()
             if self.in_flight == 0 and not waiting_for_pickup:
                 # Nothing can report any more: only reachable when stopping.
                 self._cancel_rest()
                 break
             if waiting_for_pickup:
                 try:
-                    handle(get(timeout=_PICKUP_RETRY_SECONDS))
+                    msg = get(timeout=_PICKUP_RETRY_SECONDS)
                 except queue.Empty:
+                    self.now = perf_counter()
                     continue
             else:
-                handle(get())
+                msg = get()
+            self.now = perf_counter()
+            handle(msg)
+            del msg
             while not empty():
                 handle(get())
 
@@ -262,21 +270,16 @@ class Run:
         """Hand ready tasks to workers up to the cap; True if blocked by full inboxes."""
         plan = self.plan
         fns, deps, chain_next = plan.fns, plan.deps, plan.chain_next
-        inboxes, held, values, consumers = self.inboxes, self.held, self.values, self.consumers
+        inboxes, values, consumers = self.inboxes, self.values, self.consumers
+        pick, dispatched, now = self.balance.pick, self.balance.dispatched, self.now
         state, is_target, ready = self.state, self.is_target, self.ready
-        queue_cap, cap = self.queue_cap, self.cap
+        cap = self.cap
         report = self.results.put
         flags, stop = self.flags, self.stop
         hooks = self.hooks.task_dispatch
         times = self.times
-        workers = range(len(inboxes))
         while ready and self.in_flight < cap:
-            best = -1
-            best_held = queue_cap + 2
-            for w in workers:
-                h = held[w]
-                if h < best_held and len(inboxes[w].queue) < queue_cap:
-                    best, best_held = w, h
+            best = pick()
             if best < 0:
                 return True
             task = ready.popleft()
@@ -302,7 +305,7 @@ class Run:
                 del members
             del args
             state[task] = IN_FLIGHT
-            held[best] = best_held + 1
+            dispatched(best, now)
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             depth = len(inbox.queue)
@@ -321,23 +324,6 @@ class Run:
                 )
         return False
 
-    def _rebalance(self) -> None:
-        """Move queued tasks from busy workers' inboxes to idle workers."""
-        held, inboxes = self.held, self.inboxes
-        for idle, h in enumerate(held):
-            if h:
-                continue
-            victim = max(range(len(inboxes)), key=lambda w: len(inboxes[w].queue))
-            if not inboxes[victim].queue:
-                return
-            try:
-                item = inboxes[victim].get_nowait()
-            except queue.Empty:  # its worker took it first: nothing is stuck there
-                continue
-            inboxes[idle].put_nowait(item)
-            held[victim] -= 1
-            held[idle] += 1
-
     # ------------------------------------------------------------------ results
     def _handle(self, msg: Any) -> None:
         if msg is ABORT:
@@ -349,7 +335,7 @@ class Run:
         if kind == STARTED:
             self._call(self.hooks.task_start, self.plan.names[task], worker)
             return
-        self.held[worker] -= 1
+        self.balance.reported(worker, self.now)
         self.in_flight -= 1
         if kind == DONE:
             self.ran_on[worker] += 1

@@ -1,0 +1,109 @@
+"""Which worker gets the next task, and rescuing tasks stuck behind a long one.
+
+Owned by the scheduler thread; nothing here is touched by any other thread
+except through the inboxes themselves (``get_nowait`` is safe from any thread).
+
+Per-worker inboxes buy throughput (a worker rarely sleeps between tasks) at the
+price of head-of-line blocking: a task queued behind a long one waits for it
+even when another worker could run it now. The scheduler sees every report, so
+it knows which worker has gone quiet for much longer than tasks usually take:
+
+* a worker holding the fewest tasks gets the next one, but a *stalled* worker
+  (busy, and silent for ``max(_STALL_FLOOR, _STALL_FACTOR x mean task time)``)
+  gets nothing new while another has room;
+* tasks waiting in a stalled worker's inbox are moved to workers with room;
+* a worker with nothing at all takes a waiting task from the longest inbox.
+
+A moved task keeps its place in the bounds: it was already counted in flight.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["Balance"]
+
+# A worker counts as stalled after this many times the mean task time without a
+# report. Lower moves tasks sooner but moves more of them for nothing when task
+# times merely vary; higher leaves them waiting behind long tasks for longer.
+_STALL_FACTOR = 4.0
+
+# ...and never before this many seconds: twice CPython's default GIL switch
+# interval (5 ms), so a worker that is only waiting for the GIL is not "stalled".
+_STALL_FLOOR = 0.010
+
+
+class Balance:
+    """Per-worker load as the scheduler sees it. Scheduler thread only."""
+
+    __slots__ = ("avoid", "held", "inboxes", "last_seen", "moved", "queue_cap")
+
+    def __init__(self, inboxes: Sequence[queue.Queue[Any]], queue_cap: int) -> None:
+        self.inboxes = inboxes
+        self.queue_cap = queue_cap
+        self.held = [0] * len(inboxes)  # tasks queued or running, per worker
+        self.last_seen = [0.0] * len(inboxes)  # last report, or handed work while idle
+        self.avoid: frozenset[int] = frozenset()  # stalled workers: no new work
+        self.moved = 0
+
+    def pick(self) -> int:
+        """The worker for the next task, or -1 if no inbox has room right now."""
+        held, inboxes, queue_cap, avoid = self.held, self.inboxes, self.queue_cap, self.avoid
+        best, best_held, fallback = -1, queue_cap + 2, -1
+        for w in range(len(inboxes)):
+            h = held[w]
+            if h < best_held and len(inboxes[w].queue) < queue_cap:
+                if w in avoid:
+                    fallback = w
+                    continue
+                best, best_held = w, h
+        return best if best >= 0 else fallback
+
+    def dispatched(self, worker: int, now: float) -> None:
+        if not self.held[worker]:
+            self.last_seen[worker] = now  # it starts working now
+        self.held[worker] += 1
+
+    def reported(self, worker: int, now: float) -> None:
+        self.held[worker] -= 1
+        self.last_seen[worker] = now
+
+    def rebalance(self, now: float, mean_task_seconds: float) -> None:
+        """Mark stalled workers and move waiting tasks off them and onto idle workers."""
+        held, inboxes, last_seen = self.held, self.inboxes, self.last_seen
+        patience = max(_STALL_FLOOR, _STALL_FACTOR * mean_task_seconds)
+        stalled = frozenset(
+            w for w in range(len(held)) if held[w] and now - last_seen[w] > patience
+        )
+        self.avoid = stalled
+        for victim in stalled:
+            while inboxes[victim].queue:
+                target = self._room(exclude=stalled)
+                if target < 0 or not self._move(victim, target, now):
+                    break
+        for idle in range(len(held)):
+            if not held[idle]:
+                victim = max(range(len(inboxes)), key=lambda w: len(inboxes[w].queue))
+                if not inboxes[victim].queue:
+                    return
+                self._move(victim, idle, now)
+
+    def _room(self, exclude: frozenset[int]) -> int:
+        best, best_held = -1, self.queue_cap + 1
+        for w, h in enumerate(self.held):
+            if h < best_held and w not in exclude and len(self.inboxes[w].queue) < self.queue_cap:
+                best, best_held = w, h
+        return best
+
+    def _move(self, victim: int, target: int, now: float) -> bool:
+        try:
+            item = self.inboxes[victim].get_nowait()
+        except queue.Empty:  # its worker took it first: nothing is stuck there
+            return False
+        self.inboxes[target].put_nowait(item)  # room was checked; we are the only producer
+        self.held[victim] -= 1
+        self.dispatched(target, now)
+        self.moved += 1
+        return True
