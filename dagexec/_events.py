@@ -42,7 +42,12 @@ class Callback:
         """The run validated and planned its tasks; nothing has been dispatched yet."""
 
     def on_task_dispatch(self, name: Hashable, worker: int) -> None:
-        """``name`` was queued to ``worker``: it now counts as in flight."""
+        """``name`` was queued to ``worker``: it now counts as in flight.
+
+        A linear run of tasks handed over as one unit takes one in-flight slot, so
+        this is called for its first task only; ``on_task_start`` (if implemented)
+        and ``on_task_end`` are still called for every member.
+        """
 
     def on_task_start(self, name: Hashable, worker: int) -> None:
         """``worker`` reported that it began running ``name``."""

@@ -1,0 +1,556 @@
+"""dagexec.dask: dagexec as a dask scheduler, and dagexec graphs on a dask cluster.
+
+Everything but the first test needs the ``dask`` extra and is skipped, with the
+reason, without it. Results are compared with dask's own threaded scheduler on
+the same graphs, so a conversion mistake shows up as a wrong value.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import operator
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dagexec
+
+REPO = Path(__file__).resolve().parents[1]
+EXTRA = "needs the dask extra: pip install 'dagexec[dask]'"
+
+pytestmark = [
+    # ResourceProfiler forks a tracker process; on Python >= 3.12 fork() in a
+    # process with threads (ours, dask's) warns, which filterwarnings=error
+    # would turn into a failure of a test that has nothing to do with fork.
+    pytest.mark.filterwarnings(
+        r"ignore:This process \(pid=\d+\) is multi-threaded:DeprecationWarning"
+    ),
+]
+
+
+def test_import_dagexec_does_not_import_dask() -> None:
+    code = (
+        "import dagexec, sys; "
+        "assert 'dask' not in sys.modules, 'dask imported'; "
+        "assert 'distributed' not in sys.modules, 'distributed imported'"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def dd() -> Any:
+    pytest.importorskip("dask", reason=EXTRA)
+    pytest.importorskip("distributed", reason=EXTRA)
+    pytest.importorskip("numpy", reason=EXTRA)
+    import dagexec.dask
+
+    return dagexec.dask
+
+
+@pytest.fixture(autouse=True)
+def _stop_cached_workers() -> Iterator[None]:
+    # get() keeps its worker threads between calls, as dask.threaded keeps its
+    # pool; the suite's leak check (conftest) wants every test to end without them.
+    yield
+    module = sys.modules.get("dagexec.dask")
+    if module is not None:
+        module.shutdown()
+
+
+def threaded(dsk: Any, keys: Any) -> Any:
+    """dask.threaded.get on a pool of its own, which is stopped before returning."""
+    from dask.threaded import get
+
+    with ThreadPoolExecutor(2) as pool:
+        return get(dsk, keys, pool=pool)
+
+
+def compute_threads(*exprs: Any) -> Any:
+    """dask.compute with scheduler="threads", on a pool stopped before returning."""
+    import dask
+
+    with ThreadPoolExecutor(2) as pool:
+        return dask.compute(*exprs, scheduler="threads", pool=pool)
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def add(x: int, y: int) -> int:
+    return x + y
+
+
+# ------------------------------------------------------------------ collections
+
+
+@pytest.mark.dask
+def test_lazy_attribute_is_the_module(dd: Any) -> None:
+    assert dagexec.dask is dd
+    assert dagexec.dask.get is dd.get
+
+
+@pytest.mark.dask
+def test_array_reduction_with_thousands_of_chunks_matches_threads(dd: Any) -> None:
+    import dask
+    import dask.array as da
+    import numpy as np
+
+    x = da.random.default_rng(42).random((600, 600), chunks=(10, 10))  # 3600 chunks
+    expr = (x + x.T).sum(axis=0)
+    ours = dask.compute(expr, scheduler=dd.get)[0]
+    theirs = compute_threads(expr)[0]
+    assert x.npartitions == 3600
+    assert ours.shape == (600,)
+    np.testing.assert_allclose(ours, theirs)
+
+
+@pytest.mark.dask
+def test_blockwise_and_config_scheduler(dd: Any) -> None:
+    import dask
+    import dask.array as da
+    import numpy as np
+
+    x = da.arange(10_000, chunks=50).reshape(100, 100).rechunk(10)
+    expr = x.map_blocks(lambda b: b * 2 + 1).mean(axis=1)
+    with dask.config.set(scheduler=dd.get):
+        ours = expr.compute()
+    np.testing.assert_array_equal(ours, compute_threads(expr)[0])
+
+
+@pytest.mark.dask
+def test_bag_fold_matches_threads(dd: Any) -> None:
+    import dask.bag as db
+
+    bag = db.from_sequence(range(2000), npartitions=40)
+    folded = bag.map(lambda v: v * 3).filter(lambda v: v % 2).fold(operator.add, initial=0)
+    assert folded.compute(scheduler=dd.get) == compute_threads(folded)[0]
+    frequencies = bag.map(lambda v: v % 7).frequencies()
+    assert sorted(frequencies.compute(scheduler=dd.get)) == sorted(compute_threads(frequencies)[0])
+
+
+@pytest.mark.dask
+def test_delayed_diamond_matches_threads_and_runs_each_task_once(dd: Any) -> None:
+    import dask
+
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def node(name: str, *parts: int) -> int:
+        with lock:
+            calls.append(name)
+        return sum(parts) + len(name)
+
+    top = dask.delayed(node)("top")
+    left = dask.delayed(node)("left", top)
+    right = dask.delayed(node)("right", top)
+    bottom = dask.delayed(node)("bottom", left, right)
+    ours = dask.compute(bottom, left, scheduler=dd.get)
+    assert sorted(calls) == ["bottom", "left", "right", "top"]
+    assert ours == compute_threads(bottom, left)
+
+
+# ------------------------------------------------------------ legacy tuple graphs
+
+LEGACY: dict[Any, Any] = {
+    "x": 1,
+    "y": 2,
+    "z": (inc, "x"),
+    "w": (add, "z", "y"),
+    "nested": (add, (inc, "x"), (inc, (inc, "y"))),
+    "keylist": (sum, ["x", "y", "z"]),
+    "literal": (add, "w", 10),
+    "alias": "w",
+    "alias2": "alias",
+    "aset": {3, 1, 2},
+    "setlen": (len, "aset"),
+    "strarg": (operator.add, "not-a-key-", "suffix"),
+    ("tuple", 0): (inc, "w"),
+    ("tuple", 1): (add, ("tuple", 0), "nested"),
+    "dictarg": (dict, [["a", "x"], ["b", "y"]]),
+}
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize(
+    "keys",
+    [
+        "w",
+        "x",
+        "alias2",
+        "setlen",
+        "aset",
+        "strarg",
+        "dictarg",
+        ("tuple", 1),
+        ["w", "y"],
+        [["w", "nested"], ["keylist", ["literal", ("tuple", 1)]]],
+        [],
+    ],
+    ids=repr,
+)
+def test_legacy_graph_matches_threaded_get(dd: Any, keys: Any) -> None:
+    assert dd.get(LEGACY, keys) == threaded(LEGACY, keys)
+
+
+@pytest.mark.dask
+def test_task_spec_graph_matches_threaded_get(dd: Any) -> None:
+    from dask.task_spec import Alias, DataNode, List, Task, TaskRef
+
+    dsk = {
+        "a": DataNode("a", 5),
+        "b": Task("b", inc, TaskRef("a")),
+        "c": Task("c", add, TaskRef("b"), y=TaskRef("a")),
+        "d": Task("d", sum, List(TaskRef("a"), TaskRef("b"), Task(None, inc, TaskRef("c")))),
+        "e": Alias("e", "d"),
+        "f": Task("f", add, TaskRef("e"), 100),
+        "g": Task("g", max, TaskRef("b"), TaskRef("b")),
+    }
+    keys = ["f", ["c", "e", "a"], "g"]
+    assert dd.get(dsk, keys) == threaded(dsk, keys) == (123, (11, 23, 5), 6)
+
+
+@pytest.mark.dask
+def test_deep_chain_does_not_recurse(dd: Any) -> None:
+    n = 10_000
+    dsk: dict[Any, Any] = {"link-0": 0}
+    for i in range(1, n + 1):
+        dsk[f"link-{i}"] = (inc, f"link-{i - 1}")
+    assert dd.get(dsk, f"link-{n}") == n
+
+
+@pytest.mark.dask
+def test_only_ancestors_of_requested_keys_run(dd: Any) -> None:
+    ran: list[str] = []
+
+    def side(name: str) -> str:
+        ran.append(name)
+        return name
+
+    dsk = {
+        "wanted": (side, "w"),
+        "other": (side, "o"),
+        "broken": (operator.truediv, 1, 0),
+        "after": (add, "wanted", "broken"),
+    }
+    assert dd.get(dsk, "wanted") == "w"
+    assert ran == ["w"]
+
+
+@pytest.mark.dask
+def test_missing_key_raises_key_error(dd: Any) -> None:
+    with pytest.raises(KeyError, match="nope"):
+        dd.get({"x": 1}, ["x", "nope"])
+
+
+@pytest.mark.dask
+def test_task_exception_reaches_caller_as_itself(dd: Any) -> None:
+    err = ValueError("the original")
+
+    def boom(_: int) -> int:
+        raise err
+
+    with pytest.raises(ValueError) as info:
+        dd.get({"x": 1, "y": (boom, "x"), "z": (inc, "y")}, "z")
+    assert info.value is err
+    assert "dagexec: raised by task 'y'" in info.value.__notes__
+
+
+@pytest.mark.dask
+def test_on_error_continue_finishes_independent_work_then_raises(dd: Any) -> None:
+    finished: list[str] = []
+    err = KeyError("first")
+
+    def boom() -> int:
+        raise err
+
+    def independent() -> int:
+        finished.append("independent")
+        return 1
+
+    dsk = {"bad": (boom,), "good": (independent,), "both": (add, "bad", "good")}
+    with pytest.raises(KeyError) as info:
+        dd.get(dsk, "both", on_error="continue", num_workers=1)
+    assert info.value is err
+    assert finished == ["independent"]
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize(
+    ("kwarg", "ours"),
+    [("num_workers", "workers"), ("queue_cap", "queue_cap"), ("max_in_flight", "max_in_flight")],
+)
+def test_bound_kwargs_reach_the_executor(dd: Any, kwarg: str, ours: str) -> None:
+    with pytest.raises(ValueError, match=f"{ours} must be >= 1, got 0"):
+        dd.get({"x": (inc, 1)}, "x", **{kwarg: 0})
+
+
+@pytest.mark.dask
+def test_num_workers_one_runs_every_task_on_one_worker_thread(dd: Any) -> None:
+    threads: set[int] = set()
+
+    def where(*_: Any) -> int:
+        threads.add(threading.get_ident())
+        return 0
+
+    dsk = {f"t{i}": (where,) for i in range(50)}
+    dsk["all"] = (where, *[f"t{i}" for i in range(50)])
+    dd.get(dsk, "all", num_workers=1, queue_cap=3, max_in_flight=4)
+    assert len(threads) == 1
+    assert threading.get_ident() not in threads
+
+
+@pytest.mark.dask
+def test_unknown_kwargs_are_ignored(dd: Any) -> None:
+    assert dd.get(LEGACY, "w", pool=None, chunksize=4, optimize_graph=False) == 4
+
+
+@pytest.mark.dask
+def test_cache_supplies_values_and_receives_results(dd: Any) -> None:
+    cache: dict[Any, Any] = {"x": 41}
+    assert dd.get({"x": (operator.truediv, 1, 0), "y": (inc, "x")}, "y", cache=cache) == 42
+    assert cache["y"] == 42
+
+
+@pytest.mark.dask
+def test_nested_compute_inside_a_task_does_not_deadlock(dd: Any) -> None:
+    import dask
+
+    def inner(n: int) -> int:
+        return dask.compute(dask.delayed(inc)(n), scheduler=dd.get)[0]
+
+    dsk = {f"i{k}": (inner, k) for k in range(8)}
+    dsk["total"] = (sum, [f"i{k}" for k in range(8)])
+    assert dd.get(dsk, "total", num_workers=2) == sum(range(1, 9))
+
+
+# -------------------------------------------------------------------- callbacks
+
+
+@pytest.mark.dask
+def test_progress_bar_reaches_100_percent(dd: Any) -> None:
+    import dask
+    import dask.array as da
+    from dask.diagnostics import ProgressBar
+
+    out = io.StringIO()
+    with ProgressBar(out=out):
+        dask.compute(da.ones((100, 100), chunks=10).sum(), scheduler=dd.get)
+    assert "100% Completed" in out.getvalue()
+
+
+@pytest.mark.dask
+def test_profiler_sees_the_same_tasks_as_with_threads(dd: Any) -> None:
+    import dask.array as da
+    from dask.diagnostics import Profiler
+
+    x = da.ones((60, 60), chunks=10)
+    expr = (x + x.T).sum()
+    dsk, keys = dict(expr.__dask_graph__()), expr.__dask_keys__()
+    with Profiler() as ours:
+        assert dd.get(dsk, keys) == threaded(dsk, keys)
+    with Profiler() as theirs:
+        threaded(dsk, keys)
+    assert len(ours.results) > 36
+    assert {r.key for r in ours.results} == {r.key for r in theirs.results}
+    main = threading.get_ident()
+    for r in ours.results:
+        assert r.start_time <= r.end_time
+        assert r.worker_id != main  # the thread that ran it, as dask reports
+
+
+@pytest.mark.dask
+def test_resource_profiler_is_started_and_stopped_by_the_run(dd: Any) -> None:
+    import dask
+    import dask.array as da
+    from dask.diagnostics import ResourceProfiler
+
+    pytest.importorskip("psutil", reason="ResourceProfiler needs psutil")
+    rprof = ResourceProfiler(dt=0.01)
+    rprof.register()  # not entered: only our start/finish calls collect anything
+    try:
+        dask.compute(da.ones((50, 50), chunks=10).sum(), scheduler=dd.get)
+    finally:
+        rprof.unregister()
+        rprof.close()
+    assert rprof.results
+
+
+@pytest.mark.dask
+def test_local_callbacks_get_dask_protocol_calls(dd: Any) -> None:
+    from dask.callbacks import Callback
+
+    events: list[tuple[str, Any]] = []
+    values: dict[Any, Any] = {}
+    states: list[dict[str, Any]] = []
+
+    def start_state(dsk: Any, state: dict[str, Any]) -> None:
+        states.append({k: len(v) for k, v in state.items()})
+
+    def posttask(key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        events.append(("post", key))
+        values[key] = result
+        assert key in state["finished"]
+
+    def finish(dsk: Any, state: Any, failed: bool) -> None:
+        events.append(("finish", failed))
+
+    with Callback(
+        start=lambda dsk: events.append(("start", len(dsk))),
+        start_state=start_state,
+        pretask=lambda key, dsk, state: events.append(("pre", key)),
+        posttask=posttask,
+        finish=finish,
+    ):
+        result = dd.get(LEGACY, ["literal", ("tuple", 1)])
+    assert result == threaded(LEGACY, ["literal", ("tuple", 1)])
+    assert events[0] == ("start", len(LEGACY))
+    assert events[-1] == ("finish", False)
+    assert states[0]["ready"] >= 1 and states[0]["finished"] == 0
+    for key, value in values.items():
+        assert value == threaded(LEGACY, key)
+        assert events.index(("pre", key)) < events.index(("post", key))
+    # the tasks that ran are the ancestors of the keys that are not data
+    assert set(values) == {"z", "w", "nested", "literal", ("tuple", 0), ("tuple", 1)}
+
+
+@pytest.mark.dask
+def test_callbacks_hear_about_a_failure(dd: Any) -> None:
+    from dask.callbacks import Callback
+
+    finished: list[bool] = []
+    with (
+        Callback(finish=lambda dsk, state, failed: finished.append(failed)),
+        pytest.raises(ZeroDivisionError),
+    ):
+        dd.get({"x": (operator.truediv, 1, 0)}, "x")
+    assert finished == [True]
+
+
+# -------------------------------------------------------------- graph -> dask
+
+
+def sample_graph() -> dagexec.Graph:
+    g = dagexec.Graph()
+    g.add("a", lambda: 2)
+    g.add(("b", 1), lambda a: a + 1, deps=["a"])
+    g.add(frozenset({"not", "a", "dask", "key"}), lambda a, b: a * 10 + b, deps=["a", ("b", 1)])
+    g.add("sink", lambda b: -b, deps=[("b", 1)])
+    g.add("unused", lambda: "unused")
+    return g
+
+
+@pytest.mark.dask
+def test_to_dask_runs_on_dask_threaded_get_like_on_dagexec(dd: Any) -> None:
+    g = sample_graph()
+    odd = frozenset({"not", "a", "dask", "key"})
+    targets = ["sink", odd]
+    dsk, keys = dd.to_dask(g, targets)
+    assert len(keys) == 2 and keys[0] == "sink"
+    assert "unused" not in dsk  # only ancestors of the targets
+    assert dict(zip(targets, threaded(dsk, keys))) == dict(dagexec.run(g, targets))
+
+
+@pytest.mark.dask
+def test_to_dask_defaults_to_sinks(dd: Any) -> None:
+    g = sample_graph()
+    dsk, keys = dd.to_dask(g)
+    assert len(keys) == len(g.sinks())
+    assert list(threaded(dsk, keys)) == [dagexec.run(g)[s] for s in g.sinks()]
+
+
+class RecordingClient:
+    """Stands in for a Client to prove that nothing is sent for a bad graph."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(args)
+        raise AssertionError("nothing should be sent")
+
+    def nthreads(self) -> dict[str, int]:
+        return {}
+
+
+@pytest.mark.dask
+def test_bad_graphs_are_rejected_before_anything_is_sent(dd: Any) -> None:
+    client = RecordingClient()
+    cyclic = dagexec.Graph()
+    cyclic.add("p", inc, deps=["q"])
+    cyclic.add("q", inc, deps=["p"])
+    with pytest.raises(dagexec.CycleError):
+        dd.run_on(client, cyclic)
+    missing = dagexec.Graph()
+    missing.add("p", inc, deps=["ghost"])
+    with pytest.raises(dagexec.MissingDependencyError):
+        dd.run_on(client, missing)
+    with pytest.raises(dagexec.UnknownTargetError):
+        dd.run_on(client, sample_graph(), ["nope"])
+    with pytest.raises(TypeError, match="write targets="):
+        dd.to_dask(sample_graph(), "sink")
+    assert client.calls == []
+
+
+@pytest.fixture(scope="module")
+def offload_thread(dd: Any) -> None:
+    # distributed keeps one process-wide "Dask-Offload" thread, started on first
+    # use and never stopped. Start it before any test's thread snapshot, so the
+    # leak check does not blame the first test that happens to use a cluster.
+    from distributed.utils import _offload_executor
+
+    _offload_executor.submit(int).result(timeout=30)
+
+
+@pytest.fixture
+def client(dd: Any, offload_thread: None) -> Iterator[Any]:
+    from distributed import Client, LocalCluster
+
+    # processes=False keeps the cluster in this process, so it is fast and dies
+    # with it; protocol tcp on 127.0.0.1 makes it a real loopback cluster (the
+    # in-process default, inproc://, has no host and rejects one).
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=False,
+            dashboard_address=None,
+            host="127.0.0.1",
+            protocol="tcp://",
+            silence_logs=logging.CRITICAL,
+        ) as cluster,
+        Client(cluster, timeout=30) as c,
+    ):
+        yield c
+
+
+@pytest.mark.dask
+def test_run_on_cluster_matches_threads(dd: Any, client: Any) -> None:
+    g = sample_graph()
+    odd = frozenset({"not", "a", "dask", "key"})
+    on_cluster = dd.run_on(client, g, ["sink", odd])
+    on_threads = dagexec.run(g, ["sink", odd])
+    assert isinstance(on_cluster, dagexec.RunResult)
+    assert dict(on_cluster) == dict(on_threads)
+    assert dict(on_cluster.status) == dict(on_threads.status)
+    assert on_cluster.stats.workers == 2
+    assert on_cluster.errors == {}
+
+
+@pytest.mark.dask
+def test_run_on_cluster_defaults_to_sinks_and_raises_task_errors(dd: Any, client: Any) -> None:
+    g = sample_graph()
+    assert dict(dd.run_on(client, g)) == dict(dagexec.run(g))
+    g.add("bad", lambda a: a / 0, deps=["a"])
+    with pytest.raises(ZeroDivisionError):
+        dd.run_on(client, g, ["bad"])
