@@ -136,10 +136,12 @@ def test_defaults() -> None:
 
     with dagexec.Executor() as ex:
         assert ex.workers == (os.cpu_count() or 1)
-        assert ex.queue_cap == 2
-        assert ex.max_in_flight == 2 * ex.workers
+        assert ex.queue_cap == 16
+        assert ex.max_in_flight == ex.workers * 17  # all the inboxes can hold
         result = ex.run(diamond())
-    assert result.stats.effective_cap == min(2 * ex.workers, ex.workers * 3)
+    assert result.stats.effective_cap == ex.workers * 17
+    with dagexec.Executor(2, queue_cap=3) as ex:
+        assert ex.max_in_flight == ex.effective_cap == 8
 
 
 class Boom(Exception):

@@ -97,7 +97,12 @@ def test_a_failure_elsewhere_stops_a_running_chain_between_members() -> None:
     gate = Gate()
     ran: list[int] = []
     g = chain(50, ran, first=gate.gated(lambda: 0))
-    g.add("bad", lambda: 1 / 0)
+
+    def bad() -> None:
+        assert gate.wait_for_waiting(1)  # c0 is running (held at the gate) first
+        raise ZeroDivisionError("bad")
+
+    g.add("bad", bad)
     ends = Ends(on_end=lambda name, state: gate.open() if name == "bad" else None)
     with pytest.raises(ZeroDivisionError):
         dagexec.run(g, workers=2, callbacks=[ends])
