@@ -38,7 +38,7 @@ _STALL_FLOOR = 0.010
 class Balance:
     """Per-worker load as the scheduler sees it. Scheduler thread only."""
 
-    __slots__ = ("avoid", "held", "inboxes", "last_seen", "moved", "queue_cap")
+    __slots__ = ("avoid", "held", "inboxes", "last_seen", "moved", "peak_depth", "queue_cap")
 
     def __init__(self, inboxes: Sequence[queue.Queue[Any]], queue_cap: int) -> None:
         self.inboxes = inboxes
@@ -47,6 +47,9 @@ class Balance:
         self.last_seen = [0.0] * len(inboxes)  # last report, or handed work while idle
         self.avoid: frozenset[int] = frozenset()  # stalled workers: no new work
         self.moved = 0
+        # Most tasks seen waiting in each inbox, sampled right after every put: the
+        # only moments it can grow, since the scheduler is the only producer.
+        self.peak_depth = [0] * len(inboxes)
 
     def pick(self) -> int:
         """The worker for the next task, or -1 if no inbox has room right now."""
@@ -62,9 +65,13 @@ class Balance:
         return best if best >= 0 else fallback
 
     def dispatched(self, worker: int, now: float) -> None:
+        """Note a task just put into ``worker``'s inbox."""
         if not self.held[worker]:
             self.last_seen[worker] = now  # it starts working now
         self.held[worker] += 1
+        depth = len(self.inboxes[worker].queue)
+        if depth > self.peak_depth[worker]:
+            self.peak_depth[worker] = depth
 
     def reported(self, worker: int, now: float) -> None:
         self.held[worker] -= 1

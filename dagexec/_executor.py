@@ -114,6 +114,8 @@ class Executor:
         self._closed = False
         # The scheduler of an interrupted run, still waiting for its running tasks.
         self._abandoned: threading.Thread | None = None
+        # The scheduler of the run in progress, if any.
+        self._scheduler: threading.Thread | None = None
         for t in self._threads:
             t.start()
 
@@ -160,6 +162,13 @@ class Executor:
             callbacks.append(ProgressBar())
         hooks = Hooks(callbacks)
         plan = plan_run(graph._compile(), targets)
+        here = threading.current_thread()
+        if here is self._scheduler or here in self._threads:
+            # The outer run holds the run lock and waits for this very thread.
+            raise RuntimeError(
+                "Executor.run called from one of this executor's own tasks or callbacks, "
+                "which would wait for itself forever; use another Executor for nested runs"
+            )
         with self._run_lock:
             if self._closed:
                 raise RuntimeError("this Executor is shut down; create a new one to run")
@@ -174,18 +183,26 @@ class Executor:
                 trace=trace,
             )
             scheduler = threading.Thread(target=run.main, name="dagexec-scheduler", daemon=True)
+            self._scheduler = scheduler
             try:
+                # start() inside the try: the first task may raise SIGINT at once,
+                # and the interrupt must then find the run already covered here.
                 scheduler.start()
                 while not run.finished.wait(_INTERRUPT_POLL_SECONDS):
                     pass
             except BaseException:
                 # Ctrl-C (or any asynchronous exception) in the caller: stop
                 # dispatch, make sure nothing queued will start, and leave the
-                # running tasks to finish in the background.
-                run.abort()
-                run.cancelled.wait(_CANCEL_WAIT_SECONDS)
-                self._abandoned = scheduler
+                # running tasks to finish in the background. Recorded first, so a
+                # second Ctrl-C during the wait below cannot let the next run
+                # start beside this one.
+                if scheduler.ident is not None:  # it did start
+                    self._abandoned = scheduler
+                    run.abort()
+                    run.cancelled.wait(_CANCEL_WAIT_SECONDS)
                 raise
+            finally:
+                self._scheduler = None
             scheduler.join()
         outcome = run.outcome
         assert outcome is not None
@@ -193,6 +210,7 @@ class Executor:
             error = outcome.error
             del outcome, run  # the caller's traceback should not pin the run's state
             raise error
+        assert outcome.result is not None
         return outcome.result
 
     def _wait_for_abandoned(self) -> None:
@@ -214,7 +232,7 @@ class Executor:
             if not self._closed:
                 self._closed = True
                 for inbox in self._inboxes:
-                    inbox.put(STOP)
+                    _post_stop(inbox)
         if wait:
             self._wait_for_abandoned()
             for t in self._threads:
@@ -238,6 +256,20 @@ class Executor:
             f"<dagexec.Executor workers={self.workers} queue_cap={self.queue_cap} "
             f"max_in_flight={self.max_in_flight} ({state})>"
         )
+
+
+def _post_stop(inbox: queue.Queue[WorkItem | None]) -> None:
+    """Queue a worker's STOP without blocking the caller.
+
+    The inbox is empty unless an interrupted run's scheduler has not yet taken
+    its queued tasks back (it is stuck in a user callback); then a helper thread
+    delivers the STOP once there is room, and the scheduler, if it drains the
+    STOP along with its tasks, puts it back.
+    """
+    try:
+        inbox.put_nowait(STOP)
+    except queue.Full:
+        threading.Thread(target=inbox.put, args=(STOP,), name="dagexec-stop", daemon=True).start()
 
 
 def run(

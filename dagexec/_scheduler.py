@@ -24,10 +24,12 @@ Ownership:
     =====================  ==========================================
 
 Why no circular wait can form: the scheduler never blocks on an inbox (it only
-try-puts, and checks for space first because it is the only producer), and a
-worker never blocks on reporting (the results queue is unbounded). The one
-blocking call of the scheduler is ``results.get``, and something is always on
-its way there while any task is in flight. Nothing here relies on the GIL.
+try-puts, and checks for space first because it is the only producer of tasks;
+the one other put is ``Executor.shutdown``'s STOP, which cannot happen during a
+live run and which an interrupted run's scheduler puts back if it drains it),
+and a worker never blocks on reporting (the results queue is unbounded). The
+one blocking call of the scheduler is ``results.get``, and something is always
+on its way there while any task is in flight. Nothing here relies on the GIL.
 
 Policies, each written down once:
 
@@ -51,6 +53,7 @@ Policies, each written down once:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -77,7 +80,7 @@ from ._result import (
     TraceRecord,
 )
 from ._result import SKIPPED as S_SKIPPED
-from ._worker import DONE, FAILED, IS_UNIT, NOTIFY_START, STARTED, TIMED, WorkItem
+from ._worker import DONE, FAILED, IS_UNIT, NOTIFY_START, STARTED, STOP, TIMED, WorkItem
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
@@ -105,7 +108,7 @@ class Outcome:
 
     __slots__ = ("error", "result")
 
-    def __init__(self, result: RunResult, error: BaseException | None) -> None:
+    def __init__(self, result: RunResult | None, error: BaseException | None) -> None:
         self.result = result
         self.error = error
 
@@ -141,6 +144,7 @@ class Run:
         self.stop = threading.Event()  # set by the scheduler on a stop; read by units
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
+        self.callback_errors: list[BaseException] = []  # scheduler thread only
 
     def abort(self) -> None:
         """Ask the run to stop; safe from any thread, including a signal handler."""
@@ -152,10 +156,16 @@ class Run:
         try:
             self._run()
         except BaseException as exc:  # a bug here must still release the caller
-            self.outcome = Outcome(self._result(0.0), exc)
+            self.outcome = Outcome(None, exc)
         finally:
+            for error in self.callback_errors:
+                _release_scheduler_frames(error)
+            self.callback_errors.clear()
             self.cancelled.set()
             self.finished.set()
+            # This frame stays reachable from a callback error's traceback (through
+            # f_back) after it returns; it must not keep the run alive from there.
+            del self
 
     def _run(self) -> None:
         plan = self.plan
@@ -177,7 +187,6 @@ class Run:
         self.held = self.balance.held  # tasks queued or running, per worker
         self.now = started_at  # when the current batch of reports arrived
         self.ran_on = [0] * workers  # tasks finished, per worker
-        self.peak_depth = [0] * workers
         self.in_flight = 0
         self.peak_in_flight = 0
         self.unfinished = n
@@ -291,6 +300,9 @@ class Run:
                 if not left and not is_target[d]:
                     values[d] = None
             inbox = inboxes[best]
+            if times is not None:
+                # Stamped before the put: once queued, the worker may start it at once.
+                times[task].append(perf_counter() - self.started_at)
             follower = chain_next[task]
             if follower < 0:
                 inbox.put_nowait((report, task, fns[task], args, flags, stop))
@@ -308,10 +320,6 @@ class Run:
             dispatched(best, now)
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-            depth = len(inbox.queue)
-            self.peak_depth[best] = max(self.peak_depth[best], depth)
-            if times is not None:
-                times[task].append(perf_counter() - self.started_at)
             if hooks:
                 self._call(hooks, plan.names[task], best)
             if self.debug:
@@ -344,9 +352,8 @@ class Run:
             self._ended(task, worker, TaskState.DONE, t0, t1)
         elif kind == FAILED:
             self.ran_on[worker] += 1
-            self._failed(task, payload)
+            self._failed(task, payload, worker, t0, t1)
             del payload
-            self._ended(task, worker, TaskState.FAILED, t0, t1)
         else:
             self._unit_ended(worker, task, payload)
 
@@ -354,19 +361,24 @@ class Run:
         """Account for each member of a finished (or stopped, or failed) unit in order."""
         done, ok, outcome, times = payload
         del payload
-        self.ran_on[worker] += done if ok else done + 1
+        ran = done if ok else done + 1
+        self.ran_on[worker] += ran
+        # Members that never ran wait again; the failure or stop handled below
+        # finalises them (skipped downstream of a failure, or cancelled).
+        never_ran = members[ran:]
+        for m in never_ran:
+            self.state[m] = WAITING
         ready_at = self.times[members[0]][1] if self.times is not None else 0.0
         last = len(members) - 1
-        for k in range(done if ok else done + 1):
+        for k in range(ran):
             m = members[k]
             t0, t1 = (times[2 * k], times[2 * k + 1]) if times is not None else (0.0, 0.0)
             if self.times is not None and k:
                 # A member became ready, and was as good as dispatched, when the
                 # member before it ended, on the same worker.
                 self.times[m] = [ready_at, ready_at]
-            if not ok and k == done:
-                self._failed(m, outcome)
-                self._ended(m, worker, TaskState.FAILED, t0, t1)
+            if k == done:  # the member that raised
+                self._failed(m, outcome, worker, t0, t1)
             else:
                 if k == last:
                     self._done(m, outcome)  # only the last member's value is needed
@@ -376,17 +388,8 @@ class Run:
                 self._ended(m, worker, TaskState.DONE, t0, t1)
             ready_at = t1 - self.started_at
         del outcome
-        # Members that never ran: skipped if a failure above already skipped them
-        # (on_error="continue"), otherwise cancelled because the run is stopping.
-        for m in members[done + (0 if ok else 1) :]:
-            if self.state[m] == IN_FLIGHT:
-                self.state[m] = WAITING
-        if not ok:
-            failed = members[done]
-            if self.on_error == "continue" and not self.stopping:
-                self._skip_downstream(failed)
         if self.stopping:
-            for m in members[done:]:
+            for m in never_ran:
                 if self.state[m] == WAITING:
                     self.unfinished -= 1
                     self._cancel(m)
@@ -400,7 +403,7 @@ class Run:
         if not self.stopping:
             self._release_dependents(task)
 
-    def _failed(self, task: int, exc: BaseException) -> None:
+    def _failed(self, task: int, exc: BaseException, worker: int, t0: float, t1: float) -> None:
         self.state[task] = S_FAILED
         self.unfinished -= 1
         name = self.plan.names[task]
@@ -409,6 +412,8 @@ class Run:
             exc.add_note(note)
         self.errors[task] = exc
         log.info("task %r failed: %s: %s", name, type(exc).__name__, exc)
+        # Its end is reported before the ends its failure causes (skips, cancels).
+        self._ended(task, worker, TaskState.FAILED, t0, t1)
         if self.on_error == "raise" or not isinstance(exc, Exception):
             self._fail(exc)
         else:
@@ -435,6 +440,12 @@ class Run:
 
     def _skip_downstream(self, failed: int) -> None:
         state, dependents, names = self.state, self.plan.dependents, self.plan.names
+        deps, consumers, values, is_target = (
+            self.plan.deps,
+            self.consumers,
+            self.values,
+            self.is_target,
+        )
         stack = list(dependents[failed])
         while stack:
             d = stack.pop()
@@ -442,13 +453,24 @@ class Run:
                 continue
             state[d] = S_SKIPPED
             self.unfinished -= 1
+            for p in deps[d]:  # a skipped task will never consume these values
+                consumers[p] -= 1
+                if not consumers[p] and not is_target[p]:
+                    values[p] = None
             if self.hooks.task_end:
                 self._call(self.hooks.task_end, names[d], TaskState.SKIPPED, 0.0)
             stack.extend(dependents[d])
 
     # ------------------------------------------------------------------- stop
     def _fail(self, exc: BaseException) -> None:
-        if self.first_error is None:
+        """Stop the run; ``exc`` is what the caller gets unless an earlier error is.
+
+        A fatal exception (``KeyboardInterrupt``, ``SystemExit``: not an
+        ``Exception``) outranks an ordinary one that came first, since the caller
+        must not lose it.
+        """
+        first = self.first_error
+        if first is None or (isinstance(first, Exception) and not isinstance(exc, Exception)):
             self.first_error = exc
         self._stop()
 
@@ -459,17 +481,22 @@ class Run:
         self.stopping = True
         self.stop.set()
         for w, inbox in enumerate(self.inboxes):
+            saw_stop = False
             while True:
                 try:
                     item = inbox.get_nowait()
                 except queue.Empty:
                     break
-                assert item is not None
+                if item is STOP:  # Executor.shutdown after an interrupt: keep it
+                    saw_stop = True
+                    continue
                 self.held[w] -= 1
                 self.in_flight -= 1
                 for task in item[1] if item[4] & IS_UNIT else (item[1],):
                     self.unfinished -= 1
                     self._cancel(task)
+            if saw_stop:
+                inbox.put_nowait(STOP)  # there is room: we just emptied it
         self._cancel_rest()
 
     def _cancel_rest(self) -> None:
@@ -493,10 +520,12 @@ class Run:
             except BaseException as exc:
                 note = f"dagexec: raised by callback {getattr(hook, '__qualname__', hook)!s}"
                 exc.add_note(note)
-                if self.first_error is None:
-                    self.first_error = exc
-                if not self.stopping:
-                    self._stop()
+                # Drop this frame from the traceback; main() clears the rest of the
+                # scheduler's frames it links to once the run is over.
+                if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
+                    exc.__traceback__ = exc.__traceback__.tb_next
+                self.callback_errors.append(exc)
+                self._fail(exc)
 
     # ----------------------------------------------------------------- result
     def _result(self, wall: float) -> RunResult:
@@ -518,7 +547,7 @@ class Run:
             max_in_flight=self.max_in_flight,
             effective_cap=self.cap,
             peak_in_flight=self.peak_in_flight,
-            peak_queue_depth=tuple(self.peak_depth),
+            peak_queue_depth=tuple(self.balance.peak_depth),
             tasks_per_worker=tuple(self.ran_on),
         )
         trace: tuple[TraceRecord, ...] = ()
@@ -540,3 +569,20 @@ class Run:
             records.sort(key=lambda r: r.started)
             trace = tuple(records)
         return RunResult(values, status, errors, stats, trace)
+
+
+def _release_scheduler_frames(exc: BaseException) -> None:
+    """Clear this module's finished frames that a callback error's traceback reaches.
+
+    The callback's frame links to its caller's frame (``f_back``), and so on up
+    the scheduler thread's stack, and those frames hold the run (``self``): all
+    its values would live as long as the user keeps the exception. Frames still
+    executing (``main`` itself) cannot be cleared and drop their locals as they return.
+    """
+    tb = exc.__traceback__
+    frame = tb.tb_frame.f_back if tb is not None else None
+    while frame is not None:
+        if frame.f_code.co_filename == __file__:
+            with contextlib.suppress(RuntimeError):  # still executing
+                frame.clear()
+        frame = frame.f_back

@@ -62,14 +62,17 @@ def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
         item = get()
         if item is STOP:
             return
+        if item[4] & IS_UNIT:
+            # Handed over in a one-slot list, so that no frame but _run_unit's
+            # holds the unit's input once its first member has consumed it.
+            box = [item]
+            del item
+            _run_unit(worker_id, box)
+            continue
         report, task, fn, args, flags, stop = item
         # Drop every reference we can before running and after reporting: an idle
         # worker must not keep a large argument or result alive.
         del item
-        if flags & IS_UNIT:
-            _run_unit(worker_id, report, task, fn, args, flags, stop)
-            del report, task, fn, args, stop
-            continue
         if flags & NOTIFY_START:
             report((worker_id, task, STARTED, None, 0.0, 0.0))
         started = perf_counter() if flags & TIMED else 0.0
@@ -77,6 +80,7 @@ def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
             value = fn(*args)
         except BaseException as exc:  # reported, re-raised in the caller
             del args
+            _drop_own_frame(exc)
             ended = perf_counter() if flags & TIMED else 0.0
             report((worker_id, task, FAILED, exc, started, ended))
             del exc  # the traceback would keep the task's frames alive
@@ -88,20 +92,25 @@ def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
         del report, fn, stop
 
 
-def _run_unit(
-    worker_id: int,
-    report: Report,
-    tasks: tuple[int, ...],
-    fns: tuple[Callable[..., Any], ...],
-    args: tuple[Any, ...],
-    flags: int,
-    stop: threading.Event,
-) -> None:
+def _drop_own_frame(exc: BaseException) -> None:
+    """Start the traceback at the task's own frame.
+
+    The worker's frame is still running (it goes on to later tasks, even later
+    runs), so leaving it in a traceback the caller keeps would pin whatever the
+    worker holds at that moment; it tells the user nothing about their task.
+    """
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_next is not None:
+        exc.__traceback__ = tb.tb_next
+
+
+def _run_unit(worker_id: int, box: list[WorkItem]) -> None:
     """Run a unit's members in order, each on the previous one's value.
 
     Stops early, between members, once the run is stopping (a failure elsewhere,
     Ctrl-C), so a long unit is no longer than one task in how late it notices.
     """
+    report, tasks, fns, args, flags, stop = box.pop()
     timed = flags & TIMED
     times: list[float] | None = [] if timed else None
     value: Any = None
@@ -115,7 +124,11 @@ def _run_unit(
         try:
             value = fn(*args)
         except BaseException as exc:
-            del args
+            # This frame ends here but stays reachable from exc's traceback:
+            # it must not keep the previous member's value alive.
+            args = ()
+            value = None
+            _drop_own_frame(exc)
             if times is not None:
                 times += (started, perf_counter())
             report((worker_id, tasks, UNIT, (done, False, exc, times), 0.0, 0.0))

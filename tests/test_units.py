@@ -92,8 +92,9 @@ def test_failure_inside_a_chain(on_error: str) -> None:
 
 
 def test_a_failure_elsewhere_stops_a_running_chain_between_members() -> None:
-    """'bad' fails while c0 is held at a gate; the gate opens from the failure's
-    on_task_end, after the scheduler has set the stop flag, so c1.. never run."""
+    """'bad' fails while c0 is held at a gate. The gate opens from the end of a task
+    that the stop cancels, which the scheduler reports after setting the stop flag,
+    so the unit must stop right after c0: c1.. never run."""
     gate = Gate()
     ran: list[int] = []
     g = chain(50, ran, first=gate.gated(lambda: 0))
@@ -103,11 +104,13 @@ def test_a_failure_elsewhere_stops_a_running_chain_between_members() -> None:
         raise ZeroDivisionError("bad")
 
     g.add("bad", bad)
-    ends = Ends(on_end=lambda name, state: gate.open() if name == "bad" else None)
+    g.add("after_bad", lambda b: b, deps=["bad"])
+    ends = Ends(on_end=lambda name, state: gate.open() if name == "after_bad" else None)
     with pytest.raises(ZeroDivisionError):
         dagexec.run(g, workers=2, callbacks=[ends])
     assert ran == []  # c0 ran through the gate wrapper, not step(0)
     states = dict(ends.ends)
+    assert states["bad"] is TaskState.FAILED and states["after_bad"] is TaskState.CANCELLED
     assert states["c0"] is TaskState.DONE
     assert all(states[f"c{i}"] is TaskState.CANCELLED for i in range(1, 50))
 
