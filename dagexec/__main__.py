@@ -1,0 +1,7 @@
+"""``python -m dagexec``: the command line (see ``python -m dagexec --help``)."""
+
+from __future__ import annotations
+
+from ._cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,294 @@
+"""``python -m dagexec``, run in a subprocess as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+PIPELINE = """\
+from dagexec import Graph
+
+graph = Graph()
+graph.add("load", lambda: 2)
+graph.add("square", lambda x: x * x, deps=["load"])
+graph.add("double", lambda x: x * 2, deps=["load"])
+graph.add("report", lambda s, d: s + d, deps=["square", "double"])
+not_a_graph = {"load": 1}
+"""
+
+FAILING = """\
+from dagexec import Graph
+
+def explode(x):
+    raise ValueError("bad input\\non two lines")
+
+graph = Graph()
+graph.add("load", lambda: 2)
+graph.add("explode", explode, deps=["load"])
+graph.add("after", lambda x: x, deps=["explode"])
+graph.add("fine", lambda x: x, deps=["load"])
+"""
+
+CYCLE = """\
+from dagexec import Graph
+
+graph = Graph()
+graph.add("a", lambda c: c, deps=["c"])
+graph.add("b", lambda a: a, deps=["a"])
+graph.add("c", lambda b: b, deps=["b"])
+"""
+
+
+def dagexec(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dagexec", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The single line a failing command writes to stderr."""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("dagexec: error: "), proc.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path) -> Path:
+    path = tmp_path / "pipeline.py"
+    path.write_text(PIPELINE, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def failing(tmp_path: Path) -> Path:
+    path = tmp_path / "failing.py"
+    path.write_text(FAILING, encoding="utf-8")
+    return path
+
+
+def _table(stdout: str) -> dict[str, str]:
+    rows = {}
+    for line in stdout.splitlines():
+        label, _, value = line.strip().partition("  ")
+        rows[label] = value.strip()
+    return rows
+
+
+def test_run_prints_summary_and_writes_pictures(pipeline: Path, tmp_path: Path) -> None:
+    trace, gantt = tmp_path / "out.json", tmp_path / "out.svg"
+    proc = dagexec(
+        "run",
+        f"{pipeline}:graph",
+        "--workers", "2",
+        "--queue-cap", "1",
+        "--max-in-flight", "3",
+        "--trace", trace,
+        "--gantt", gantt,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    rows = _table(proc.stdout)
+    assert rows["tasks planned"] == "4"
+    assert rows["done"] == "4"
+    assert rows["failed"] == "0"
+    assert rows["skipped"] == "0"
+    assert rows["workers"] == "2"
+    peak, _, cap = rows["peak in flight"].partition(" of cap ")
+    assert cap == "3"
+    assert 1 <= int(peak) <= 3
+    assert re.fullmatch(r"\d+\.\d (ms|s)", rows["wall time"]) or re.fullmatch(
+        r"\d+\.\d{3} s", rows["wall time"]
+    )
+    doc = json.loads(trace.read_text(encoding="utf-8"))
+    assert sorted(e["name"] for e in doc["traceEvents"] if e["ph"] == "X") == [
+        "double",
+        "load",
+        "report",
+        "square",
+    ]
+    ET.parse(gantt)
+
+
+def test_run_targets_runs_only_what_they_need(pipeline: Path) -> None:
+    proc = dagexec("run", f"{pipeline}:graph", "--targets", "square, double", "--workers", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert _table(proc.stdout)["tasks planned"] == "3"
+
+
+def test_run_progress_on_a_pipe_prints_one_summary_line(pipeline: Path) -> None:
+    proc = dagexec("run", f"{pipeline}:graph", "--progress", "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith("dagexec: 4 tasks: 4 done, 0 failed, 0 skipped, 0 cancelled in ")
+    assert proc.stderr.count("\n") == 1
+
+
+def test_task_failure_exits_1_naming_the_task(failing: Path) -> None:
+    proc = dagexec("run", f"{failing}:graph", "--workers", "1")
+    assert proc.returncode == 1
+    assert _error_line(proc) == (
+        "dagexec: error: task explode failed: ValueError: bad input on two lines"
+    )
+    assert _table(proc.stdout)["failed"] == "1"
+
+
+def test_continue_runs_the_rest_and_still_exits_1(failing: Path) -> None:
+    proc = dagexec("run", f"{failing}:graph", "--on-error", "continue", "--workers", "2")
+    assert proc.returncode == 1
+    assert "task explode failed" in _error_line(proc)
+    rows = _table(proc.stdout)
+    assert (rows["done"], rows["failed"], rows["skipped"]) == ("2", "1", "1")
+
+
+def test_show_dot_and_mermaid(pipeline: Path) -> None:
+    dot = dagexec("show", f"{pipeline}:graph")
+    assert dot.returncode == 0, dot.stderr
+    assert dot.stdout.startswith("digraph dagexec {\n")
+    assert '  n3 [label="report", penwidth=2];\n' in dot.stdout
+    mermaid = dagexec("show", f"{pipeline}:graph", "--format", "mermaid", "--targets", "double")
+    assert mermaid.returncode == 0, mermaid.stderr
+    assert mermaid.stdout == (
+        'flowchart LR\n  n0["load"]\n  n1["double"]\n  n0 --> n1\n'
+        "  classDef target stroke-width:3px\n  class n1 target\n"
+    )
+
+
+@pytest.mark.parametrize("command", ["run", "show"])
+def test_missing_file(command: str, tmp_path: Path) -> None:
+    proc = dagexec(command, f"{tmp_path / 'nope.py'}:graph")
+    assert proc.returncode == 1
+    assert _error_line(proc) == f"dagexec: error: no such file: {tmp_path / 'nope.py'}"
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["run", "show"])
+def test_missing_variable(command: str, pipeline: Path) -> None:
+    proc = dagexec(command, f"{pipeline}:grpah")
+    assert proc.returncode == 1
+    assert _error_line(proc) == f"dagexec: error: {pipeline} has no variable 'grpah'"
+
+
+def test_not_a_graph(pipeline: Path) -> None:
+    proc = dagexec("run", f"{pipeline}:not_a_graph")
+    assert proc.returncode == 1
+    assert _error_line(proc) == (
+        f"dagexec: error: {pipeline}:not_a_graph is a dict, not a dagexec.Graph"
+    )
+
+
+def test_module_that_fails_to_import(tmp_path: Path) -> None:
+    path = tmp_path / "broken.py"
+    path.write_text("import no_such_module_anywhere\n", encoding="utf-8")
+    proc = dagexec("show", f"{path}:graph")
+    assert proc.returncode == 1
+    assert "cannot load" in _error_line(proc)
+    assert "ModuleNotFoundError" in _error_line(proc)
+
+
+@pytest.mark.parametrize("command", ["run", "show"])
+def test_cycle_reports_its_path(command: str, tmp_path: Path) -> None:
+    path = tmp_path / "cycle.py"
+    path.write_text(CYCLE, encoding="utf-8")
+    proc = dagexec(command, f"{path}:graph")
+    assert proc.returncode == 1
+    assert "cycle: a -> b -> c -> a" in _error_line(proc)
+
+
+@pytest.mark.parametrize("command", ["run", "show"])
+def test_unknown_target(command: str, pipeline: Path) -> None:
+    proc = dagexec(command, f"{pipeline}:graph", "--targets", "square,sqaure")
+    assert proc.returncode == 1
+    assert "unknown target 'sqaure'" in _error_line(proc)
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "pipeline.py"], "expected FILE:VARIABLE"),
+        (["run", "x.py:graph", "--workers", "0"], "must be >= 1, got 0"),
+        (["run", "x.py:graph", "--queue-cap", "two"], "expected a whole number, got 'two'"),
+        (["run", "x.py:graph", "--on-error", "ignore"], "invalid choice: 'ignore'"),
+        (["run", "x.py:graph", "--targets", "a,,b"], "expected task names separated by commas"),
+        (["show", "x.py:graph", "--format", "png"], "invalid choice: 'png'"),
+        (["run", "x.py:graph", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+        ([], "the following arguments are required: COMMAND"),
+        (["fly"], "invalid choice: 'fly'"),
+    ],
+)
+def test_bad_command_lines_exit_2(args: list[str], message: str) -> None:
+    proc = dagexec(*args)
+    assert proc.returncode == 2
+    assert message in _error_line(proc)
+    assert proc.stdout == ""
+
+
+def test_help_documents_every_option() -> None:
+    top = dagexec("--help")
+    assert top.returncode == 0
+    for word in ("run", "show", "demo", "Exit status"):
+        assert word in top.stdout
+    run = dagexec("run", "--help")
+    assert run.returncode == 0
+    for option in (
+        "--targets",
+        "--workers",
+        "--queue-cap",
+        "--max-in-flight",
+        "--on-error",
+        "--progress",
+        "--trace",
+        "--gantt",
+    ):
+        assert option in run.stdout
+    show = dagexec("show", "--help")
+    assert "--format" in show.stdout
+    assert "--targets" in show.stdout
+    demo = dagexec("demo", "--help")
+    assert "--trace" in demo.stdout
+    assert "--gantt" in demo.stdout
+
+
+def test_sibling_modules_are_importable(tmp_path: Path) -> None:
+    (tmp_path / "helpers.py").write_text("def one():\n    return 1\n", encoding="utf-8")
+    (tmp_path / "main.py").write_text(
+        textwrap.dedent(
+            """\
+            from dagexec import Graph
+            from helpers import one
+
+            g = Graph()
+            g.add("x", one)
+            """
+        ),
+        encoding="utf-8",
+    )
+    proc = dagexec("run", f"{tmp_path / 'main.py'}:g")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_demo_writes_trace_and_gantt(tmp_path: Path) -> None:
+    trace, gantt = tmp_path / "demo.json", tmp_path / "demo.svg"
+    proc = dagexec("demo", "--trace", trace, "--gantt", gantt)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(trace.read_text(encoding="utf-8"))
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    root = ET.parse(gantt).getroot()
+    bars = [
+        el for el in root.iter("{http://www.w3.org/2000/svg}rect") if "task" in el.get("class", "")
+    ]
+    assert len(bars) == len(slices) > 0

@@ -1,0 +1,326 @@
+"""Chrome trace JSON, Gantt SVG, and DOT/Mermaid drawings."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Hashable
+from pathlib import Path
+
+import pytest
+
+import dagexec
+from dagexec import Graph, RunResult, RunStats, TaskState, TraceRecord
+from dagexec._gantt import MAX_BARS, gantt_svg
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _classes(el: ET.Element) -> list[str]:
+    return el.get("class", "").split()
+
+
+def _diamond() -> Graph:
+    """
+    a --> b --> d
+    a --> c --> d
+    """
+    g = Graph()
+    g.add("a", lambda: 1)
+    g.add("b", lambda a: a + 1, deps=["a"])
+    g.add("c", lambda a: a * 2, deps=["a"])
+    g.add("d", lambda b, c: b + c, deps=["b", "c"])
+    return g
+
+
+def _failing() -> Graph:
+    """
+    a --> bad --> after
+    a --> ok
+    """
+
+    def bad(a: int) -> int:
+        raise ValueError("boom")
+
+    g = Graph()
+    g.add("a", lambda: 1)
+    g.add("bad", bad, deps=["a"])
+    g.add("after", lambda x: x, deps=["bad"])
+    g.add("ok", lambda a: a, deps=["a"])
+    return g
+
+
+def _synthetic(records: list[TraceRecord], workers: int, wall: float) -> RunResult:
+    status: dict[Hashable, TaskState] = {r.name: r.state for r in records}
+    stats = RunStats(
+        tasks_planned=len(records),
+        tasks_run=len(records),
+        wall_seconds=wall,
+        workers=workers,
+        queue_cap=2,
+        max_in_flight=2 * workers,
+        effective_cap=2 * workers,
+        peak_in_flight=workers,
+        peak_queue_depth=(1,) * workers,
+        tasks_per_worker=(len(records) // workers,) * workers,
+    )
+    return RunResult({}, status, {}, stats, tuple(records))
+
+
+# ---------------------------------------------------------------- chrome trace
+def test_chrome_trace_loads_and_has_one_slice_per_task(tmp_path: Path) -> None:
+    result = dagexec.run(_failing(), workers=2, on_error="continue", trace=True)
+    path = tmp_path / "trace.json"
+    result.trace_to_chrome(path)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert doc["displayTimeUnit"] == "ms"
+    events = doc["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert sorted(e["name"] for e in slices) == ["a", "bad", "ok"]
+    by_name = {r.name: r for r in result.trace}
+    for e in slices:
+        for field in ("name", "ph", "ts", "dur", "pid", "tid", "args"):
+            assert field in e
+        rec = by_name[e["name"]]
+        assert e["tid"] == rec.worker
+        assert e["ts"] == pytest.approx(rec.started * 1e6, abs=0.01)
+        assert e["dur"] == pytest.approx((rec.ended - rec.started) * 1e6, abs=0.01)
+        assert e["args"]["state"] == rec.state.value
+        assert e["args"]["dispatched_ms"] == pytest.approx(rec.dispatched * 1e3, abs=1e-5)
+    assert {e["name"]: e["args"]["state"] for e in slices}["bad"] == "failed"
+    thread_names = {
+        e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+    }
+    assert thread_names == {0: "worker 0", 1: "worker 1"}
+    counters = [e["args"]["tasks"] for e in events if e["ph"] == "C"]
+    assert counters[-1] == 0
+    assert 1 <= max(counters) <= result.stats.effective_cap
+
+
+def test_chrome_trace_refuses_untraced_result(tmp_path: Path) -> None:
+    result = dagexec.run(_diamond(), workers=2)
+    with pytest.raises(ValueError, match="trace=True"):
+        result.trace_to_chrome(tmp_path / "t.json")
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_chrome_trace_names_are_strings(tmp_path: Path) -> None:
+    g = Graph()
+    g.add(("part", 1), lambda: 1)
+    g.add(7, lambda: 2)
+    result = dagexec.run(g, workers=1, trace=True)
+    result.trace_to_chrome(tmp_path / "t.json")
+    doc = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    names = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert names == {"('part', 1)", "7"}
+
+
+# ----------------------------------------------------------------------- gantt
+def test_gantt_has_one_bar_per_task_with_hover_names(tmp_path: Path) -> None:
+    g = _failing()
+    g.add('<odd & "name">', lambda: 0)
+    result = dagexec.run(g, workers=2, on_error="continue", trace=True)
+    path = tmp_path / "gantt.svg"
+    result.gantt_svg(path)
+    root = ET.parse(path).getroot()
+    assert root.tag == f"{SVG}svg"
+    bars = [el for el in root.iter(f"{SVG}rect") if "task" in _classes(el)]
+    assert len(bars) == len(result.trace) == 4
+    assert sorted(_classes(b)[1] for b in bars) == ["done", "done", "done", "failed"]
+    titles = [t.text or "" for t in root.iter(f"{SVG}title")]
+    for name in ("a", "bad", "ok", '<odd & "name">'):
+        assert any(t.startswith(f"{name}: ") for t in titles), name
+    # one lane per worker, labelled
+    assert len([el for el in root.iter(f"{SVG}rect") if "lane" in _classes(el)]) == 2
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert "worker 0" in texts
+    assert "worker 1" in texts
+    assert any(t and t.startswith("time (") for t in texts)
+
+
+def test_gantt_bars_sit_in_their_worker_lane_in_time_order() -> None:
+    records = [
+        TraceRecord("first", 0, TaskState.DONE, 0.0, 0.0, 0.0, 0.4),
+        TraceRecord("second", 1, TaskState.DONE, 0.0, 0.0, 0.5, 1.0),
+    ]
+    root = ET.fromstring(gantt_svg(_synthetic(records, workers=2, wall=1.0)))
+    lanes = [el for el in root.iter(f"{SVG}rect") if "lane" in _classes(el)]
+    bars = [el for el in root.iter(f"{SVG}rect") if "task" in _classes(el)]
+    first, second = bars
+    assert float(lanes[0].get("y", "")) < float(first.get("y", "")) < float(lanes[1].get("y", ""))
+    assert float(second.get("y", "")) > float(lanes[1].get("y", ""))
+    assert float(first.get("x", "")) < float(second.get("x", ""))
+    # a bar's width is proportional to its duration: 0.4 s vs 0.5 s
+    ratio = float(first.get("width", "")) / float(second.get("width", ""))
+    assert ratio == pytest.approx(0.8, rel=0.01)
+
+
+def test_gantt_aggregates_ten_thousand_tiny_tasks() -> None:
+    """10,000 tasks of 50 us on 4 workers: far too thin for a bar each."""
+    records = []
+    for i in range(10_000):
+        w, k = divmod(i, 2500)
+        start = k * 100e-6
+        state = TaskState.FAILED if i == 7 else TaskState.DONE
+        records.append(TraceRecord(f"t{i}", w, state, start, start, start, start + 50e-6))
+    svg = gantt_svg(_synthetic(records, workers=4, wall=0.25))
+    root = ET.fromstring(svg)
+    assert not [el for el in root.iter(f"{SVG}rect") if "task" in _classes(el)]
+    agg = [el for el in root.iter(f"{SVG}rect") if "agg" in _classes(el)]
+    assert agg
+    # the one failure is visible as a mixed column in worker 0's lane
+    assert any("mixed" in _classes(el) for el in agg)
+    title = root.find(f"{SVG}title")
+    assert title is not None
+    assert "aggregated" in (title.text or "")
+    # every task is counted once across the aggregated rectangles' hover text
+    started = 0
+    for g in root.iter(f"{SVG}g"):
+        t = g.find(f"{SVG}title")
+        match = re.search(r": (\d+) tasks? started", (t.text or "") if t is not None else "")
+        if match:
+            started += int(match.group(1))
+    assert started == 10_000
+    assert len(svg) < 400_000  # grows with the picture's width, not the task count
+
+
+def test_gantt_small_run_is_never_aggregated_even_if_bars_are_thin() -> None:
+    records = [
+        TraceRecord(f"t{i}", 0, TaskState.DONE, 0.0, 0.0, i * 1e-6, (i + 1) * 1e-6)
+        for i in range(10)
+    ]
+    root = ET.fromstring(gantt_svg(_synthetic(records, workers=1, wall=1.0)))
+    assert len([el for el in root.iter(f"{SVG}rect") if "task" in _classes(el)]) == 10
+
+
+def test_gantt_too_many_tasks_is_aggregated_even_if_bars_are_wide() -> None:
+    n = MAX_BARS + 1
+    records = [TraceRecord(f"t{i}", 0, TaskState.DONE, 0.0, 0.0, i, i + 1.0) for i in range(n)]
+    root = ET.fromstring(gantt_svg(_synthetic(records, workers=1, wall=float(n))))
+    assert not [el for el in root.iter(f"{SVG}rect") if "task" in _classes(el)]
+
+
+def test_gantt_refuses_untraced_result(tmp_path: Path) -> None:
+    result = dagexec.run(_diamond(), workers=2)
+    with pytest.raises(ValueError, match="trace=True"):
+        result.gantt_svg(tmp_path / "g.svg")
+
+
+# ------------------------------------------------------------------ dot/mermaid
+DIAMOND_DOT = """\
+digraph dagexec {
+  rankdir=LR;
+  node [shape=box, style="rounded,filled", fillcolor="#ffffff", fontname="Helvetica"];
+  n0 [label="a"];
+  n1 [label="b"];
+  n2 [label="c"];
+  n3 [label="d", penwidth=2];
+  n0 -> n1;
+  n0 -> n2;
+  n1 -> n3;
+  n2 -> n3;
+}
+"""
+
+DIAMOND_MERMAID = """\
+flowchart LR
+  n0["a"]
+  n1["b"]
+  n2["c"]
+  n3["d"]
+  n0 --> n1
+  n0 --> n2
+  n1 --> n3
+  n2 --> n3
+  classDef target stroke-width:3px
+  class n3 target
+"""
+
+
+def test_dot_of_diamond() -> None:
+    assert _diamond().to_dot() == DIAMOND_DOT
+
+
+def test_mermaid_of_diamond() -> None:
+    assert _diamond().to_mermaid() == DIAMOND_MERMAID
+
+
+def test_targets_draw_only_the_pruned_part() -> None:
+    assert _diamond().to_dot(targets=["b"]) == (
+        "digraph dagexec {\n"
+        "  rankdir=LR;\n"
+        '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", '
+        'fontname="Helvetica"];\n'
+        '  n0 [label="a"];\n'
+        '  n1 [label="b", penwidth=2];\n'
+        "  n0 -> n1;\n"
+        "}\n"
+    )
+    assert _diamond().to_mermaid(targets=["c"]) == (
+        'flowchart LR\n  n0["a"]\n  n1["c"]\n  n0 --> n1\n'
+        "  classDef target stroke-width:3px\n  class n1 target\n"
+    )
+
+
+def test_result_colours_states() -> None:
+    g = _failing()
+    result = dagexec.run(g, workers=2, on_error="continue")
+    assert g.to_dot(result=result) == (
+        "digraph dagexec {\n"
+        "  rankdir=LR;\n"
+        '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", '
+        'fontname="Helvetica"];\n'
+        '  n0 [label="a", fillcolor="#c8e6c9", tooltip="done"];\n'
+        '  n1 [label="bad", fillcolor="#ffcdd2", tooltip="failed"];\n'
+        '  n2 [label="after", fillcolor="#fff3c4", tooltip="skipped", penwidth=2];\n'
+        '  n3 [label="ok", fillcolor="#c8e6c9", tooltip="done", penwidth=2];\n'
+        "  n0 -> n1;\n"
+        "  n1 -> n2;\n"
+        "  n0 -> n3;\n"
+        "}\n"
+    )
+    assert g.to_mermaid(result=result) == (
+        "flowchart LR\n"
+        '  n0["a"]\n'
+        '  n1["bad"]\n'
+        '  n2["after"]\n'
+        '  n3["ok"]\n'
+        "  n0 --> n1\n"
+        "  n1 --> n2\n"
+        "  n0 --> n3\n"
+        "  classDef done fill:#c8e6c9\n"
+        "  class n0,n3 done\n"
+        "  classDef failed fill:#ffcdd2\n"
+        "  class n1 failed\n"
+        "  classDef skipped fill:#fff3c4\n"
+        "  class n2 skipped\n"
+        "  classDef target stroke-width:3px\n"
+        "  class n2,n3 target\n"
+    )
+
+
+def test_awkward_names_are_escaped_and_ids_stay_safe() -> None:
+    g = Graph()
+    g.add('say "hi"\\now', lambda: 1)
+    g.add(("tuple", 1), lambda x: x, deps=['say "hi"\\now'])
+    g.add("a\nb <#&`>", lambda x: x, deps=[("tuple", 1), ("tuple", 1)])
+    dot = g.to_dot()
+    assert 'n0 [label="say \\"hi\\"\\\\now"];' in dot
+    assert "n1 [label=\"('tuple', 1)\"];" in dot
+    assert 'n2 [label="a\\nb <#&`>", penwidth=2];' in dot
+    assert dot.count("n1 -> n2;") == 1  # a repeated dependency is one edge
+    mermaid = g.to_mermaid()
+    assert 'n0["say #34;hi#34;\\now"]' in mermaid
+    assert "n1[\"('tuple', 1)\"]" in mermaid
+    assert 'n2["a b #60;#35;#38;#96;#62;"]' in mermaid
+
+
+def test_drawing_a_cyclic_graph_raises_cycle_error() -> None:
+    g = Graph()
+    g.add("a", lambda b: b, deps=["b"])
+    g.add("b", lambda a: a, deps=["a"])
+    with pytest.raises(dagexec.CycleError):
+        g.to_dot()
+    with pytest.raises(dagexec.UnknownTargetError):
+        _diamond().to_mermaid(targets=["zzz"])

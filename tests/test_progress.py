@@ -1,0 +1,281 @@
+"""ProgressBar: counts, redraw rate, terminal vs log output, and progress=True."""
+
+from __future__ import annotations
+
+import io
+import threading
+
+import pytest
+
+import dagexec
+from dagexec import Graph, PlanInfo, TaskState
+from dagexec._progress import ProgressBar, format_duration
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _plan(n: int) -> PlanInfo:
+    names = tuple(f"t{i}" for i in range(n))
+    return PlanInfo(
+        tasks=names, targets=names, workers=2, queue_cap=2, max_in_flight=4, effective_cap=4
+    )
+
+
+def _lines(text: str) -> list[str]:
+    """What a terminal shows for each redraw: the text between carriage returns."""
+    return [part.replace("\x1b[K", "") for part in text.split("\r") if part]
+
+
+def test_format_duration() -> None:
+    assert format_duration(0) == "0:00"
+    assert format_duration(59.4) == "0:59"
+    assert format_duration(61) == "1:01"
+    assert format_duration(3600 + 62) == "1:01:02"
+
+
+def test_tty_redraws_at_most_once_per_interval() -> None:
+    out, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(out, is_tty=True, min_interval=0.1, clock=clock)
+    bar.on_run_start(_plan(100))
+    bar.on_task_start("first", 0)  # the first start on a worker redraws (see below)
+    assert out.getvalue().count("\r") == 2
+    for i in range(50):
+        bar.on_task_start(f"t{i}", 0)
+        bar.on_task_end(f"t{i}", TaskState.DONE, 0.001)
+    assert out.getvalue().count("\r") == 2  # no time passed: no redraw
+    clock.now += 0.2
+    bar.on_task_start("t50", 0)
+    assert out.getvalue().count("\r") == 3
+    assert "50/100" in _lines(out.getvalue())[-1]
+    clock.now += 0.05
+    bar.on_task_end("t50", TaskState.DONE, 0.001)
+    assert out.getvalue().count("\r") == 3  # too soon after the last redraw
+
+
+def test_tty_line_counts_and_eta() -> None:
+    out, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(out, is_tty=True, min_interval=0.0, clock=clock)
+    bar.on_run_start(_plan(10))
+    for worker, name in enumerate(("t0", "t1", "t2", "t3")):
+        bar.on_task_start(name, worker)
+    bar.on_task_end("t0", TaskState.DONE, 0.5)
+    bar.on_task_end("t1", TaskState.FAILED, 0.5)
+    clock.now += 2.0
+    bar.on_task_end("t5", TaskState.SKIPPED, 0.0)
+    line = _lines(out.getvalue())[-1]
+    # 3 of 10 finished; 2 ran in 2 s: 1 task/s, so 7 left take 7 s.
+    assert "3/10" in line
+    assert "failed 1" in line
+    assert "skipped 1" in line
+    assert "running 2" in line
+    assert "1.0 tasks/s" in line
+    assert "ETA 0:07" in line
+    assert "cancelled" not in line  # only shown once something was cancelled
+    assert out.getvalue().endswith("\x1b[K")  # every redraw erases leftovers
+
+
+def test_running_counts_workers_not_unreported_starts() -> None:
+    """A fused chain reports each member's start as it runs, but all ends at once."""
+    bar = ProgressBar(io.StringIO(), is_tty=True, min_interval=1e9)
+    bar.on_run_start(_plan(4))
+    for name in ("c0", "c1", "c2"):
+        bar.on_task_start(name, 0)
+        assert bar.running == 1
+    bar.on_task_start("x", 1)
+    assert bar.running == 2
+    bar.on_task_end("c0", TaskState.DONE, 0.1)
+    bar.on_task_end("c1", TaskState.DONE, 0.1)
+    assert bar.running == 2  # worker 0 is still on c2
+    bar.on_task_end("c2", TaskState.DONE, 0.1)
+    assert bar.running == 1
+    bar.on_task_end("x", TaskState.FAILED, 0.1)
+    assert bar.running == 0
+
+
+def test_tty_final_draw_and_newline() -> None:
+    out, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(out, is_tty=True, min_interval=10.0, clock=clock)
+    bar.on_run_start(_plan(2))
+    bar.on_task_start("t0", 0)
+    bar.on_task_end("t0", TaskState.DONE, 0.1)
+    bar.on_task_end("t1", TaskState.CANCELLED, 0.0)
+    clock.now += 1.0
+    bar.on_run_end(None)  # type: ignore[arg-type]
+    text = out.getvalue()
+    assert text.endswith("\n")
+    assert text.count("\n") == 1
+    final = _lines(text)[-1]
+    assert "2/2" in final
+    assert "[########################]" in final
+    assert "cancelled 1" in final
+    assert "in 0:01" in final
+    assert "ETA" not in final
+
+
+def test_not_a_tty_writes_one_summary_line_at_the_end() -> None:
+    out, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(out, clock=clock)  # StringIO.isatty() is False
+    bar.on_run_start(_plan(4))
+    bar.on_task_end("t0", TaskState.DONE, 0.1)
+    bar.on_task_end("t1", TaskState.FAILED, 0.1)
+    bar.on_task_end("t2", TaskState.SKIPPED, 0.0)
+    bar.on_task_end("t3", TaskState.CANCELLED, 0.0)
+    assert out.getvalue() == ""
+    clock.now += 1.5
+    bar.on_run_end(None)  # type: ignore[arg-type]
+    assert out.getvalue() == (
+        "dagexec: 4 tasks: 1 done, 1 failed, 1 skipped, 1 cancelled in 1.500 s\n"
+    )
+
+
+def test_only_a_terminal_bar_asks_for_start_reports() -> None:
+    """A run has workers report starts only if some callback has on_task_start."""
+    assert hasattr(ProgressBar(io.StringIO(), is_tty=True), "on_task_start")
+    assert not hasattr(ProgressBar(io.StringIO()), "on_task_start")
+
+
+def test_reuse_resets_counts() -> None:
+    out = io.StringIO()
+    bar = ProgressBar(out, is_tty=False)
+    g = Graph()
+    g.add("a", lambda: 1)
+    g.add("b", lambda a: a, deps=["a"])
+    dagexec.run(g, workers=2, callbacks=[bar])
+    dagexec.run(g, workers=2, callbacks=[bar])
+    first, second = out.getvalue().splitlines()
+    assert "2 tasks: 2 done" in first
+    assert "2 tasks: 2 done" in second
+
+
+def _failing_graph() -> Graph:
+    """
+    a --> bad --> after1 --> after2
+    a --> ok1, ok2
+    """
+
+    def bad(a: int) -> int:
+        raise ValueError("boom")
+
+    g = Graph()
+    g.add("a", lambda: 1)
+    g.add("bad", bad, deps=["a"])
+    g.add("after1", lambda x: x, deps=["bad"])
+    g.add("after2", lambda x: x, deps=["after1"])
+    g.add("ok1", lambda a: a, deps=["a"])
+    g.add("ok2", lambda a: a, deps=["a"])
+    return g
+
+
+def test_run_with_continue_counts_failures_and_skips() -> None:
+    out = io.StringIO()
+    dagexec.run(
+        _failing_graph(),
+        workers=2,
+        on_error="continue",
+        callbacks=[ProgressBar(out, is_tty=True, min_interval=0.0)],
+    )
+    final = _lines(out.getvalue())[-1]
+    assert "6/6" in final
+    assert "failed 1" in final
+    assert "skipped 2" in final
+    assert out.getvalue().endswith("\n")
+
+
+def test_run_with_raise_still_ends_the_line() -> None:
+    out = io.StringIO()
+    running, gate = threading.Event(), threading.Event()
+
+    def blocked() -> None:
+        running.set()
+        gate.wait(10)
+
+    def bad() -> None:
+        running.wait(10)  # fail only once "blocked" is surely running, not queued
+        raise ZeroDivisionError
+
+    g = Graph()
+    g.add("bad", bad)
+    g.add("blocked", blocked)
+    g.add("later", lambda b: b, deps=["blocked"])
+    bar = ProgressBar(out, is_tty=False)
+
+    class Release(dagexec.Callback):
+        def on_task_end(self, name: object, state: TaskState, seconds: float) -> None:
+            if name == "bad":
+                gate.set()
+
+    with pytest.raises(ZeroDivisionError):
+        dagexec.run(g, workers=2, callbacks=[Release(), bar])
+    gate.set()
+    line = out.getvalue()
+    assert line.startswith("dagexec: 3 tasks: ")
+    assert "1 failed" in line
+    # "blocked" was running when "bad" failed, so it finished; "later" never started.
+    assert "1 done" in line
+    assert "1 cancelled" in line
+    assert line.endswith("\n")
+
+
+def test_progress_true_writes_summary_to_stderr_when_not_a_tty(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    g = Graph()
+    for i in range(5):
+        g.add(i, lambda: None)
+    dagexec.run(g, workers=2, progress=True)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("dagexec: 5 tasks: 5 done, 0 failed, 0 skipped, 0 cancelled")
+    assert captured.err.count("\n") == 1
+
+
+def test_narrow_terminal_drops_the_least_useful_parts_first() -> None:
+    clock = FakeClock()
+    bar = ProgressBar(io.StringIO(), is_tty=True, clock=clock)
+    bar.on_run_start(_plan(1000))
+    for i in range(10):
+        bar.on_task_end(f"t{i}", TaskState.DONE, 0.1)
+    bar.on_task_end("t10", TaskState.FAILED, 0.1)
+    clock.now += 11.0
+    wide = bar.line(clock.now)
+    assert "1.0 tasks/s" in wide
+    assert "[------------------------]" in wide
+    narrow = bar.line(clock.now, width=60)
+    assert len(narrow) < 60
+    assert "11/1000" in narrow
+    assert "failed 1" in narrow  # a non-zero failure count outranks the rest
+    assert "ETA 16:29" in narrow
+    assert "tasks/s" not in narrow
+    assert "[------------]" in narrow  # the bar shrank first
+    tiny = bar.line(clock.now, width=20)
+    assert tiny == "dagexec [----------"
+
+
+def test_a_worker_drawn_idle_is_redrawn_at_its_next_start() -> None:
+    out, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(out, is_tty=True, min_interval=0.1, clock=clock)
+    bar.on_run_start(_plan(10))
+    assert out.getvalue().count("\r") == 1
+    # The first start of each worker corrects the "running 0" of the first line.
+    bar.on_task_start("t0", 0)
+    assert "running 1" in _lines(out.getvalue())[-1]
+    bar.on_task_start("t1", 1)
+    assert "running 2" in _lines(out.getvalue())[-1]
+    assert out.getvalue().count("\r") == 3
+    clock.now += 0.5
+    bar.on_task_end("t0", TaskState.DONE, 0.5)  # due: drawn with worker 0 idle
+    assert "running 1" in _lines(out.getvalue())[-1]
+    draws = out.getvalue().count("\r")
+    bar.on_task_start("t2", 1)  # a worker drawn busy: not due, no redraw
+    assert out.getvalue().count("\r") == draws
+    bar.on_task_start("t3", 0)  # the worker drawn idle: corrected at once
+    assert out.getvalue().count("\r") == draws + 1
+    assert "running 2" in _lines(out.getvalue())[-1]
+    bar.on_task_start("t4", 0)  # corrected once, not at every start
+    assert out.getvalue().count("\r") == draws + 1
