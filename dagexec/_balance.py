@@ -38,10 +38,22 @@ _STALL_FLOOR = 0.010
 class Balance:
     """Per-worker load as the scheduler sees it. Scheduler thread only."""
 
-    __slots__ = ("avoid", "held", "inboxes", "last_seen", "moved", "peak_depth", "queue_cap")
+    __slots__ = (
+        "avoid",
+        "held",
+        "inboxes",
+        "last_seen",
+        "moved",
+        "peak_depth",
+        "queue_cap",
+        "queues",
+        "workers",
+    )
 
     def __init__(self, inboxes: Sequence[queue.Queue[Any]], queue_cap: int) -> None:
         self.inboxes = inboxes
+        self.queues = [inbox.queue for inbox in inboxes]  # the deques: length reads, no lock
+        self.workers = range(len(inboxes))
         self.queue_cap = queue_cap
         self.held = [0] * len(inboxes)  # tasks queued or running, per worker
         self.last_seen = [0.0] * len(inboxes)  # last report, or handed work while idle
@@ -53,11 +65,11 @@ class Balance:
 
     def pick(self) -> int:
         """The worker for the next task, or -1 if no inbox has room right now."""
-        held, inboxes, queue_cap, avoid = self.held, self.inboxes, self.queue_cap, self.avoid
+        held, queues, queue_cap, avoid = self.held, self.queues, self.queue_cap, self.avoid
         best, best_held, fallback = -1, queue_cap + 2, -1
-        for w in range(len(inboxes)):
+        for w in self.workers:
             h = held[w]
-            if h < best_held and len(inboxes[w].queue) < queue_cap:
+            if h < best_held and len(queues[w]) < queue_cap:
                 if w in avoid:
                     fallback = w
                     continue
@@ -69,13 +81,9 @@ class Balance:
         if not self.held[worker]:
             self.last_seen[worker] = now  # it starts working now
         self.held[worker] += 1
-        depth = len(self.inboxes[worker].queue)
+        depth = len(self.queues[worker])
         if depth > self.peak_depth[worker]:
             self.peak_depth[worker] = depth
-
-    def reported(self, worker: int, now: float) -> None:
-        self.held[worker] -= 1
-        self.last_seen[worker] = now
 
     def rebalance(self, now: float, mean_task_seconds: float) -> None:
         """Mark stalled workers and move waiting tasks off them and onto idle workers."""

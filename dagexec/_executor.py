@@ -22,6 +22,7 @@ from typing import Literal
 
 from ._events import Hooks
 from ._graph import Graph
+from ._inbox import Inbox
 from ._plan import plan_run
 from ._result import RunResult
 from ._scheduler import Run
@@ -98,7 +99,7 @@ class Executor:
         self.effective_cap = min(self.max_in_flight, self.workers * (self.queue_cap + 1))
         # maxsize >= 1 was checked above: Queue(maxsize=0) would be unbounded.
         self._inboxes: list[queue.Queue[WorkItem | None]] = [
-            queue.Queue(maxsize=self.queue_cap) for _ in range(self.workers)
+            Inbox(maxsize=self.queue_cap) for _ in range(self.workers)
         ]
         self._threads = [
             threading.Thread(

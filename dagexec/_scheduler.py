@@ -185,6 +185,7 @@ class Run:
         self.ready: deque[int] = deque(plan.roots)
         self.balance = Balance(self.inboxes, self.queue_cap)
         self.held = self.balance.held  # tasks queued or running, per worker
+        self.last_seen = self.balance.last_seen  # when each worker last reported
         self.now = started_at  # when the current batch of reports arrived
         self.ran_on = [0] * workers  # tasks finished, per worker
         self.in_flight = 0
@@ -198,6 +199,7 @@ class Run:
             NOTIFY_START if hooks.task_start else 0
         )
         self.times: dict[int, list[float]] | None = None
+        self.observed = self.trace or bool(hooks.task_end)  # anyone to tell a task ended?
         if self.trace:
             self.times = {}
             for r in plan.roots:
@@ -319,7 +321,8 @@ class Run:
             state[task] = IN_FLIGHT
             dispatched(best, now)
             self.in_flight += 1
-            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            if self.in_flight > self.peak_in_flight:
+                self.peak_in_flight = self.in_flight
             if hooks:
                 self._call(hooks, plan.names[task], best)
             if self.debug:
@@ -343,13 +346,15 @@ class Run:
         if kind == STARTED:
             self._call(self.hooks.task_start, self.plan.names[task], worker)
             return
-        self.balance.reported(worker, self.now)
+        self.held[worker] -= 1  # the balancer's view, updated inline: once per task
+        self.last_seen[worker] = self.now
         self.in_flight -= 1
         if kind == DONE:
             self.ran_on[worker] += 1
             self._done(task, payload)
             del payload
-            self._ended(task, worker, TaskState.DONE, t0, t1)
+            if self.observed:
+                self._ended(task, worker, TaskState.DONE, t0, t1)
         elif kind == FAILED:
             self.ran_on[worker] += 1
             self._failed(task, payload, worker, t0, t1)
@@ -395,13 +400,23 @@ class Run:
                     self._cancel(m)
 
     def _done(self, task: int, value: Any) -> None:
+        """Keep the value if anyone needs it, and make its dependents ready."""
         self.state[task] = S_DONE
         self.unfinished -= 1
         if self.consumers[task] or self.is_target[task]:
             self.values[task] = value
         del value
-        if not self.stopping:
-            self._release_dependents(task)
+        if self.stopping:
+            return
+        remaining, state, ready = self.remaining, self.state, self.ready
+        for d in self.plan.dependents[task]:
+            left = remaining[d] - 1
+            remaining[d] = left
+            if not left and state[d] == WAITING:
+                state[d] = READY
+                ready.append(d)
+                if self.times is not None:
+                    self.times[d] = [perf_counter() - self.started_at]
 
     def _failed(self, task: int, exc: BaseException, worker: int, t0: float, t1: float) -> None:
         self.state[task] = S_FAILED
@@ -425,18 +440,6 @@ class Run:
             self.times[task] += (t0 - self.started_at, t1 - self.started_at, worker)
         if self.hooks.task_end:
             self._call(self.hooks.task_end, self.plan.names[task], state, t1 - t0)
-
-    def _release_dependents(self, task: int) -> None:
-        remaining, state, ready = self.remaining, self.state, self.ready
-        times = self.times
-        for d in self.plan.dependents[task]:
-            left = remaining[d] - 1
-            remaining[d] = left
-            if not left and state[d] == WAITING:
-                state[d] = READY
-                ready.append(d)
-                if times is not None:
-                    times[d] = [perf_counter() - self.started_at]
 
     def _skip_downstream(self, failed: int) -> None:
         state, dependents, names = self.state, self.plan.dependents, self.plan.names
