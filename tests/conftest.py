@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from dagexec import Graph
 from dagexec.testing import no_leaked_threads
 
 
@@ -15,3 +16,22 @@ def _no_leaked_threads() -> Iterator[None]:
     # test is a bug (a worker never stopped, a scheduler never finished).
     with no_leaked_threads():
         yield
+
+
+@pytest.fixture
+def failing_graph() -> Graph:
+    """A graph with one failure, for every test that needs each outcome::
+
+    a --> bad --> after      ('bad' raises ValueError("boom"))
+    a --> ok
+    """
+
+    def bad(a: int) -> int:
+        raise ValueError("boom")
+
+    g = Graph()
+    g.add("a", lambda: 1)
+    g.add("bad", bad, deps=["a"])
+    g.add("after", lambda x: x, deps=["bad"])
+    g.add("ok", lambda a: a, deps=["a"])
+    return g

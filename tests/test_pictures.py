@@ -34,23 +34,6 @@ def _diamond() -> Graph:
     return g
 
 
-def _failing() -> Graph:
-    """
-    a --> bad --> after
-    a --> ok
-    """
-
-    def bad(a: int) -> int:
-        raise ValueError("boom")
-
-    g = Graph()
-    g.add("a", lambda: 1)
-    g.add("bad", bad, deps=["a"])
-    g.add("after", lambda x: x, deps=["bad"])
-    g.add("ok", lambda a: a, deps=["a"])
-    return g
-
-
 def _synthetic(records: list[TraceRecord], workers: int, wall: float) -> RunResult:
     status: dict[Hashable, TaskState] = {r.name: r.state for r in records}
     stats = RunStats(
@@ -69,8 +52,10 @@ def _synthetic(records: list[TraceRecord], workers: int, wall: float) -> RunResu
 
 
 # ---------------------------------------------------------------- chrome trace
-def test_chrome_trace_loads_and_has_one_slice_per_task(tmp_path: Path) -> None:
-    result = dagexec.run(_failing(), workers=2, on_error="continue", trace=True)
+def test_chrome_trace_loads_and_has_one_slice_per_task(
+    tmp_path: Path, failing_graph: Graph
+) -> None:
+    result = dagexec.run(failing_graph, workers=2, on_error="continue", trace=True)
     path = tmp_path / "trace.json"
     result.trace_to_chrome(path)
     doc = json.loads(path.read_text(encoding="utf-8"))
@@ -117,8 +102,8 @@ def test_chrome_trace_names_are_strings(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------- gantt
-def test_gantt_has_one_bar_per_task_with_hover_names(tmp_path: Path) -> None:
-    g = _failing()
+def test_gantt_has_one_bar_per_task_with_hover_names(tmp_path: Path, failing_graph: Graph) -> None:
+    g = failing_graph
     g.add('<odd & "name">', lambda: 0)
     result = dagexec.run(g, workers=2, on_error="continue", trace=True)
     path = tmp_path / "gantt.svg"
@@ -263,8 +248,8 @@ def test_targets_draw_only_the_pruned_part() -> None:
     )
 
 
-def test_result_colours_states() -> None:
-    g = _failing()
+def test_result_colours_states(failing_graph: Graph) -> None:
+    g = failing_graph
     result = dagexec.run(g, workers=2, on_error="continue")
     assert g.to_dot(result=result) == (
         "digraph dagexec {\n"

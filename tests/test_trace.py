@@ -77,20 +77,8 @@ def test_trace_uses_every_worker_when_tasks_overlap() -> None:
     assert by_name["y"].started < by_name["x"].ended
 
 
-def test_continue_traces_failures_but_not_skipped_tasks() -> None:
-    """
-    a --> bad --> after
-    a --> ok
-    """
-
-    def bad(a: int) -> int:
-        raise ValueError("boom")
-
-    g = Graph()
-    g.add("a", lambda: 1)
-    g.add("bad", bad, deps=["a"])
-    g.add("after", lambda x: x, deps=["bad"])
-    g.add("ok", lambda a: a, deps=["a"])
+def test_continue_traces_failures_but_not_skipped_tasks(failing_graph: Graph) -> None:
+    g = failing_graph
     result = dagexec.run(g, workers=2, on_error="continue", trace=True)
     by_name = _check_consistent(g, result)
     assert set(by_name) == {"a", "bad", "ok"}
