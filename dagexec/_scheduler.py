@@ -65,6 +65,7 @@ from typing import Any
 from ._balance import Balance
 from ._errors import describe
 from ._events import Hooks, PlanInfo
+from ._outcome import build_result
 from ._plan import Plan
 from ._result import CANCELLED as S_CANCELLED
 from ._result import DONE as S_DONE
@@ -74,10 +75,7 @@ from ._result import (
     READY,
     WAITING,
     RunResult,
-    RunStats,
-    StatusMap,
     TaskState,
-    TraceRecord,
 )
 from ._result import SKIPPED as S_SKIPPED
 from ._worker import DONE, FAILED, IS_UNIT, NOTIFY_START, STARTED, STOP, TIMED, WorkItem
@@ -195,11 +193,9 @@ class Run:
         self.aborted = False
         self.first_error: BaseException | None = None
         self.errors: dict[int, BaseException] = {}
-        self.flags = (TIMED if (self.trace or hooks.task_end) else 0) | (
-            NOTIFY_START if hooks.task_start else 0
-        )
-        self.times: dict[int, list[float]] | None = None
         self.observed = self.trace or bool(hooks.task_end)  # anyone to tell a task ended?
+        self.flags = (TIMED if self.observed else 0) | (NOTIFY_START if hooks.task_start else 0)
+        self.times: dict[int, list[float]] | None = None
         if self.trace:
             self.times = {}
             for r in plan.roots:
@@ -262,7 +258,7 @@ class Run:
         if self.aborted:
             log.warning("run interrupted: queued tasks cancelled, running tasks finished")
             return  # the caller has gone; nobody reads an outcome
-        result = self._result(perf_counter() - started_at)
+        result = build_result(self, perf_counter() - started_at)
         if log.isEnabledFor(logging.INFO):
             counts = Counter(state.name.lower() for state in result.status.values())
             log.info(
@@ -529,49 +525,6 @@ class Run:
                     exc.__traceback__ = exc.__traceback__.tb_next
                 self.callback_errors.append(exc)
                 self._fail(exc)
-
-    # ----------------------------------------------------------------- result
-    def _result(self, wall: float) -> RunResult:
-        plan = getattr(self, "plan", None)
-        state = getattr(self, "state", None)
-        if plan is None or state is None:  # failed before any state existed
-            raise RuntimeError("dagexec: scheduler failed before the run started")
-        names = plan.names
-        values = {names[t]: self.values[t] for t in plan.targets if state[t] == S_DONE}
-        status = StatusMap(names, plan.index, state)
-        errors = {names[t]: e for t, e in self.errors.items()}
-        workers = len(self.inboxes)
-        stats = RunStats(
-            tasks_planned=len(plan),
-            tasks_run=sum(self.ran_on),
-            wall_seconds=wall,
-            workers=workers,
-            queue_cap=self.queue_cap,
-            max_in_flight=self.max_in_flight,
-            effective_cap=self.cap,
-            peak_in_flight=self.peak_in_flight,
-            peak_queue_depth=tuple(self.balance.peak_depth),
-            tasks_per_worker=tuple(self.ran_on),
-        )
-        trace: tuple[TraceRecord, ...] = ()
-        if self.times is not None:
-            records = []
-            for task, t in self.times.items():
-                if len(t) == 5:  # ready, dispatched, started, ended, worker
-                    records.append(
-                        TraceRecord(
-                            name=names[task],
-                            worker=int(t[4]),
-                            state=status.state_of(state[task]),
-                            ready=t[0],
-                            dispatched=t[1],
-                            started=t[2],
-                            ended=t[3],
-                        )
-                    )
-            records.sort(key=lambda r: r.started)
-            trace = tuple(records)
-        return RunResult(values, status, errors, stats, trace)
 
 
 def _release_scheduler_frames(exc: BaseException) -> None:
