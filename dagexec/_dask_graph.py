@@ -27,10 +27,10 @@ from typing import Any
 from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef
 from dask.core import validate_key
 
-from ._errors import UnknownTargetError
 from ._graph import Graph
+from ._plan import Plan, plan_run
 
-__all__ = ["Built", "ancestors", "build", "flatten_keys", "nest", "to_dask_graph"]
+__all__ = ["Built", "build", "flatten_keys", "nest", "to_dask_graph"]
 
 # --------------------------------------------------------------------------------------
 # dask graph -> dagexec graph
@@ -268,50 +268,24 @@ class _CallNode:
 
 def to_dask_graph(
     graph: Graph, targets: Iterable[Hashable] | None
-) -> tuple[dict[Hashable, Task], list[Hashable], list[Hashable]]:
-    """The dask graph for ``targets``, its keys, and the target names in the same order.
+) -> tuple[dict[Hashable, Task], list[Hashable], Plan]:
+    """The dask graph for ``targets``, its keys, and the plan it was made from.
 
-    ``run_on`` needs the names as well as the keys, to map the cluster's values
-    back to task names; ``to_dask`` drops them. Raises as ``to_dask`` documents.
+    The plan is the one a threaded run would execute (the core planner validates
+    the graph and the targets, and prunes to their ancestors), so both engines
+    run exactly the same tasks; ``run_on`` reads target and task names from it.
+    Raises as ``to_dask`` documents.
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
-    graph.validate()
-    names = list(graph.sinks()) if targets is None else _check_targets(graph, targets)
-    tasks = graph.tasks
-    needed = ancestors(tasks, names)
-    key_of = _dask_keys(needed)
-    dsk: dict[Hashable, Task] = {}
-    for name in needed:
-        task = tasks[name]
-        key = key_of[name]
-        dsk[key] = Task(key, task.fn, *[TaskRef(key_of[d]) for d in task.deps])
-    return dsk, [key_of[n] for n in names], names
-
-
-def _check_targets(graph: Graph, targets: Iterable[Hashable]) -> list[Hashable]:
-    if isinstance(targets, (str, bytes)):
-        raise TypeError(
-            f"targets must be a collection of task names, got the string {targets!r}; "
-            f"write targets=[{targets!r}]"
-        )
-    names = list(dict.fromkeys(targets))
-    unknown = [t for t in names if t not in graph]
-    if unknown:
-        raise UnknownTargetError(unknown)
-    return names
-
-
-def ancestors(tasks: Mapping[Hashable, Any], names: list[Hashable]) -> list[Hashable]:
-    """``names`` and everything they depend on, in the graph's insertion order."""
-    needed = set(names)
-    stack = list(names)
-    while stack:
-        for dep in tasks[stack.pop()].deps:
-            if dep not in needed:
-                needed.add(dep)
-                stack.append(dep)
-    return [name for name in tasks if name in needed]
+    plan = plan_run(graph._compile(), targets)
+    key_of = _dask_keys(list(plan.names))
+    keys = [key_of[name] for name in plan.names]
+    dsk = {
+        keys[i]: Task(keys[i], plan.fns[i], *[TaskRef(keys[d]) for d in plan.deps[i]])
+        for i in range(len(plan))
+    }
+    return dsk, [keys[t] for t in plan.targets], plan
 
 
 def _dask_keys(names: list[Hashable]) -> dict[Hashable, Any]:

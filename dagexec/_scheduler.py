@@ -78,7 +78,17 @@ from ._result import (
     TaskState,
 )
 from ._result import SKIPPED as S_SKIPPED
-from ._worker import DONE, FAILED, IS_UNIT, NOTIFY_START, STARTED, STOP, TIMED, WorkItem
+from ._worker import (
+    DONE,
+    FAILED,
+    IS_UNIT,
+    MEMBER_DONE,
+    NOTIFY_START,
+    STARTED,
+    STOP,
+    TIMED,
+    WorkItem,
+)
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
@@ -342,6 +352,9 @@ class Run:
         if kind == STARTED:
             self._call(self.hooks.task_start, self.plan.names[task], worker)
             return
+        if kind == MEMBER_DONE:  # a unit member ended; the unit is still in flight
+            self._member_done(task, worker, payload, t0, t1)
+            return
         self.held[worker] -= 1  # the balancer's view, updated inline: once per task
         self.last_seen[worker] = self.now
         self.in_flight -= 1
@@ -358,12 +371,28 @@ class Run:
         else:
             self._unit_ended(worker, task, payload)
 
+    def _member_done(
+        self, task: int, worker: int, ready_at: float | None, t0: float, t1: float
+    ) -> None:
+        """A unit member other than the last ended; its value stays on the worker."""
+        self.state[task] = S_DONE
+        self.unfinished -= 1
+        self.ran_on[worker] += 1
+        if self.times is not None and ready_at is not None:
+            # It became ready, and was as good as dispatched, when the member
+            # before it ended, on the same worker.
+            self.times[task] = [ready_at - self.started_at] * 2
+        self._ended(task, worker, TaskState.DONE, t0, t1)
+
     def _unit_ended(self, worker: int, members: tuple[int, ...], payload: Any) -> None:
-        """Account for each member of a finished (or stopped, or failed) unit in order."""
+        """Account for each member of a finished (or stopped, or failed) unit in order.
+
+        In a timed run the members before the last were already accounted for as
+        they ended (MEMBER_DONE), and are skipped here.
+        """
         done, ok, outcome, times = payload
         del payload
         ran = done if ok else done + 1
-        self.ran_on[worker] += ran
         # Members that never ran wait again; the failure or stop handled below
         # finalises them (skipped downstream of a failure, or cancelled).
         never_ran = members[ran:]
@@ -374,6 +403,10 @@ class Run:
         for k in range(ran):
             m = members[k]
             t0, t1 = (times[2 * k], times[2 * k + 1]) if times is not None else (0.0, 0.0)
+            if self.state[m] == S_DONE:  # reported as it ended
+                ready_at = t1 - self.started_at
+                continue
+            self.ran_on[worker] += 1
             if self.times is not None and k:
                 # A member became ready, and was as good as dispatched, when the
                 # member before it ended, on the same worker.

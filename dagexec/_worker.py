@@ -23,6 +23,8 @@ from typing import Any
 __all__ = [
     "DONE",
     "FAILED",
+    "IS_UNIT",
+    "MEMBER_DONE",
     "NOTIFY_START",
     "STARTED",
     "STOP",
@@ -35,7 +37,10 @@ __all__ = [
 # Message kinds a worker reports: (worker_id, task, kind, payload, t_start, t_end).
 # For UNIT, task is the tuple of member tasks and payload is
 # (members_done, ok, value_or_exception, [start, end, start, end, ...] or None).
-DONE, FAILED, STARTED, UNIT = 0, 1, 2, 3
+# MEMBER_DONE: a unit member other than the last finished (only in timed runs,
+# where someone watches task ends); payload is when it became ready (the end of
+# the member before it, or None for the first).
+DONE, FAILED, STARTED, UNIT, MEMBER_DONE = 0, 1, 2, 3, 4
 
 # Item flags: extra reporting a run asked for. Off by default, so a run without
 # tracing or callbacks pays nothing for them.
@@ -109,12 +114,17 @@ def _run_unit(worker_id: int, box: list[WorkItem]) -> None:
 
     Stops early, between members, once the run is stopping (a failure elsewhere,
     Ctrl-C), so a long unit is no longer than one task in how late it notices.
+    In a timed run each member's end is reported as it happens, so progress,
+    traces and callbacks (and whatever they hold per task) keep pace with the
+    work instead of waiting for the whole unit.
     """
     report, tasks, fns, args, flags, stop = box.pop()
     timed = flags & TIMED
     times: list[float] | None = [] if timed else None
     value: Any = None
     done = 0
+    last = len(fns) - 1
+    ready_at: float | None = None
     for k, fn in enumerate(fns):
         if k and stop.is_set():
             break
@@ -135,7 +145,11 @@ def _run_unit(worker_id: int, box: list[WorkItem]) -> None:
             del exc
             return
         if times is not None:
-            times += (started, perf_counter())
+            ended = perf_counter()
+            times += (started, ended)
+            if k < last:
+                report((worker_id, tasks[k], MEMBER_DONE, ready_at, started, ended))
+                ready_at = ended
         args = (value,)
         done = k + 1
     del args

@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ._dask_callbacks import Bridge
-from ._dask_graph import Built, ancestors, build, flatten_keys, nest, to_dask_graph
+from ._dask_graph import Built, build, flatten_keys, nest, to_dask_graph
 from ._errors import describe
 from ._executor import DEFAULT_QUEUE_CAP, Executor
 from ._graph import Graph
@@ -73,7 +73,8 @@ def get(
         keys: one key, a list of keys, or nested lists of keys; the result has
             the same shape, lists becoming tuples, as with ``dask.threaded.get``.
         cache: values of keys known in advance; they are not computed. The
-            requested keys' values are stored into it afterwards, as dask does.
+            requested keys' values are stored into it afterwards, as dask does,
+            along with the known values and literal data nodes the run used.
         num_workers: worker threads (dagexec's ``workers``); default the
             ``num_workers`` dask config value, else ``os.cpu_count()``.
         queue_cap, max_in_flight: dagexec's bounds, see :class:`dagexec.Executor`.
@@ -114,24 +115,34 @@ def get(
 # ---------------------------------------------------------------------- running
 
 
-# Executors cached per calling thread and bounds, as dask.threaded caches its
-# pools: creating threads per compute() would dominate small graphs, and giving
+# One executor per live calling thread, as dask.threaded keeps one pool per
+# thread: creating threads per compute() would dominate small graphs, and giving
 # each calling thread its own executor means a task that itself calls
 # dask.compute (nested scheduling) never waits for the executor it runs on.
-_executors: dict[tuple[threading.Thread, int | None, int, int | None], Executor] = {}
+# Asking for other bounds replaces the thread's executor, and executors of
+# threads that have ended are stopped, so the cache stays as small as the set
+# of threads calling get().
+_executors: dict[threading.Thread, tuple[tuple[int | None, int, int | None], Executor]] = {}
 _executors_lock = threading.Lock()
 
 
 def _executor_for(workers: int | None, queue_cap: int, max_in_flight: int | None) -> Executor:
     thread = threading.current_thread()
-    key = (thread, workers, queue_cap, max_in_flight)
+    bounds = (workers, queue_cap, max_in_flight)
+    retired: list[Executor] = []
     with _executors_lock:
-        ex = _executors.get(key)
-        if ex is None:
-            for old in [k for k in _executors if not k[0].is_alive()]:
-                _executors.pop(old).shutdown(wait=False)
+        for other in [t for t in _executors if not t.is_alive()]:
+            retired.append(_executors.pop(other)[1])
+        cached = _executors.get(thread)
+        if cached is not None and cached[0] == bounds:
+            ex = cached[1]
+        else:
+            if cached is not None:
+                retired.append(cached[1])
             ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)
-            _executors[key] = ex
+            _executors[thread] = (bounds, ex)
+    for old in retired:
+        old.shutdown(wait=False)  # idle: this thread's previous run has returned
     return ex
 
 
@@ -143,7 +154,7 @@ def shutdown() -> None:
     are daemons and idle between computations.
     """
     with _executors_lock:
-        executors = list(_executors.values())
+        executors = [ex for _, ex in _executors.values()]
         _executors.clear()
     for ex in executors:
         ex.shutdown()
@@ -163,8 +174,8 @@ def _execute(
     callbacks = list(callbacks)
     bridge = Bridge(built, nodes, callbacks) if callbacks else None
     if executor is None:
-        if num_workers is None:
-            num_workers = dask.config.get("num_workers", None)
+        if not num_workers:  # None or 0 mean "the default", as in dask
+            num_workers = dask.config.get("num_workers", None) or None
         executor = _executor_for(num_workers, queue_cap, max_in_flight)
     succeeded = False
     try:
@@ -202,7 +213,8 @@ def _first_error(result: RunResult) -> BaseException:
     exc = errors[0][1]
     if len(errors) > 1:
         others = ", ".join(describe(name) for name, _ in errors[1:])
-        exc.add_note(f"dagexec: {len(errors) - 1} more tasks failed too: {others}")
+        more = len(errors) - 1
+        exc.add_note(f"dagexec: {more} more task{'s' if more != 1 else ''} failed too: {others}")
     return exc
 
 
@@ -251,12 +263,13 @@ def run_on(
         UnknownTargetError: a target is not a task of the graph.
         BaseException: a task's exception, as the cluster reports it.
     """
-    dsk, keys, names = to_dask_graph(graph, targets)
+    dsk, keys, plan = to_dask_graph(graph, targets)
+    names = [plan.names[t] for t in plan.targets]
     started = perf_counter()
     values = client.get(dsk, keys, **kwargs) if keys else []
     wall = perf_counter() - started
     threads = sum(client.nthreads().values())
-    status = {name: TaskState.DONE for name in ancestors(graph.tasks, names)}
+    status = dict.fromkeys(plan.names, TaskState.DONE)
     stats = RunStats(
         tasks_planned=len(status),
         tasks_run=len(status),

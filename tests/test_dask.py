@@ -287,12 +287,35 @@ def test_on_error_continue_finishes_independent_work_then_raises(dd: Any) -> Non
 
 @pytest.mark.dask
 @pytest.mark.parametrize(
-    ("kwarg", "ours"),
-    [("num_workers", "workers"), ("queue_cap", "queue_cap"), ("max_in_flight", "max_in_flight")],
+    ("kwarg", "ours", "bad"),
+    [
+        ("num_workers", "workers", -1),  # 0 means "the default" in dask: see below
+        ("queue_cap", "queue_cap", 0),
+        ("max_in_flight", "max_in_flight", 0),
+    ],
 )
-def test_bound_kwargs_reach_the_executor(dd: Any, kwarg: str, ours: str) -> None:
-    with pytest.raises(ValueError, match=f"{ours} must be >= 1, got 0"):
-        dd.get({"x": (inc, 1)}, "x", **{kwarg: 0})
+def test_bound_kwargs_reach_the_executor(dd: Any, kwarg: str, ours: str, bad: int) -> None:
+    with pytest.raises(ValueError, match=f"{ours} must be >= 1, got {bad}"):
+        dd.get({"x": (inc, 1)}, "x", **{kwarg: bad})
+
+
+@pytest.mark.dask
+def test_num_workers_zero_means_the_default_as_in_dask(dd: Any) -> None:
+    assert dd.get({"x": (inc, 1)}, "x", num_workers=0) == 2
+
+
+@pytest.mark.dask
+def test_one_cached_executor_per_calling_thread_whatever_the_bounds(dd: Any) -> None:
+    before = set(threading.enumerate())
+    for workers in range(1, 6):
+        assert dd.get({"x": (inc, 1)}, "x", num_workers=workers) == 2
+    # Other bounds replace the thread's executor instead of adding one.
+    assert list(dd._executors) == [threading.current_thread()]
+    started = set(threading.enumerate()) - before
+    dd.shutdown()
+    for t in started:
+        t.join(timeout=10)
+    assert not [t.name for t in started if t.is_alive()]  # the replaced ones stopped too
 
 
 @pytest.mark.dask

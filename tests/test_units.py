@@ -13,7 +13,7 @@ import pytest
 
 import dagexec
 from dagexec import TaskState
-from dagexec.testing import Gate, InFlightRecorder, assert_within_bounds
+from dagexec.testing import Gate, InFlightRecorder, assert_within_bounds, run_in_thread
 
 
 def chain(n: int, ran: list[int], first: Callable[[], object] | None = None) -> dagexec.Graph:
@@ -133,3 +133,28 @@ def test_ctrl_c_stops_a_running_chain_between_members() -> None:
         gate.open()
     # The autouse leak check joins the worker, so by now the unit has returned.
     assert ran == []
+
+
+def test_members_end_as_they_finish_not_when_the_unit_does() -> None:
+    """c0 -> c1 -> c2 with c1 held at a gate: c0's end must reach the callbacks (and
+    the trace) while c1 is still held, so progress and per-task hooks keep pace."""
+    gate = Gate()
+    c0_ended = threading.Event()
+    ends = Ends(on_end=lambda name, state: c0_ended.set() if name == "c0" else None)
+    g = dagexec.Graph()
+    g.add("c0", lambda: 0)
+    g.add("c1", gate.gated(lambda x: x + 1), deps=["c0"])
+    g.add("c2", lambda x: x + 1, deps=["c1"])
+    future = run_in_thread(dagexec.run, g, workers=2, callbacks=[ends], trace=True)
+    try:
+        assert c0_ended.wait(10), "c0's end was held back until the whole unit ended"
+        assert gate.waiting == 1  # c1 still running
+    finally:
+        gate.open()
+    result = future.result(timeout=30)
+    assert result["c2"] == 2
+    assert ends.dispatched == ["c0"]  # still one unit
+    assert ends.ends == [(f"c{i}", TaskState.DONE) for i in range(3)]
+    for before, after in zip(result.trace, result.trace[1:], strict=False):
+        assert after.ready == pytest.approx(before.ended)
+        assert after.started >= after.dispatched >= after.ready
