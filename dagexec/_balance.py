@@ -85,23 +85,29 @@ class Balance:
         if depth > self.peak_depth[worker]:
             self.peak_depth[worker] = depth
 
-    def rebalance(self, now: float, mean_task_seconds: float) -> None:
-        """Mark stalled workers and move waiting tasks off them and onto idle workers."""
+    def steer(self, now: float, mean_task_seconds: float) -> None:
+        """Mark stalled workers (no new work) and move their waiting tasks elsewhere."""
         held, inboxes, last_seen = self.held, self.inboxes, self.last_seen
         patience = max(_STALL_FLOOR, _STALL_FACTOR * mean_task_seconds)
-        stalled = frozenset(
-            w for w in range(len(held)) if held[w] and now - last_seen[w] > patience
-        )
+        stalled = frozenset(w for w in self.workers if held[w] and now - last_seen[w] > patience)
         self.avoid = stalled
         for victim in stalled:
             while inboxes[victim].queue:
                 target = self._room(exclude=stalled)
                 if target < 0 or not self._move(victim, target, now):
                     break
-        for idle in range(len(held)):
+
+    def feed_idle(self, now: float) -> None:
+        """Give a worker that has nothing at all a task waiting in the longest inbox.
+
+        Called after dispatch, so it only moves tasks when there was no fresh
+        work for the idle worker: a move costs a get and a put, dispatch is free.
+        """
+        held, queues = self.held, self.queues
+        for idle in self.workers:
             if not held[idle]:
-                victim = max(range(len(inboxes)), key=lambda w: len(inboxes[w].queue))
-                if not inboxes[victim].queue:
+                victim = max(self.workers, key=lambda w: len(queues[w]))
+                if not queues[victim]:
                     return
                 self._move(victim, idle, now)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Hashable, Iterable
 from types import TracebackType
 from typing import Literal
@@ -45,6 +46,10 @@ DEFAULT_QUEUE_CAP = 16
 # Shorter notices Ctrl-C sooner; each wake costs a few microseconds of a thread
 # that is otherwise asleep.
 _INTERRUPT_POLL_SECONDS = 0.05
+
+# How long to wait for the thread of a run interrupted inside Thread.start() to
+# appear before concluding it never will (thread creation takes microseconds).
+_LAUNCH_GRACE_SECONDS = 1.0
 
 # How long an interrupted caller waits for the scheduler to take queued tasks
 # back before re-raising anyway. The scheduler is never busy for long, so this
@@ -113,8 +118,9 @@ class Executor:
         # Held for a whole run and for shutdown: runs are serialised.
         self._run_lock = threading.Lock()
         self._closed = False
-        # The scheduler of an interrupted run, still waiting for its running tasks.
-        self._abandoned: threading.Thread | None = None
+        # An interrupted run and its scheduler, which may still be waiting for
+        # its running tasks (or, if the interrupt hit Thread.start, about to run).
+        self._abandoned: tuple[threading.Thread, Run] | None = None
         # The scheduler of the run in progress, if any.
         self._scheduler: threading.Thread | None = None
         for t in self._threads:
@@ -197,9 +203,9 @@ class Executor:
                 # running tasks to finish in the background. Recorded first, so a
                 # second Ctrl-C during the wait below cannot let the next run
                 # start beside this one.
-                if scheduler.ident is not None:  # it did start
-                    self._abandoned = scheduler
-                    run.abort()
+                self._abandoned = (scheduler, run)
+                run.abort()
+                if scheduler.ident is not None:  # started: wait for it to let go
                     run.cancelled.wait(_CANCEL_WAIT_SECONDS)
                 raise
             finally:
@@ -216,11 +222,14 @@ class Executor:
 
     def _wait_for_abandoned(self) -> None:
         """Let an interrupted run's running tasks finish, so bounds hold across runs."""
-        abandoned = self._abandoned
-        if abandoned is not None:
-            while abandoned.is_alive():
-                abandoned.join(_INTERRUPT_POLL_SECONDS)
-            self._abandoned = None
+        if self._abandoned is None:
+            return
+        scheduler, run = self._abandoned
+        launch_deadline = time.monotonic() + _LAUNCH_GRACE_SECONDS
+        while not run.finished.wait(_INTERRUPT_POLL_SECONDS):
+            if scheduler.ident is None and time.monotonic() > launch_deadline:
+                break  # the interrupt came before its thread existed: nothing runs
+        self._abandoned = None
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop the workers once they are idle; with ``wait``, join every thread.

@@ -152,10 +152,16 @@ class Run:
         self.stop = threading.Event()  # set by the scheduler on a stop; read by units
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
+        self.abort_requested = False  # written by the caller thread, read here
         self.callback_errors: list[BaseException] = []  # scheduler thread only
 
     def abort(self) -> None:
-        """Ask the run to stop; safe from any thread, including a signal handler."""
+        """Ask the run to stop; safe from any thread, including a signal handler.
+
+        The flag stops the very next dispatch round (even one before the scheduler
+        ever blocked on its results); the message wakes a scheduler that is blocked.
+        """
+        self.abort_requested = True
         self.results.put(ABORT)
 
     # ------------------------------------------------------------------ thread
@@ -240,13 +246,17 @@ class Run:
         handle = self._handle
         while self.unfinished:
             waiting_for_pickup = False
+            if self.abort_requested and not self.aborted:
+                handle(ABORT)
             if not self.stopping:
                 if self.in_flight > 1:
                     done = sum(self.ran_on)
                     mean = (self.now - started_at) * workers / done if done else 0.0
-                    self.balance.rebalance(self.now, mean)
+                    self.balance.steer(self.now, mean)
                 if self.ready:
                     waiting_for_pickup = self._dispatch()
+                if self.in_flight > 1:
+                    self.balance.feed_idle(self.now)
             if self.in_flight == 0 and not waiting_for_pickup:
                 # Nothing can report any more: only reachable when stopping.
                 self._cancel_rest()
@@ -299,31 +309,44 @@ class Run:
             best = pick()
             if best < 0:
                 return True
-            task = ready.popleft()
+            task = ready[0]
             task_deps = deps[task]
             args = tuple([values[d] for d in task_deps])
+            if times is not None:
+                # Stamped before the put: once queued, the worker may start it at once.
+                times[task].append(perf_counter() - self.started_at)
+            follower = chain_next[task]
+            is_unit = follower >= 0
+            if not is_unit:
+                item: WorkItem = (report, task, fns[task], args, flags, stop)
+            else:
+                members = [task]
+                while follower >= 0:
+                    members.append(follower)
+                    follower = chain_next[follower]
+                unit_fns = tuple([fns[m] for m in members])
+                item = (report, tuple(members), unit_fns, args, flags | IS_UNIT, stop)
+            del args
+            try:
+                inboxes[best].put_nowait(item)
+            except queue.Full:
+                # Only after an interrupt: Executor.shutdown's STOP took the room
+                # pick() saw. The task stays ready; the abort arriving next stops the run.
+                if times is not None:
+                    times[task].pop()
+                return True
+            del item
+            ready.popleft()
+            # Handed over: each dependency now has one consumer fewer.
             for d in task_deps:
                 left = consumers[d] - 1
                 consumers[d] = left
                 if not left and not is_target[d]:
                     values[d] = None
-            inbox = inboxes[best]
-            if times is not None:
-                # Stamped before the put: once queued, the worker may start it at once.
-                times[task].append(perf_counter() - self.started_at)
-            follower = chain_next[task]
-            if follower < 0:
-                inbox.put_nowait((report, task, fns[task], args, flags, stop))
-            else:
-                members = [task]
-                while follower >= 0:
-                    members.append(follower)
-                    state[follower] = IN_FLIGHT
-                    follower = chain_next[follower]
-                unit_fns = tuple([fns[m] for m in members])
-                inbox.put_nowait((report, tuple(members), unit_fns, args, flags | IS_UNIT, stop))
+            if is_unit:  # its members are in flight too
+                for m in members[1:]:
+                    state[m] = IN_FLIGHT
                 del members
-            del args
             state[task] = IN_FLIGHT
             dispatched(best, now)
             self.in_flight += 1
@@ -344,6 +367,8 @@ class Run:
     # ------------------------------------------------------------------ results
     def _handle(self, msg: Any) -> None:
         if msg is ABORT:
+            if self.aborted:
+                return  # already handled, through abort_requested
             self.aborted = True
             self._stop()
             self.cancelled.set()
@@ -569,7 +594,8 @@ def _release_scheduler_frames(exc: BaseException) -> None:
     executing (``main`` itself) cannot be cleared and drop their locals as they return.
     """
     tb = exc.__traceback__
-    frame = tb.tb_frame.f_back if tb is not None else None
+    # From the innermost frame we kept: _call's own when the hook is C code.
+    frame = tb.tb_frame if tb is not None else None
     while frame is not None:
         if frame.f_code.co_filename == __file__:
             with contextlib.suppress(RuntimeError):  # still executing

@@ -86,6 +86,21 @@ def test_a_callback_error_does_not_keep_the_run_alive() -> None:
     assert not [o for o in gc.get_objects() if isinstance(o, Run)]  # ...the run is not
 
 
+def test_a_callback_written_in_c_does_not_keep_the_run_alive() -> None:
+    """A C hook has no frame of its own: the traceback ends in the scheduler's."""
+
+    class CHook:
+        on_task_end = staticmethod(abs)  # abs(name, state, seconds): TypeError
+
+    g = dagexec.Graph()
+    g.add("a", Big)
+    with pytest.raises(TypeError) as info:
+        dagexec.run(g, callbacks=[CHook()], workers=1)
+    gc.collect()
+    assert info.value is not None
+    assert not [o for o in gc.get_objects() if isinstance(o, Run)]
+
+
 def test_a_failing_chain_member_does_not_pin_the_value_before_it() -> None:
     seen: list[weakref.ref[Big]] = []
 
