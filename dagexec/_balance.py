@@ -43,7 +43,6 @@ class Balance:
         "held",
         "inboxes",
         "last_seen",
-        "moved",
         "peak_depth",
         "queue_cap",
         "queues",
@@ -58,7 +57,6 @@ class Balance:
         self.held = [0] * len(inboxes)  # tasks queued or running, per worker
         self.last_seen = [0.0] * len(inboxes)  # last report, or handed work while idle
         self.avoid: frozenset[int] = frozenset()  # stalled workers: no new work
-        self.moved = 0
         # Most tasks seen waiting in each inbox, sampled right after every put: the
         # only moments it can grow, since the scheduler is the only producer.
         self.peak_depth = [0] * len(inboxes)
@@ -87,12 +85,12 @@ class Balance:
 
     def steer(self, now: float, mean_task_seconds: float) -> None:
         """Mark stalled workers (no new work) and move their waiting tasks elsewhere."""
-        held, inboxes, last_seen = self.held, self.inboxes, self.last_seen
+        held, queues, last_seen = self.held, self.queues, self.last_seen
         patience = max(_STALL_FLOOR, _STALL_FACTOR * mean_task_seconds)
         stalled = frozenset(w for w in self.workers if held[w] and now - last_seen[w] > patience)
         self.avoid = stalled
         for victim in stalled:
-            while inboxes[victim].queue:
+            while queues[victim]:
                 target = self._room(exclude=stalled)
                 if target < 0 or not self._move(victim, target, now):
                     break
@@ -114,7 +112,7 @@ class Balance:
     def _room(self, exclude: frozenset[int]) -> int:
         best, best_held = -1, self.queue_cap + 1
         for w, h in enumerate(self.held):
-            if h < best_held and w not in exclude and len(self.inboxes[w].queue) < self.queue_cap:
+            if h < best_held and w not in exclude and len(self.queues[w]) < self.queue_cap:
                 best, best_held = w, h
         return best
 
@@ -126,5 +124,4 @@ class Balance:
         self.inboxes[target].put_nowait(item)  # room was checked; we are the only producer
         self.held[victim] -= 1
         self.dispatched(target, now)
-        self.moved += 1
         return True

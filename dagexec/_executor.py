@@ -222,14 +222,9 @@ class Executor:
 
     def _wait_for_abandoned(self) -> None:
         """Let an interrupted run's running tasks finish, so bounds hold across runs."""
-        if self._abandoned is None:
-            return
-        scheduler, run = self._abandoned
-        launch_deadline = time.monotonic() + _LAUNCH_GRACE_SECONDS
-        while not run.finished.wait(_INTERRUPT_POLL_SECONDS):
-            if scheduler.ident is None and time.monotonic() > launch_deadline:
-                break  # the interrupt came before its thread existed: nothing runs
-        self._abandoned = None
+        if self._abandoned is not None:
+            _wait_unless_never_started(*self._abandoned, "finished")
+            self._abandoned = None
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop the workers once they are idle; with ``wait``, join every thread.
@@ -241,12 +236,37 @@ class Executor:
         with self._run_lock:
             if not self._closed:
                 self._closed = True
-                for inbox in self._inboxes:
-                    _post_stop(inbox)
+                abandoned = self._abandoned
+                if abandoned is None or abandoned[1].cancelled.is_set():
+                    self._post_stops()
+                else:
+                    # An interrupted run may still put tasks into the inboxes
+                    # until it has taken its queued ones back; STOPs go in after
+                    # that, so the scheduler stays the inboxes' only producer while
+                    # it could produce (the shutdown itself does not wait).
+                    threading.Thread(
+                        target=self._post_stops,
+                        args=abandoned,
+                        name="dagexec-stop",
+                        daemon=True,
+                    ).start()
         if wait:
             self._wait_for_abandoned()
             for t in self._threads:
                 t.join()
+
+    def _post_stops(
+        self, scheduler: threading.Thread | None = None, run: Run | None = None
+    ) -> None:
+        """Put a STOP in every inbox, after ``run`` (if any) took its tasks back.
+
+        Each inbox is empty by then (every run is over or has cancelled what it
+        queued), so the non-blocking put always has room.
+        """
+        if scheduler is not None and run is not None:
+            _wait_unless_never_started(scheduler, run, "cancelled")
+        for inbox in self._inboxes:
+            inbox.put_nowait(STOP)
 
     def __enter__(self) -> Executor:
         return self
@@ -268,18 +288,18 @@ class Executor:
         )
 
 
-def _post_stop(inbox: queue.Queue[WorkItem | None]) -> None:
-    """Queue a worker's STOP without blocking the caller.
+def _wait_unless_never_started(scheduler: threading.Thread, run: Run, event: str) -> None:
+    """Wait for ``run``'s ``event``, unless its scheduler thread never started.
 
-    The inbox is empty unless an interrupted run's scheduler has not yet taken
-    its queued tasks back (it is stuck in a user callback); then a helper thread
-    delivers the STOP once there is room, and the scheduler, if it drains the
-    STOP along with its tasks, puts it back.
+    A Ctrl-C inside ``Thread.start()`` can come before the thread exists; then
+    the event would never be set. Creating a thread takes microseconds, so one
+    that has no ident after the grace period never will.
     """
-    try:
-        inbox.put_nowait(STOP)
-    except queue.Full:
-        threading.Thread(target=inbox.put, args=(STOP,), name="dagexec-stop", daemon=True).start()
+    flag: threading.Event = getattr(run, event)
+    launch_deadline = time.monotonic() + _LAUNCH_GRACE_SECONDS
+    while not flag.wait(_INTERRUPT_POLL_SECONDS):
+        if scheduler.ident is None and time.monotonic() > launch_deadline:
+            return
 
 
 def run(

@@ -16,7 +16,7 @@ Ownership:
     =====================  ==========================================
     what                   who may touch it
     =====================  ==========================================
-    every ``_Run`` field   the scheduler thread only (marked below)
+    every ``Run`` field    the scheduler thread only (marked below)
     inboxes                scheduler puts/drains, worker gets
     results                workers and the caller put, scheduler gets
     outcome, finished      written by the scheduler, then read by the
@@ -24,12 +24,11 @@ Ownership:
     =====================  ==========================================
 
 Why no circular wait can form: the scheduler never blocks on an inbox (it only
-try-puts, and checks for space first because it is the only producer of tasks;
-the one other put is ``Executor.shutdown``'s STOP, which cannot happen during a
-live run and which an interrupted run's scheduler puts back if it drains it),
-and a worker never blocks on reporting (the results queue is unbounded). The
-one blocking call of the scheduler is ``results.get``, and something is always
-on its way there while any task is in flight. Nothing here relies on the GIL.
+try-puts, and checks for space first because it is the only producer: the
+executor's STOPs go in only once no run can put tasks any more), and a worker
+never blocks on reporting (the results queue is unbounded). The one blocking
+call of the scheduler is ``results.get``, and something is always on its way
+there while any task is in flight. Nothing here relies on the GIL.
 
 Policies, each written down once:
 
@@ -327,14 +326,7 @@ class Run:
                 unit_fns = tuple([fns[m] for m in members])
                 item = (report, tuple(members), unit_fns, args, flags | IS_UNIT, stop)
             del args
-            try:
-                inboxes[best].put_nowait(item)
-            except queue.Full:
-                # Only after an interrupt: Executor.shutdown's STOP took the room
-                # pick() saw. The task stays ready; the abort arriving next stops the run.
-                if times is not None:
-                    times[task].pop()
-                return True
+            inboxes[best].put_nowait(item)  # room was checked; we are the only producer
             del item
             ready.popleft()
             # Handed over: each dependency now has one consumer fewer.
@@ -496,13 +488,9 @@ class Run:
             self._call(self.hooks.task_end, self.plan.names[task], state, t1 - t0)
 
     def _skip_downstream(self, failed: int) -> None:
-        state, dependents, names = self.state, self.plan.dependents, self.plan.names
-        deps, consumers, values, is_target = (
-            self.plan.deps,
-            self.consumers,
-            self.values,
-            self.is_target,
-        )
+        plan, state = self.plan, self.state
+        names, deps, dependents = plan.names, plan.deps, plan.dependents
+        consumers, values, is_target = self.consumers, self.values, self.is_target
         stack = list(dependents[failed])
         while stack:
             d = stack.pop()
@@ -538,22 +526,17 @@ class Run:
         self.stopping = True
         self.stop.set()
         for w, inbox in enumerate(self.inboxes):
-            saw_stop = False
             while True:
                 try:
                     item = inbox.get_nowait()
                 except queue.Empty:
                     break
-                if item is STOP:  # Executor.shutdown after an interrupt: keep it
-                    saw_stop = True
-                    continue
+                assert item is not STOP  # STOPs go in only after a run's cancellation
                 self.held[w] -= 1
                 self.in_flight -= 1
                 for task in item[1] if item[4] & IS_UNIT else (item[1],):
                     self.unfinished -= 1
                     self._cancel(task)
-            if saw_stop:
-                inbox.put_nowait(STOP)  # there is room: we just emptied it
         self._cancel_rest()
 
     def _cancel_rest(self) -> None:
