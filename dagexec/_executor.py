@@ -24,10 +24,11 @@ from typing import Literal
 from ._events import Hooks
 from ._graph import Graph
 from ._inbox import Inbox
+from ._messages import STOP, Item
 from ._plan import plan_run
 from ._result import RunResult
 from ._scheduler import Run
-from ._worker import STOP, WorkItem, worker_loop
+from ._worker import worker_loop
 
 __all__ = ["Executor", "run"]
 
@@ -103,7 +104,7 @@ class Executor:
         self.max_in_flight = _check_int("max_in_flight", max_in_flight, 1)
         self.effective_cap = min(self.max_in_flight, self.workers * (self.queue_cap + 1))
         # maxsize >= 1 was checked above: Queue(maxsize=0) would be unbounded.
-        self._inboxes: list[queue.Queue[WorkItem | None]] = [
+        self._inboxes: list[queue.Queue[Item | None]] = [
             Inbox(maxsize=self.queue_cap) for _ in range(self.workers)
         ]
         self._threads = [

@@ -41,6 +41,10 @@ class Plan:
     targets: tuple[int, ...]
     roots: tuple[int, ...]
     chain_next: tuple[int, ...]
+    # Per task, or None when no task of the plan has one (the common case, which
+    # then costs the scheduler nothing).
+    priority: tuple[int, ...] | None = None
+    needs: tuple[tuple[tuple[str, float], ...], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.names)

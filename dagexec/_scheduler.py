@@ -1,53 +1,52 @@
-"""The scheduler: one thread per run that owns all of the run's mutable state.
+"""The scheduler driver: moves messages between the inboxes, the results queue and
+the run state machine. It decides nothing about tasks itself.
 
 Data flow::
 
                       put_nowait (never blocks)          get (blocks)
     +-----------+  --> inbox 0  [queue_cap] ----------> worker 0 --+
     | scheduler |  --> inbox 1  [queue_cap] ----------> worker 1 --+
-    |  thread   |  --> ...                                         |
-    +-----------+  <-- results (unbounded SimpleQueue) <-----------+
-          ^  get: the scheduler's only blocking call        put (never blocks)
-          |
+    |  thread   |  --> ...            Job | Chain                  |
+    |           |  <-- results (unbounded SimpleQueue) <-----------+
+    |  Run      |       Report | ABORT      put (never blocks)
+    |   |       |
+    |   v       |  take/dispatch/finish/release      events
+    | RunState  | -------------------------------> trace Recorder, callbacks
+    +-----------+   (pure: _runstate.py)            (one stream, in order)
+          ^
       caller thread: waits for ``finished``; on Ctrl-C puts ABORT on ``results``
 
-Ownership:
+Ownership (nothing here relies on the GIL; every shared thing is either owned
+by one thread or is a queue/Event, which has its own lock):
 
-    =====================  ==========================================
-    what                   who may touch it
-    =====================  ==========================================
-    every ``Run`` field    the scheduler thread only (marked below)
-    inboxes                scheduler puts/drains, worker gets
-    results                workers and the caller put, scheduler gets
-    outcome, finished      written by the scheduler, then read by the
-                           caller after ``finished`` is set
-    =====================  ==========================================
+    =====================  ==========================  =========================
+    what                   written by                  read by / ordered by
+    =====================  ==========================  =========================
+    RunState, Recorder,    the scheduler thread only   the caller, after
+    Balance, Run fields                                ``finished`` is set
+    inboxes                scheduler put/get_nowait    workers get (Queue lock)
+    results                workers, caller (ABORT)     scheduler get (queue lock)
+    ``stop`` Event         scheduler                   workers, between chain
+                                                       members (Event lock)
+    ``abort_requested``    caller (then puts ABORT)    scheduler; the ABORT on
+                                                       ``results`` orders it
+    outcome                scheduler, before           caller, after
+                           ``finished.set()``          ``finished.wait()``
+    =====================  ==========================  =========================
 
 Why no circular wait can form: the scheduler never blocks on an inbox (it only
 try-puts, and checks for space first because it is the only producer: the
 executor's STOPs go in only once no run can put tasks any more), and a worker
 never blocks on reporting (the results queue is unbounded). The one blocking
 call of the scheduler is ``results.get``, and something is always on its way
-there while any task is in flight. Nothing here relies on the GIL.
+there while any task is in flight.
 
-Policies, each written down once:
-
-* Ready tasks are dispatched first-in first-out, to the worker holding the
-  fewest tasks (queued + running) whose inbox has room; :mod:`dagexec._balance`
-  steers work away from a worker stuck on a long task and moves tasks waiting
-  behind it, so a ready task is never stuck while a worker has nothing to do.
-* A value is dropped as soon as the last task that needs it has been handed
-  its arguments (targets are kept), so a long chain of large values holds O(1)
-  of them, not O(n).
-* A linear run of tasks (``Plan.chain_next``) is dispatched as one unit: it
-  takes one in-flight slot and one hand-off, and its members still end one by
-  one in ``status``, ``trace`` and the callbacks (``on_task_dispatch`` is called
-  for its first task only, since the unit is what occupies the slot).
-* On a stop (a failure with ``on_error="raise"``, a ``BaseException`` from a
-  task, a callback error, or an abort): nothing more is dispatched, tasks still
-  in inboxes are taken back and cancelled, units stop between members (the
-  ``stop`` flag), tasks already running finish, and only then is the outcome
-  published.
+Which worker gets a task, and rescuing tasks stuck behind a long one, is
+:mod:`dagexec._balance`. Everything about tasks (order, readiness, resources,
+values, skips and cancels) is :mod:`dagexec._runstate`. On a stop the driver
+sets ``stop`` (chains stop between members), takes queued items back out of the
+inboxes and cancels them; tasks already running finish; only then is the
+outcome published.
 """
 
 from __future__ import annotations
@@ -56,43 +55,41 @@ import contextlib
 import logging
 import queue
 import threading
-from collections import Counter, deque
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
 from ._balance import Balance
-from ._errors import describe
 from ._events import Hooks, PlanInfo
-from ._outcome import build_result
-from ._plan import Plan
-from ._result import CANCELLED as S_CANCELLED
-from ._result import DONE as S_DONE
-from ._result import FAILED as S_FAILED
-from ._result import (
-    IN_FLIGHT,
-    READY,
-    WAITING,
-    RunResult,
-    TaskState,
-)
-from ._result import SKIPPED as S_SKIPPED
-from ._worker import (
+from ._messages import (
+    CHAIN,
+    DISPATCH,
     DONE,
+    END,
     FAILED,
-    IS_UNIT,
-    MEMBER_DONE,
+    MEMBER,
     NOTIFY_START,
+    START,
     STARTED,
     STOP,
     TIMED,
-    WorkItem,
+    Chain,
+    Event,
+    Item,
+    Job,
 )
+from ._outcome import build_result
+from ._plan import Plan
+from ._result import _FINAL, RunResult
+from ._result import DONE as S_DONE
+from ._result import FAILED as S_FAILED
+from ._runstate import RunState
+from ._trace import Recorder
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
 log = logging.getLogger("dagexec")
-
 
 # How long the scheduler waits for a worker to take its next item when it has
 # ready tasks and room under the cap, but every inbox is momentarily full (a
@@ -130,29 +127,40 @@ class Run:
     def __init__(
         self,
         plan: Plan,
-        inboxes: list[queue.Queue[WorkItem | None]],
+        inboxes: list[queue.Queue[Item | None]],
         *,
         queue_cap: int,
         max_in_flight: int,
         on_error: str,
         hooks: Hooks,
         trace: bool,
+        capacity: Mapping[str, float] | None = None,
     ) -> None:
         self.plan = plan
         self.inboxes = inboxes
         self.queue_cap = queue_cap
         self.max_in_flight = max_in_flight
         self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
-        self.on_error = on_error
         self.hooks = hooks
-        self.trace = trace
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.finished = threading.Event()  # outcome is ready
-        self.stop = threading.Event()  # set by the scheduler on a stop; read by units
+        self.stop = threading.Event()  # set by the scheduler on a stop; read by chains
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
         self.abort_requested = False  # written by the caller thread, read here
+        self.aborted = False
         self.callback_errors: list[BaseException] = []  # scheduler thread only
+        observed = trace or bool(hooks.task_end or hooks.task_dispatch or hooks.task_start)
+        self.state = RunState(
+            plan, on_error=on_error, workers=len(inboxes), observed=observed, capacity=capacity
+        )
+        self.recorder: Recorder | None = None
+        self.trace = trace
+        self.flags = (TIMED if trace or hooks.task_end else 0) | (
+            NOTIFY_START if hooks.task_start else 0
+        )
+        self.balance = Balance(inboxes, queue_cap)
+        self.now = 0.0  # when the current batch of reports arrived
 
     def abort(self) -> None:
         """Ask the run to stop; safe from any thread, including a signal handler.
@@ -163,7 +171,6 @@ class Run:
         self.abort_requested = True
         self.results.put(ABORT)
 
-    # ------------------------------------------------------------------ thread
     def main(self) -> None:
         """The scheduler thread's body. Never raises: errors go into ``outcome``."""
         try:
@@ -181,54 +188,19 @@ class Run:
             del self
 
     def _run(self) -> None:
-        plan = self.plan
-        n = len(plan)
-        hooks = self.hooks
-        started_at = perf_counter()
+        plan, state, hooks, balance = self.plan, self.state, self.hooks, self.balance
         workers = len(self.inboxes)
-
-        # --- run state: scheduler thread only -------------------------------------
-        self.state = state = bytearray(n)
-        self.values: list[Any] = [None] * n
-        self.remaining = [len(d) for d in plan.deps]
-        self.consumers = [len(d) for d in plan.dependents]
-        self.is_target = bytearray(n)
-        for t in plan.targets:
-            self.is_target[t] = 1
-        self.ready: deque[int] = deque(plan.roots)
-        self.balance = Balance(self.inboxes, self.queue_cap)
-        self.held = self.balance.held  # tasks queued or running, per worker
-        self.last_seen = self.balance.last_seen  # when each worker last reported
-        self.now = started_at  # when the current batch of reports arrived
-        self.ran_on = [0] * workers  # tasks finished, per worker
-        self.in_flight = 0
-        self.peak_in_flight = 0
-        self.unfinished = n
-        self.stopping = False
-        self.aborted = False
-        self.first_error: BaseException | None = None
-        self.errors: dict[int, BaseException] = {}
-        self.observed = self.trace or bool(hooks.task_end)  # anyone to tell a task ended?
-        self.flags = (TIMED if self.observed else 0) | (NOTIFY_START if hooks.task_start else 0)
-        self.times: dict[int, list[float]] | None = None
+        self.started_at = started_at = self.now = perf_counter()
         if self.trace:
-            self.times = {}
-            for r in plan.roots:
-                self.times[r] = [0.0]
-        for r in plan.roots:
-            state[r] = READY
-        self.started_at = started_at
-        # Checked once: with debug logging off, dispatch pays one falsy test.
-        self.debug = log.isEnabledFor(logging.DEBUG)
-        # -------------------------------------------------------------------------
+            self.recorder = Recorder(plan, started_at)
+        self.debug = log.isEnabledFor(logging.DEBUG)  # dispatch then pays one falsy test
         log.info(
             "run start: %d tasks, %d targets, %d workers, effective cap %d",
-            n,
+            len(plan),
             len(plan.targets),
             workers,
             self.cap,
         )
-
         if hooks.run_start:
             info = PlanInfo(
                 tasks=plan.names,
@@ -239,292 +211,168 @@ class Run:
                 effective_cap=self.cap,
             )
             self._call(hooks.run_start, info)
-
-        get = self.results.get
-        empty = self.results.empty
-        handle = self._handle
-        while self.unfinished:
-            waiting_for_pickup = False
+        get, empty, handle = self.results.get, self.results.empty, self._handle
+        events = state.events
+        while state.unfinished:
+            if events:
+                self._observe()
+            if state.stopping and not self.stop.is_set():
+                self._halt()
             if self.abort_requested and not self.aborted:
                 handle(ABORT)
-            if not self.stopping:
-                if self.in_flight > 1:
-                    done = sum(self.ran_on)
+            pickup = False
+            if not state.stopping:
+                if state.in_flight > 1:
+                    done = sum(state.ran_on)
                     mean = (self.now - started_at) * workers / done if done else 0.0
-                    self.balance.steer(self.now, mean)
-                if self.ready:
-                    waiting_for_pickup = self._dispatch()
-                if self.in_flight > 1:
-                    self.balance.feed_idle(self.now)
-            if self.in_flight == 0 and not waiting_for_pickup:
-                # Nothing can report any more: only reachable when stopping.
-                self._cancel_rest()
-                break
-            if waiting_for_pickup:
-                try:
-                    msg = get(timeout=_PICKUP_RETRY_SECONDS)
-                except queue.Empty:
-                    self.now = perf_counter()
-                    continue
-            else:
-                msg = get()
+                    balance.steer(self.now, mean)
+                if state.ready:
+                    pickup = self._dispatch()
+                if state.in_flight > 1:
+                    balance.feed_idle(self.now)
+            if state.in_flight == 0 and not pickup:
+                break  # nothing can report any more: only reachable when stopping
+            try:
+                msg = get(timeout=_PICKUP_RETRY_SECONDS) if pickup else get()
+            except queue.Empty:
+                self.now = perf_counter()
+                continue
             self.now = perf_counter()
             handle(msg)
             del msg
             while not empty():
                 handle(get())
+        state.stop()  # a no-op unless the loop above broke out early
+        if events:
+            self._observe()
 
         if self.aborted:
             log.warning("run interrupted: queued tasks cancelled, running tasks finished")
             return  # the caller has gone; nobody reads an outcome
         result = build_result(self, perf_counter() - started_at)
         if log.isEnabledFor(logging.INFO):
-            counts = Counter(state.name.lower() for state in result.status.values())
+            counts = Counter(s.name.lower() for s in result.status.values())
             log.info(
                 "run end: %s in %.3f s; peak in flight %d of %d",
                 ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
                 result.stats.wall_seconds,
-                self.peak_in_flight,
+                state.peak_in_flight,
                 self.cap,
             )
         if hooks.run_end:
             self._call(hooks.run_end, result)
-        self.outcome = Outcome(result, self.first_error)
+        self.outcome = Outcome(result, state.first_error)
 
-    # ---------------------------------------------------------------- dispatch
     def _dispatch(self) -> bool:
         """Hand ready tasks to workers up to the cap; True if blocked by full inboxes."""
-        plan = self.plan
-        fns, deps, chain_next = plan.fns, plan.deps, plan.chain_next
-        inboxes, values, consumers = self.inboxes, self.values, self.consumers
-        pick, dispatched, now = self.balance.pick, self.balance.dispatched, self.now
-        state, is_target, ready = self.state, self.is_target, self.ready
-        cap = self.cap
-        report = self.results.put
-        flags, stop = self.flags, self.stop
-        hooks = self.hooks.task_dispatch
-        times = self.times
-        while ready and self.in_flight < cap:
-            best = pick()
-            if best < 0:
+        state, plan, cap = self.state, self.plan, self.cap
+        fns, chain_next, inboxes = plan.fns, plan.chain_next, self.inboxes
+        pick, placed = self.balance.pick, self.balance.dispatched
+        report, flags, stop, events = self.results.put, self.flags, self.stop, state.events
+        while state.ready and state.in_flight < cap:
+            worker = pick()
+            if worker < 0:
                 return True
-            task = ready[0]
-            task_deps = deps[task]
-            args = tuple([values[d] for d in task_deps])
-            if times is not None:
-                # Stamped before the put: once queued, the worker may start it at once.
-                times[task].append(perf_counter() - self.started_at)
-            follower = chain_next[task]
-            is_unit = follower >= 0
-            if not is_unit:
-                item: WorkItem = (report, task, fns[task], args, flags, stop)
+            task = state.take()
+            if task < 0:
+                return False  # every ready task waits for a resource
+            args = state.dispatch(task, worker)
+            item: Item
+            if chain_next[task] < 0:
+                item = Job(report, task, fns[task], args, flags, stop)
             else:
                 members = [task]
-                while follower >= 0:
-                    members.append(follower)
-                    follower = chain_next[follower]
-                unit_fns = tuple([fns[m] for m in members])
-                item = (report, tuple(members), unit_fns, args, flags | IS_UNIT, stop)
+                while chain_next[members[-1]] >= 0:
+                    members.append(chain_next[members[-1]])
+                item = Chain(
+                    report, tuple(members), tuple([fns[m] for m in members]), args, flags, stop
+                )
             del args
-            inboxes[best].put_nowait(item)  # room was checked; we are the only producer
+            if events:  # trace stamp and on_task_dispatch come before the put
+                self._observe()
+                if state.stopping:  # a callback raised: this one never goes out
+                    state.take_back(task)
+                    return False
+            inboxes[worker].put_nowait(item)  # room was checked; we are the only producer
             del item
-            ready.popleft()
-            # Handed over: each dependency now has one consumer fewer.
-            for d in task_deps:
-                left = consumers[d] - 1
-                consumers[d] = left
-                if not left and not is_target[d]:
-                    values[d] = None
-            if is_unit:  # its members are in flight too
-                for m in members[1:]:
-                    state[m] = IN_FLIGHT
-                del members
-            state[task] = IN_FLIGHT
-            dispatched(best, now)
-            self.in_flight += 1
-            if self.in_flight > self.peak_in_flight:
-                self.peak_in_flight = self.in_flight
-            if hooks:
-                self._call(hooks, plan.names[task], best)
+            placed(worker, self.now)
             if self.debug:
                 log.debug(
                     "dispatch %r to worker %d (in flight %d of %d)",
                     plan.names[task],
-                    best,
-                    self.in_flight,
+                    worker,
+                    state.in_flight,
                     cap,
                 )
         return False
 
-    # ------------------------------------------------------------------ results
     def _handle(self, msg: Any) -> None:
+        state = self.state
         if msg is ABORT:
-            if self.aborted:
-                return  # already handled, through abort_requested
-            self.aborted = True
-            self._stop()
-            self.cancelled.set()
+            if not self.aborted:  # else already handled, through abort_requested
+                self.aborted = True
+                state.stop()
+                self._halt()
+                self.cancelled.set()
             return
-        worker, task, kind, payload, t0, t1 = msg
-        if kind == STARTED:
-            self._call(self.hooks.task_start, self.plan.names[task], worker)
-            return
-        if kind == MEMBER_DONE:  # a unit member ended; the unit is still in flight
-            self._member_done(task, worker, payload, t0, t1)
-            return
-        self.held[worker] -= 1  # the balancer's view, updated inline: once per task
-        self.last_seen[worker] = self.now
-        self.in_flight -= 1
-        if kind == DONE:
-            self.ran_on[worker] += 1
-            self._done(task, payload)
-            del payload
-            if self.observed:
-                self._ended(task, worker, TaskState.DONE, t0, t1)
-        elif kind == FAILED:
-            self.ran_on[worker] += 1
-            self._failed(task, payload, worker, t0, t1)
-            del payload
+        worker, task, kind, payload, started, ended = msg
+        if kind <= FAILED:  # DONE or FAILED: a job ended
+            self.balance.held[worker] -= 1  # the balancer's view, updated once per item
+            self.balance.last_seen[worker] = self.now
+            state.finish(
+                task, S_DONE if kind == DONE else S_FAILED, payload, worker, started, ended
+            )
+            state.release(task)
+        elif kind == MEMBER:  # a chain member ended; the chain is still in flight
+            state.finish(task, S_DONE, None, worker, started, ended)
+        elif kind == STARTED:
+            if state.events is not None:
+                state.events.append(Event(START, task, worker))
         else:
-            self._unit_ended(worker, task, payload)
-
-    def _member_done(
-        self, task: int, worker: int, ready_at: float | None, t0: float, t1: float
-    ) -> None:
-        """A unit member other than the last ended; its value stays on the worker."""
-        self.state[task] = S_DONE
-        self.unfinished -= 1
-        self.ran_on[worker] += 1
-        if self.times is not None and ready_at is not None:
-            # It became ready, and was as good as dispatched, when the member
-            # before it ended, on the same worker.
-            self.times[task] = [ready_at - self.started_at] * 2
-        self._ended(task, worker, TaskState.DONE, t0, t1)
-
-    def _unit_ended(self, worker: int, members: tuple[int, ...], payload: Any) -> None:
-        """Account for each member of a finished (or stopped, or failed) unit in order.
-
-        In a timed run the members before the last were already accounted for as
-        they ended (MEMBER_DONE), and are skipped here.
-        """
-        done, ok, outcome, times = payload
-        del payload
-        ran = done if ok else done + 1
-        # Members that never ran wait again; the failure or stop handled below
-        # finalises them (skipped downstream of a failure, or cancelled).
-        never_ran = members[ran:]
-        for m in never_ran:
-            self.state[m] = WAITING
-        ready_at = self.times[members[0]][1] if self.times is not None else 0.0
-        last = len(members) - 1
-        for k in range(ran):
-            m = members[k]
-            t0, t1 = (times[2 * k], times[2 * k + 1]) if times is not None else (0.0, 0.0)
-            if self.state[m] == S_DONE:  # reported as it ended
-                ready_at = t1 - self.started_at
-                continue
-            self.ran_on[worker] += 1
-            if self.times is not None and k:
-                # A member became ready, and was as good as dispatched, when the
-                # member before it ended, on the same worker.
-                self.times[m] = [ready_at, ready_at]
-            if k == done:  # the member that raised
-                self._failed(m, outcome, worker, t0, t1)
-            else:
-                if k == last:
-                    self._done(m, outcome)  # only the last member's value is needed
+            assert kind == CHAIN
+            self.balance.held[worker] -= 1
+            self.balance.last_seen[worker] = self.now
+            done, ok, outcome, times = payload
+            del payload
+            last = len(task) - 1
+            for k in range(done if ok else done + 1):
+                member = task[k]
+                if state.state[member] == S_DONE:  # reported as it ended (MEMBER)
+                    continue
+                t0, t1 = (times[2 * k], times[2 * k + 1]) if times is not None else (0.0, 0.0)
+                if k == done:
+                    state.finish(member, S_FAILED, outcome, worker, t0, t1)
                 else:
-                    self.state[m] = S_DONE
-                    self.unfinished -= 1
-                self._ended(m, worker, TaskState.DONE, t0, t1)
-            ready_at = t1 - self.started_at
-        del outcome
-        if self.stopping:
-            for m in never_ran:
-                if self.state[m] == WAITING:
-                    self.unfinished -= 1
-                    self._cancel(m)
+                    value = outcome if k == last else None
+                    state.finish(member, S_DONE, value, worker, t0, t1)
+            del outcome
+            state.release(task[0])
 
-    def _done(self, task: int, value: Any) -> None:
-        """Keep the value if anyone needs it, and make its dependents ready."""
-        self.state[task] = S_DONE
-        self.unfinished -= 1
-        if self.consumers[task] or self.is_target[task]:
-            self.values[task] = value
-        del value
-        if self.stopping:
-            return
-        remaining, state, ready = self.remaining, self.state, self.ready
-        for d in self.plan.dependents[task]:
-            left = remaining[d] - 1
-            remaining[d] = left
-            if not left and state[d] == WAITING:
-                state[d] = READY
-                ready.append(d)
-                if self.times is not None:
-                    self.times[d] = [perf_counter() - self.started_at]
+    def _observe(self) -> None:
+        """Feed the trace and the callbacks from the run's events, in order."""
+        events = self.state.events
+        assert events is not None
+        hooks, names, recorder = self.hooks, self.plan.names, self.recorder
+        now = perf_counter()
+        for event in events:  # a callback error appends the cancels it causes
+            if recorder is not None:
+                recorder.record(event, now)
+            kind = event.kind
+            if kind == END:
+                if hooks.task_end:
+                    seconds = event.ended - event.started
+                    self._call(hooks.task_end, names[event.task], _FINAL[event.state], seconds)
+            elif kind == DISPATCH:
+                if hooks.task_dispatch:
+                    self._call(hooks.task_dispatch, names[event.task], event.worker)
+            elif kind == START and hooks.task_start:
+                self._call(hooks.task_start, names[event.task], event.worker)
+        events.clear()
 
-    def _failed(self, task: int, exc: BaseException, worker: int, t0: float, t1: float) -> None:
-        self.state[task] = S_FAILED
-        self.unfinished -= 1
-        name = self.plan.names[task]
-        note = f"dagexec: raised by task {describe(name)}"
-        if note not in getattr(exc, "__notes__", ()):
-            exc.add_note(note)
-        self.errors[task] = exc
-        log.info("task %r failed: %s: %s", name, type(exc).__name__, exc)
-        # Its end is reported before the ends its failure causes (skips, cancels).
-        self._ended(task, worker, TaskState.FAILED, t0, t1)
-        if self.on_error == "raise" or not isinstance(exc, Exception):
-            self._fail(exc)
-        else:
-            self._skip_downstream(task)
-
-    def _ended(self, task: int, worker: int, state: TaskState, t0: float, t1: float) -> None:
-        """Record a task that ran: its trace timings and the ``on_task_end`` hooks."""
-        if self.times is not None:
-            self.times[task] += (t0 - self.started_at, t1 - self.started_at, worker)
-        if self.hooks.task_end:
-            self._call(self.hooks.task_end, self.plan.names[task], state, t1 - t0)
-
-    def _skip_downstream(self, failed: int) -> None:
-        plan, state = self.plan, self.state
-        names, deps, dependents = plan.names, plan.deps, plan.dependents
-        consumers, values, is_target = self.consumers, self.values, self.is_target
-        stack = list(dependents[failed])
-        while stack:
-            d = stack.pop()
-            if state[d] != WAITING:
-                continue
-            state[d] = S_SKIPPED
-            self.unfinished -= 1
-            for p in deps[d]:  # a skipped task will never consume these values
-                consumers[p] -= 1
-                if not consumers[p] and not is_target[p]:
-                    values[p] = None
-            if self.hooks.task_end:
-                self._call(self.hooks.task_end, names[d], TaskState.SKIPPED, 0.0)
-            stack.extend(dependents[d])
-
-    # ------------------------------------------------------------------- stop
-    def _fail(self, exc: BaseException) -> None:
-        """Stop the run; ``exc`` is what the caller gets unless an earlier error is.
-
-        A fatal exception (``KeyboardInterrupt``, ``SystemExit``: not an
-        ``Exception``) outranks an ordinary one that came first, since the caller
-        must not lose it.
-        """
-        first = self.first_error
-        if first is None or (isinstance(first, Exception) and not isinstance(exc, Exception)):
-            self.first_error = exc
-        self._stop()
-
-    def _stop(self) -> None:
-        """Stop dispatching and cancel everything that has not started."""
-        if self.stopping:
-            return
-        self.stopping = True
+    def _halt(self) -> None:
+        """Stop chains between members and take back everything still queued."""
         self.stop.set()
+        held = self.balance.held
         for w, inbox in enumerate(self.inboxes):
             while True:
                 try:
@@ -532,25 +380,10 @@ class Run:
                 except queue.Empty:
                     break
                 assert item is not STOP  # STOPs go in only after a run's cancellation
-                self.held[w] -= 1
-                self.in_flight -= 1
-                for task in item[1] if item[4] & IS_UNIT else (item[1],):
-                    self.unfinished -= 1
-                    self._cancel(task)
-        self._cancel_rest()
-
-    def _cancel_rest(self) -> None:
-        state = self.state
-        self.ready.clear()
-        for task in range(len(state)):
-            if state[task] <= READY:
-                self.unfinished -= 1
-                self._cancel(task)
-
-    def _cancel(self, task: int) -> None:
-        self.state[task] = S_CANCELLED
-        if self.hooks.task_end:
-            self._call(self.hooks.task_end, self.plan.names[task], TaskState.CANCELLED, 0.0)
+                held[w] -= 1
+                self.state.take_back(item.task if isinstance(item, Job) else item.tasks[0])
+        if self.state.events:
+            self._observe()
 
     def _call(self, hooks: tuple[Callable[..., Any], ...], *args: Any) -> None:
         """Call each hook; one that raises stops the run like a failing task."""
@@ -565,7 +398,7 @@ class Run:
                 if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
                     exc.__traceback__ = exc.__traceback__.tb_next
                 self.callback_errors.append(exc)
-                self._fail(exc)
+                self.state.fail(exc)
 
 
 def _release_scheduler_frames(exc: BaseException) -> None:
