@@ -5,10 +5,13 @@ waits until the first run has finished. The bounds are a property of the
 executor's workers and inboxes, so letting two runs share them would make the
 bounds of each meaningless.
 
-The calling thread never touches run state. It starts the run's scheduler
-thread and waits for it with a timeout, so a ``KeyboardInterrupt`` is seen
-within :data:`_INTERRUPT_POLL_SECONDS` even when it was raised with
-``_thread.interrupt_main()``, which does not wake a thread blocked on a lock.
+The calling thread never touches run state. It hands the run to the executor's
+scheduler thread (one per executor, started with the workers: starting a thread
+per run cost more than a whole small run) and waits for it with a timeout, so a
+``KeyboardInterrupt`` is seen within :data:`_INTERRUPT_POLL_SECONDS` even when
+it was raised with ``_thread.interrupt_main()``, which does not wake a thread
+blocked on a lock. The scheduler thread stays free of the caller: a callback
+that blocks it cannot delay the caller's Ctrl-C.
 """
 
 from __future__ import annotations
@@ -116,16 +119,20 @@ class Executor:
             )
             for i, inbox in enumerate(self._inboxes)
         ]
+        # Runs for the scheduler thread, one at a time; None tells it to exit.
+        self._runs: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
+        self._scheduler = threading.Thread(
+            target=_scheduler_loop, args=(self._runs,), name="dagexec-scheduler", daemon=True
+        )
         # Held for a whole run and for shutdown: runs are serialised.
         self._run_lock = threading.Lock()
         self._closed = False
         # An interrupted run and its scheduler, which may still be waiting for
-        # its running tasks (or, if the interrupt hit Thread.start, about to run).
+        # its running tasks.
         self._abandoned: tuple[threading.Thread, Run] | None = None
-        # The scheduler of the run in progress, if any.
-        self._scheduler: threading.Thread | None = None
         for t in self._threads:
             t.start()
+        self._scheduler.start()
 
     def run(
         self,
@@ -190,12 +197,10 @@ class Executor:
                 hooks=hooks,
                 trace=trace,
             )
-            scheduler = threading.Thread(target=run.main, name="dagexec-scheduler", daemon=True)
-            self._scheduler = scheduler
             try:
-                # start() inside the try: the first task may raise SIGINT at once,
+                # put() inside the try: the first task may raise SIGINT at once,
                 # and the interrupt must then find the run already covered here.
-                scheduler.start()
+                self._runs.put(run)
                 while not run.finished.wait(_INTERRUPT_POLL_SECONDS):
                     pass
             except BaseException:
@@ -204,14 +209,14 @@ class Executor:
                 # running tasks to finish in the background. Recorded first, so a
                 # second Ctrl-C during the wait below cannot let the next run
                 # start beside this one.
-                self._abandoned = (scheduler, run)
+                self._abandoned = (self._scheduler, run)
                 run.abort()
-                if scheduler.ident is not None:  # started: wait for it to let go
-                    run.cancelled.wait(_CANCEL_WAIT_SECONDS)
+                # The interrupt may have come before the put above: queue it again
+                # (a run that already began ignores the second call), so that it
+                # surely ends, cancelling everything at once.
+                self._runs.put(run)
+                run.cancelled.wait(_CANCEL_WAIT_SECONDS)
                 raise
-            finally:
-                self._scheduler = None
-            scheduler.join()
         outcome = run.outcome
         assert outcome is not None
         if outcome.error is not None:
@@ -237,6 +242,7 @@ class Executor:
         with self._run_lock:
             if not self._closed:
                 self._closed = True
+                self._runs.put(None)  # after every run: the scheduler exits once idle
                 abandoned = self._abandoned
                 if abandoned is None or abandoned[1].cancelled.is_set():
                     self._post_stops()
@@ -255,6 +261,7 @@ class Executor:
             self._wait_for_abandoned()
             for t in self._threads:
                 t.join()
+            self._scheduler.join()
 
     def _post_stops(
         self, scheduler: threading.Thread | None = None, run: Run | None = None
@@ -287,6 +294,19 @@ class Executor:
             f"<dagexec.Executor workers={self.workers} queue_cap={self.queue_cap} "
             f"max_in_flight={self.max_in_flight} ({state})>"
         )
+
+
+def _scheduler_loop(runs: queue.SimpleQueue[Run | None]) -> None:
+    """The scheduler thread: drive each run handed over, until None.
+
+    It holds no reference to the executor between runs, only to the queue.
+    """
+    while True:
+        run = runs.get()
+        if run is None:
+            return
+        run.main()
+        del run  # do not keep a finished run's values alive while idle
 
 
 def _wait_unless_never_started(scheduler: threading.Thread, run: Run, event: str) -> None:

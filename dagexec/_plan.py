@@ -45,6 +45,20 @@ class Plan:
     # then costs the scheduler nothing).
     priority: tuple[int, ...] | None = None
     needs: tuple[tuple[tuple[str, float], ...], ...] | None = None
+    # Per-run counters start as copies of these (a C-level copy per run, not a
+    # Python loop): dependencies per task, users per task, 1 for each target.
+    dep_counts: tuple[int, ...] = ()
+    use_counts: tuple[int, ...] = ()
+    target_mask: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.dep_counts and self.names:
+            mask = bytearray(len(self.names))
+            for t in self.targets:
+                mask[t] = 1
+            object.__setattr__(self, "dep_counts", tuple(map(len, self.deps)))
+            object.__setattr__(self, "use_counts", tuple(map(len, self.dependents)))
+            object.__setattr__(self, "target_mask", bytes(mask))
 
     def __len__(self) -> int:
         return len(self.names)

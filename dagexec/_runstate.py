@@ -86,11 +86,9 @@ class RunState:
         self.on_error = on_error
         self.state = bytearray(n)
         self.values: list[Any] = [None] * n
-        self.remaining = [len(d) for d in plan.deps]
-        self.consumers = [len(d) for d in plan.dependents]
-        self.is_target = bytearray(n)
-        for t in plan.targets:
-            self.is_target[t] = 1
+        self.remaining = list(plan.dep_counts)  # dependencies not yet DONE
+        self.consumers = list(plan.use_counts)  # users not yet handed their arguments
+        self.is_target = plan.target_mask
         self.unfinished = n  # tasks not in a final state
         self.in_flight = 0  # items handed out and not released
         self.peak_in_flight = 0
@@ -101,31 +99,36 @@ class RunState:
         self.events: list[Event] | None = [] if observed else None
 
         # Ready set: a deque when nothing ranks tasks, else a heap of
-        # (key..., task); see _order_key. Blocked: per resource, a heap of the
-        # entries waiting for it.
+        # (key..., task); see _order_key.
         self.priority = plan.priority
         self.seq = 0
-        names = sorted({r for need in plan.needs or () for r, _ in need})
-        self.resource_names: tuple[str, ...] = tuple(names)
-        self.capacity = [float((capacity or {}).get(r, 0.0)) for r in names]
+        self.needs: tuple[tuple[tuple[int, float], ...], ...] | None = None
+        self.keyed = self.priority is not None or plan.needs is not None
+        self.ready: Any = [] if self.keyed else deque()
+        self.resource_names: tuple[str, ...] = ()
+        self.peak_held: list[float] = []
+        if plan.needs is not None:
+            self._init_resources(plan.needs, capacity or {})
+        for r in plan.roots:
+            self._make_ready(r)
+
+    def _init_resources(
+        self, needs: tuple[tuple[tuple[str, float], ...], ...], capacity: Mapping[str, float]
+    ) -> None:
+        names = sorted({r for need in needs for r, _ in need})
+        rid = {r: i for i, r in enumerate(names)}
+        self.resource_names = tuple(names)
+        self.capacity = [float(capacity.get(r, 0.0)) for r in names]
         self.free = list(self.capacity)
         self.peak_held = [0.0] * len(names)
-        rid = {r: i for i, r in enumerate(names)}
-        self.needs: tuple[tuple[tuple[int, float], ...], ...] | None = (
-            None
-            if plan.needs is None
-            else tuple(tuple((rid[r], float(a)) for r, a in need) for need in plan.needs)
-        )
+        self.needs = tuple(tuple((rid[r], float(a)) for r, a in need) for need in needs)
+        # Per resource, a heap of the entries waiting for it.
         self.blocked: list[list[tuple[Any, ...]]] = [[] for _ in names]
         self.parked: dict[int, int] = {}  # task -> the resource it waits for
         self.since: dict[int, int] = {}  # task -> ``taken`` when it first waited
         self.oldest: deque[int] = deque()  # tasks in the order they first waited
         self.taken = 0  # tasks that took resources so far
         self.reserving = -1  # the task everyone else's resources are kept for, or -1
-        self.keyed = self.priority is not None or self.needs is not None
-        self.ready: Any = [] if self.keyed else deque()
-        for r in plan.roots:
-            self._make_ready(r)
 
     # ---------------------------------------------------------------- readiness
     def _make_ready(self, task: int) -> None:
@@ -409,11 +412,12 @@ class RunState:
             return
         self.stopping = True
         self.ready.clear()
-        for waiting in self.blocked:
-            waiting.clear()
-        self.parked.clear()
-        self.since.clear()
-        self.reserving = -1
+        if self.needs is not None:
+            for waiting in self.blocked:
+                waiting.clear()
+            self.parked.clear()
+            self.since.clear()
+            self.reserving = -1
         state = self.state
         for task in range(len(state)):
             if state[task] <= READY:

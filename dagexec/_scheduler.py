@@ -148,6 +148,7 @@ class Run:
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
         self.abort_requested = False  # written by the caller thread, read here
+        self.begun = False  # scheduler thread only
         self.aborted = False
         self.callback_errors: list[BaseException] = []  # scheduler thread only
         observed = trace or bool(hooks.task_end or hooks.task_dispatch or hooks.task_start)
@@ -172,7 +173,11 @@ class Run:
         self.results.put(ABORT)
 
     def main(self) -> None:
-        """The scheduler thread's body. Never raises: errors go into ``outcome``."""
+        """Drive the run to its end, on the scheduler thread. Never raises: errors go
+        into ``outcome``. A second call (see ``Executor.run``) returns at once."""
+        if self.begun:
+            return
+        self.begun = True
         try:
             self._run()
         except BaseException as exc:  # a bug here must still release the caller
