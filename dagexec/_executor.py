@@ -16,11 +16,12 @@ that blocks it cannot delay the caller's Ctrl-C.
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from types import TracebackType
 from typing import Literal
 
@@ -28,7 +29,7 @@ from ._events import Hooks
 from ._graph import Graph
 from ._inbox import Inbox
 from ._messages import STOP, Item
-from ._plan import plan_run
+from ._plan import check_resources, plan_run
 from ._result import RunResult
 from ._scheduler import Run
 from ._worker import worker_loop
@@ -69,6 +70,34 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def _check_capacity(name: str, resources: object) -> dict[str, float]:
+    """Capacities as a fresh dict; each a number >= 0 (``math.inf``: unlimited)."""
+    if resources is None:
+        return {}
+    if not isinstance(resources, Mapping):
+        raise TypeError(
+            f"{name} must be a mapping of resource name to capacity, like {{'gpu': 2}}; "
+            f"got {type(resources).__name__} {resources!r}"
+        )
+    capacity: dict[str, float] = {}
+    for key, amount in resources.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"{name}: resource names must be strings, got {type(key).__name__} {key!r}"
+            )
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, (int, float))
+            or math.isnan(amount)
+            or amount < 0
+        ):
+            raise ValueError(
+                f"{name}[{key!r}] must be a number >= 0 (math.inf for no limit), got {amount!r}"
+            )
+        capacity[key] = amount
+    return capacity
+
+
 def _check_on_error(on_error: object) -> OnError:
     if on_error not in ("raise", "continue"):
         raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
@@ -97,6 +126,7 @@ class Executor:
         *,
         queue_cap: int = DEFAULT_QUEUE_CAP,
         max_in_flight: int | None = None,
+        resources: Mapping[str, float] | None = None,
     ) -> None:
         if workers is None:
             workers = os.cpu_count() or 1
@@ -106,6 +136,7 @@ class Executor:
             max_in_flight = self.workers * (self.queue_cap + 1)
         self.max_in_flight = _check_int("max_in_flight", max_in_flight, 1)
         self.effective_cap = min(self.max_in_flight, self.workers * (self.queue_cap + 1))
+        self.resources = _check_capacity("resources", resources)
         # maxsize >= 1 was checked above: Queue(maxsize=0) would be unbounded.
         self._inboxes: list[queue.Queue[Item | None]] = [
             Inbox(maxsize=self.queue_cap) for _ in range(self.workers)
@@ -143,6 +174,7 @@ class Executor:
         callbacks: Iterable[object] = (),
         trace: bool = False,
         progress: bool = False,
+        resources: Mapping[str, float] | None = None,
     ) -> RunResult:
         """Run ``targets`` (every sink if None) and their ancestors; nothing else runs.
 
@@ -177,6 +209,10 @@ class Executor:
             callbacks.append(ProgressBar())
         hooks = Hooks(callbacks)
         plan = plan_run(graph._compile(), targets)
+        capacity = self.resources
+        if resources is not None:
+            capacity = {**capacity, **_check_capacity("resources", resources)}
+        check_resources(plan, capacity)
         here = threading.current_thread()
         if here is self._scheduler or here in self._threads:
             # The outer run holds the run lock and waits for this very thread.
@@ -196,6 +232,7 @@ class Executor:
                 on_error=on_error,
                 hooks=hooks,
                 trace=trace,
+                capacity=capacity,
             )
             try:
                 # put() inside the try: the first task may raise SIGINT at once,
@@ -334,6 +371,7 @@ def run(
     callbacks: Iterable[object] = (),
     trace: bool = False,
     progress: bool = False,
+    resources: Mapping[str, float] | None = None,
 ) -> RunResult:
     """Run a graph on a fresh :class:`Executor` and shut it down afterwards.
 
@@ -344,8 +382,9 @@ def run(
         raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
     _check_on_error(on_error)
     # Validate before starting threads: a bad graph costs no thread.
-    plan_run(graph._compile(), targets)
-    ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)
+    capacity = _check_capacity("resources", resources)
+    check_resources(plan_run(graph._compile(), targets), capacity)
+    ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight, resources=capacity)
     try:
         result = ex.run(
             graph,

@@ -16,6 +16,7 @@ it took to build one.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
@@ -50,19 +51,42 @@ class Graph:
     A graph is not safe to change from one thread while another runs it.
     """
 
-    __slots__ = ("__weakref__", "_compiled", "_deps", "_fns", "_index", "_names")
+    __slots__ = (
+        "__weakref__",
+        "_compiled",
+        "_deps",
+        "_fns",
+        "_index",
+        "_names",
+        "_priority",
+        "_resources",
+    )
 
     def __init__(self) -> None:
         self._index: dict[Hashable, int] = {}  # name -> position in the columns below
         self._names: list[Hashable] = []
         self._fns: list[Callable[..., Any]] = []
         self._deps: list[tuple[Hashable, ...]] = []
+        # Sparse, by position: only tasks given a priority or resources.
+        self._priority: dict[int, int] = {}
+        self._resources: dict[int, tuple[tuple[str, float], ...]] = {}
         self._compiled: CompiledGraph | None = None
 
     def add(
-        self, name: Hashable, fn: Callable[..., Any], *, deps: Iterable[Hashable] = ()
+        self,
+        name: Hashable,
+        fn: Callable[..., Any],
+        *,
+        deps: Iterable[Hashable] = (),
+        priority: int = 0,
+        resources: Mapping[str, float] | None = None,
     ) -> Hashable:
         """Add task ``name`` computing ``fn(*[result of d for d in deps])``; return ``name``.
+
+        ``priority``: among tasks ready at the same time, higher runs first.
+        ``resources``: what the task holds from dispatch until it ends, e.g.
+        ``{"gpu": 1}``; the run's capacities (``resources=`` of the executor or the
+        run) bound the sum over tasks out at once.
 
         Raises:
             DuplicateTaskError: ``name`` is already a task of this graph.
@@ -97,6 +121,8 @@ class Graph:
                 f"task {describe(name)}: dependency names must be hashable, got "
                 f"{type(bad).__name__} {bad!r}"
             ) from None
+        if priority or resources:  # plain tasks store nothing here
+            self._set_options(len(self._names), name, priority, resources)
         index[name] = len(self._names)
         self._names.append(name)
         self._fns.append(fn)
@@ -104,12 +130,30 @@ class Graph:
         self._compiled = None
         return name
 
+    def _set_options(self, i: int, name: Hashable, priority: object, resources: object) -> None:
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(
+                f"task {describe(name)}: priority must be an int, got "
+                f"{type(priority).__name__} {priority!r}"
+            )
+        needs = _check_resources(name, resources) if resources else ()
+        if priority:
+            self._priority[i] = priority
+        if needs:
+            self._resources[i] = needs
+
     @overload
     def task(self, fn: F, /) -> F: ...
 
     @overload
     def task(
-        self, /, *, name: Hashable | None = None, deps: Iterable[Hashable] | None = None
+        self,
+        /,
+        *,
+        name: Hashable | None = None,
+        deps: Iterable[Hashable] | None = None,
+        priority: int = 0,
+        resources: Mapping[str, float] | None = None,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -119,6 +163,8 @@ class Graph:
         *,
         name: Hashable | None = None,
         deps: Iterable[Hashable] | None = None,
+        priority: int = 0,
+        resources: Mapping[str, float] | None = None,
     ) -> Any:
         """Decorator form of :meth:`add`; the function is returned unchanged.
 
@@ -129,7 +175,7 @@ class Graph:
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
             task_name = func.__name__ if name is None else name
             task_deps = _deps_from_signature(task_name, func) if deps is None else deps
-            self.add(task_name, func, deps=task_deps)
+            self.add(task_name, func, deps=task_deps, priority=priority, resources=resources)
             return func
 
         if fn is not None:
@@ -153,7 +199,9 @@ class Graph:
         if compiled is None:
             from ._validate import compile_graph
 
-            compiled = compile_graph(self._names, self._fns, self._deps)
+            compiled = compile_graph(
+                self._names, self._fns, self._deps, self._priority, self._resources
+            )
             self._compiled = compiled
         return compiled
 
@@ -218,6 +266,33 @@ class _TaskView(Mapping[Hashable, Task]):
 
     def __len__(self) -> int:
         return len(self._graph)
+
+
+def _check_resources(name: Hashable, resources: object) -> tuple[tuple[str, float], ...]:
+    """``resources`` as sorted (name, amount) pairs, amounts positive and finite."""
+    if not isinstance(resources, Mapping):
+        raise TypeError(
+            f"task {describe(name)}: resources must be a mapping of resource name to "
+            f"amount, like {{'gpu': 1}}; got {type(resources).__name__} {resources!r}"
+        )
+    needs = []
+    for key, amount in resources.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"task {describe(name)}: resource names must be strings, got "
+                f"{type(key).__name__} {key!r}"
+            )
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, (int, float))
+            or not 0 < amount < math.inf
+        ):
+            raise ValueError(
+                f"task {describe(name)}: resources[{key!r}] must be a positive finite "
+                f"number, got {amount!r}; leave the resource out if the task needs none"
+            )
+        needs.append((key, amount))
+    return tuple(sorted(needs))
 
 
 def _hashable(value: object) -> bool:

@@ -35,6 +35,8 @@ def build_result(run: Run, wall: float) -> RunResult:
         peak_in_flight=state.peak_in_flight,
         peak_queue_depth=tuple(run.balance.peak_depth),
         tasks_per_worker=tuple(state.ran_on),
+        resources=run.capacity,
+        peak_resources=state.peak_resources(run.capacity),
     )
     trace = run.recorder.records(status, codes) if run.recorder is not None else ()
     return RunResult(values, status, errors, stats, trace)

@@ -17,8 +17,11 @@ States only move forward::
 
 Policies, each written once:
 
-* Order: ready tasks are taken by (-priority, tie-break); see ``_order_key``.
-  Without priorities or resources, a plain deque does the same job.
+* Order: ready tasks are taken by priority, higher first, and among equal
+  priorities depth first (the task that became ready last goes first; see
+  :data:`DEPTH_FIRST`). Without priorities or resources a deque used as a
+  stack does the same job for free; with them, a heap of
+  (-priority, -seq, task).
 * Resources: a task is taken only if every resource it needs is free; one that
   does not fit waits in a per-resource heap, and is looked at again when that
   resource is released. Other tasks may still take what is free (no capacity is
@@ -52,6 +55,13 @@ log = logging.getLogger("dagexec")
 
 # A chain member handed out with its chain, not yet running. Not final.
 HELD = 7
+
+# Among tasks of equal priority, take the one that became ready last: a task
+# whose inputs just appeared finishes a started branch before a new branch
+# opens, so values are consumed soon after they are made (dask.order's aim;
+# README "Priorities" has the measured peaks). False gives first-in first-out,
+# kept for comparison (benchmarks/order.py).
+DEPTH_FIRST = True
 
 # How many tasks may take resources while one waits for its own, before what it
 # needs is kept for it. Lower starves big tasks less but leaves capacity idle
@@ -104,12 +114,16 @@ class RunState:
         self.seq = 0
         self.needs: tuple[tuple[tuple[int, float], ...], ...] | None = None
         self.keyed = self.priority is not None or plan.needs is not None
-        self.ready: Any = [] if self.keyed else deque()
+        self.depth_first = DEPTH_FIRST
+        ready: Any = [] if self.keyed else deque()
+        self.ready = ready
+        self._pop = ready.pop if self.depth_first or self.keyed else ready.popleft
         self.resource_names: tuple[str, ...] = ()
         self.peak_held: list[float] = []
         if plan.needs is not None:
             self._init_resources(plan.needs, capacity or {})
-        for r in plan.roots:
+        # Pushed last-first: with depth-first order the first root is taken first.
+        for r in reversed(plan.roots) if self.depth_first else plan.roots:
             self._make_ready(r)
 
     def _init_resources(
@@ -141,10 +155,11 @@ class RunState:
             self.events.append(Event(E_READY, task))
 
     def _order_key(self, task: int) -> tuple[int, int, int]:
-        """Higher priority first; among equals, the task that became ready first."""
+        """Higher priority first; among equals, the task that became ready last
+        (depth first), or first (with ``DEPTH_FIRST`` off)."""
         self.seq += 1
         priority = self.priority[task] if self.priority is not None else 0
-        return (-priority, self.seq, task)
+        return (-priority, -self.seq if self.depth_first else self.seq, task)
 
     def has_ready(self) -> bool:
         """True if some task is ready (it may still be blocked on a resource)."""
@@ -157,7 +172,7 @@ class RunState:
         :meth:`release`; it must be passed to :meth:`dispatch` next.
         """
         if not self.keyed:
-            task: int = self.ready.popleft()
+            task: int = self._pop()
             return task
         ready = self.ready
         needs = self.needs
@@ -348,7 +363,9 @@ class RunState:
                 self.state[follower] = IN_FLIGHT
                 return
             remaining, state = self.remaining, self.state
-            for d in self.plan.dependents[task]:
+            dependents = self.plan.dependents[task]
+            # Last-first, so that depth-first order takes the first one first.
+            for d in reversed(dependents) if self.depth_first else dependents:
                 left = remaining[d] - 1
                 remaining[d] = left
                 if not left and state[d] == WAITING:
@@ -428,9 +445,9 @@ class RunState:
         self.finish(task, CANCELLED)
         self.release(task)
 
-    def resources_held_peak(self) -> dict[str, float]:
-        """Resource name -> most of it held at once during the run."""
-        return {
-            name: (int(p) if float(p).is_integer() else p)
-            for name, p in zip(self.resource_names, self.peak_held, strict=True)
-        }
+    def peak_resources(self, capacity: Mapping[str, float]) -> dict[str, float]:
+        """Resource name -> most of it held at once, for every name in ``capacity``."""
+        peaks: dict[str, float] = dict.fromkeys(capacity, 0)
+        for name, peak in zip(self.resource_names, self.peak_held, strict=True):
+            peaks[name] = int(peak) if peak.is_integer() else peak
+        return peaks

@@ -142,6 +142,7 @@ class Run:
         self.max_in_flight = max_in_flight
         self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
         self.hooks = hooks
+        self.capacity = dict(capacity or {})
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.finished = threading.Event()  # outcome is ready
         self.stop = threading.Event()  # set by the scheduler on a stop; read by chains

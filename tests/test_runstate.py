@@ -31,32 +31,21 @@ def random_plan(
 ) -> tuple[Plan, dict[str, float]]:
     """A random DAG (edges from lower to higher index) as a plan, with options."""
     n = draw(st.integers(1, 30))
+    capacity: dict[str, float] = {}
+    if resources:
+        capacity = {"gpu": draw(st.integers(1, 3)), "mem": float(draw(st.integers(2, 6)))}
     g = Graph()
     for i in range(n):
         deps = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
-        g.add(i, lambda *a: None, deps=deps)
+        need: dict[str, float] = {}
+        if resources and draw(st.booleans()):
+            need["gpu"] = draw(st.integers(1, int(capacity["gpu"])))
+        if resources and draw(st.booleans()):
+            need["mem"] = float(draw(st.integers(1, int(capacity["mem"]))))
+        priority = draw(st.integers(-3, 3)) if priorities else 0
+        g.add(i, lambda *a: None, deps=deps, priority=priority, resources=need)
     targets = draw(st.none() | st.lists(st.integers(0, n - 1), min_size=1, max_size=4))
-    plan = plan_run(g._compile(), targets)
-    capacity: dict[str, float] = {}
-    if priorities:
-        prio = tuple(draw(st.lists(st.integers(-3, 3), min_size=len(plan), max_size=len(plan))))
-        plan = dataclasses.replace(plan, priority=prio)
-    if resources:
-        capacity = {"gpu": draw(st.integers(1, 3)), "mem": float(draw(st.integers(2, 6)))}
-        needs = []
-        for _ in range(len(plan)):
-            need: list[tuple[str, float]] = []
-            if draw(st.booleans()):
-                need.append(("gpu", draw(st.integers(1, int(capacity["gpu"])))))
-            if draw(st.booleans()):
-                need.append(("mem", float(draw(st.integers(1, int(capacity["mem"]))))))
-            needs.append(tuple(need))
-        # A task holding resources is never fused into a chain (see _plan).
-        links = [
-            -1 if needs[i] or (j >= 0 and needs[j]) else j for i, j in enumerate(plan.chain_next)
-        ]
-        plan = dataclasses.replace(plan, needs=tuple(needs), chain_next=tuple(links))
-    return plan, capacity
+    return plan_run(g._compile(), targets), capacity
 
 
 def serial(plan: Plan, failing: set[int]) -> tuple[list[int | None], list[int]]:
@@ -194,7 +183,7 @@ def _drive_and_check(
         plan, random.Random(seed), cap=cap, on_error=on_error, failing=failing, capacity=capacity
     )
     check_against_serial(state, ran, plan, failing)
-    for name, peak in state.resources_held_peak().items():
+    for name, peak in state.peak_resources(capacity).items():
         assert peak <= capacity[name]
 
 
@@ -217,7 +206,7 @@ def test_capacity_is_reached_exactly_when_enough_work_waits() -> None:
         state.dispatch(task, 0)
         taken.append(task)
     assert len(taken) == 3
-    assert state.resources_held_peak() == {"gpu": 3}
+    assert state.peak_resources({"gpu": 3}) == {"gpu": 3}
     state.finish(taken[0], DONE, None, 0)
     state.release(taken[0])
     assert state.take() >= 0  # the freed unit goes to a waiting task at once
@@ -255,4 +244,4 @@ def test_a_big_task_is_not_starved_by_a_stream_of_small_ones() -> None:
         state.finish(done, DONE, None, 0)
         state.release(done)
     assert dispatched <= _PATIENCE + 4
-    assert state.resources_held_peak() == {"gpu": 2}
+    assert state.peak_resources({"gpu": 2}) == {"gpu": 2}
