@@ -73,10 +73,12 @@ def test_tasks_without_resources_run_beside_a_full_resource() -> None:
     g.add("after_cpu", lambda c: c, deps=["cpu"])
     ran = threading.Event()
     g.add("signal", lambda a: ran.set(), deps=["after_cpu"])
+    recorder = ResourceRecorder(g)
     with dagexec.Executor(workers=3, resources={"gpu": 1}) as ex:
-        future = run_in_thread(ex.run, g)
-        assert ran.wait(10)  # gpu1 waits for gpu0, cpu work goes on
-        assert gate.waiting == 1
+        future = run_in_thread(ex.run, g, callbacks=[recorder])
+        assert ran.wait(10)  # one gpu task waits for the other, cpu work goes on
+        assert gate.wait_for_waiting(1)
+        assert recorder.held == {"gpu": 1}
         gate.open()
         result = future.result(timeout=30)
     assert result.stats.peak_resources == {"gpu": 1}
