@@ -282,3 +282,17 @@ def test_random_dags_with_priorities_and_resources_match_a_serial_run(data: Any)
     assert_within_bounds(result)
     for r, peak in holding.peak.items():
         assert peak <= result.stats.peak_resources[r] <= capacity[r]
+
+
+def test_readme_resource_examples_run_as_written() -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
+    section = readme[readme.index("## Priorities") : readme.index("## Errors")]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 3
+    for block in blocks:
+        namespace: dict[str, Any] = {}
+        exec(compile(block, "README.md", "exec"), namespace)
+    namespace["test_gpu_limit_is_reached_exactly"]()
