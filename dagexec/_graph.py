@@ -57,6 +57,7 @@ class Graph:
         "_deps",
         "_fns",
         "_index",
+        "_maps",
         "_names",
         "_priority",
         "_resources",
@@ -70,6 +71,7 @@ class Graph:
         # Sparse, by position: only tasks given a priority or resources.
         self._priority: dict[int, int] = {}
         self._resources: dict[int, tuple[tuple[str, float], ...]] = {}
+        self._maps: set[int] = set()  # positions of g.map tasks
         self._compiled: CompiledGraph | None = None
 
     def add(
@@ -142,6 +144,40 @@ class Graph:
         if needs:
             self._resources[i] = needs
 
+    def map(
+        self,
+        name: Hashable,
+        fn: Callable[..., Any],
+        *,
+        over: Hashable,
+        deps: Iterable[Hashable] = (),
+        priority: int = 0,
+        resources: Mapping[str, float] | None = None,
+    ) -> Hashable:
+        """Add ``name``: ``fn(item, *[result of d for d in deps])`` for each item of ``over``.
+
+        When ``over`` ends, its value is iterated once and each item becomes a
+        task of its own, named ``(name, i)`` in status, trace and callbacks, with
+        this task's ``priority`` and ``resources``. A task depending on ``name``
+        receives the list of results, in order. When ``over`` is itself a map,
+        ``(name, i)`` runs as soon as ``(over, i)`` is done, without waiting for
+        the whole of ``over``.
+
+        Raises:
+            The errors of :meth:`add`.
+        """
+        if type(deps) is not tuple:
+            if isinstance(deps, (str, bytes)):
+                raise TypeError(
+                    f"map {describe(name)}: deps must be a collection of task names, got "
+                    f"the string {deps!r}; write deps=[{deps!r}]"
+                )
+            deps = tuple(deps)
+        position = len(self._names)
+        self.add(name, fn, deps=(over, *deps), priority=priority, resources=resources)
+        self._maps.add(position)
+        return name
+
     @overload
     def task(self, fn: F, /) -> F: ...
 
@@ -200,7 +236,7 @@ class Graph:
             from ._validate import compile_graph
 
             compiled = compile_graph(
-                self._names, self._fns, self._deps, self._priority, self._resources
+                self._names, self._fns, self._deps, self._priority, self._resources, self._maps
             )
             self._compiled = compiled
         return compiled

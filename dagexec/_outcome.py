@@ -20,9 +20,9 @@ def build_result(run: Run, wall: float) -> RunResult:
     """The result of ``run``: target values, every task's state, errors, stats, trace."""
     state = run.state
     plan, codes = run.plan, state.state
-    names = plan.names
+    names = tuple(state.names)  # the plan's, and the items of its maps
     values = {names[t]: state.values[t] for t in plan.targets if codes[t] == DONE}
-    status = StatusMap(names, plan.index, codes)
+    status = StatusMap(names, state.index, codes)
     errors = {names[t]: e for t, e in state.errors.items()}
     stats = RunStats(
         tasks_planned=len(plan),

@@ -45,6 +45,7 @@ class Plan:
     # then costs the scheduler nothing).
     priority: tuple[int, ...] | None = None
     needs: tuple[tuple[tuple[str, float], ...], ...] | None = None
+    maps: frozenset[int] | None = None  # g.map tasks: expanded at run time
     # Per-run counters start as copies of these (a C-level copy per run, not a
     # Python loop): dependencies per task, users per task, 1 for each target.
     dep_counts: tuple[int, ...] = ()
@@ -113,6 +114,7 @@ def _chain_links(
     dependents: tuple[tuple[int, ...], ...],
     targets: tuple[int, ...],
     needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
+    maps: frozenset[int] | None = None,
 ) -> tuple[int, ...]:
     """Link each task to the one that can follow it in a single hand-off, or -1.
 
@@ -129,6 +131,12 @@ def _chain_links(
             links[i] = users[0]
     for t in targets:  # a target's value is wanted: it must come back on its own
         links[t] = -1
+    if maps is not None:
+        # A map's value is assembled by the scheduler from its items: it is never
+        # part of a chain, either end.
+        for i, j in enumerate(links):
+            if j >= 0 and (i in maps or j in maps):
+                links[i] = -1
     if needs is not None:
         # A task holding resources is dispatched on its own: what it holds is
         # then held exactly while it is out, not for a whole chain.
@@ -149,9 +157,10 @@ def _whole_plan(compiled: CompiledGraph) -> Plan:
         dependents=dependents,
         targets=compiled.sinks,
         roots=tuple(i for i, d in enumerate(deps) if not d),
-        chain_next=_chain_links(deps, dependents, compiled.sinks, compiled.needs),
+        chain_next=_chain_links(deps, dependents, compiled.sinks, compiled.needs, compiled.maps),
         priority=compiled.priority,
         needs=compiled.needs,
+        maps=compiled.maps,
     )
 
 
@@ -181,6 +190,9 @@ def _partial_plan(compiled: CompiledGraph, target_ids: tuple[int, ...]) -> Plan:
         needs = tuple([needs[g] for g in order])
         if not any(needs):
             needs = None
+    maps = None
+    if compiled.maps is not None:
+        maps = frozenset(local[g] for g in compiled.maps if g in local) or None
     return Plan(
         names=names,
         index={name: i for i, name in enumerate(names)},
@@ -189,9 +201,10 @@ def _partial_plan(compiled: CompiledGraph, target_ids: tuple[int, ...]) -> Plan:
         dependents=dependents,
         targets=targets,
         roots=tuple(i for i, d in enumerate(deps) if not d),
-        chain_next=_chain_links(deps, dependents, targets, needs),
+        chain_next=_chain_links(deps, dependents, targets, needs, maps),
         priority=priority,
         needs=needs,
+        maps=maps,
     )
 
 

@@ -40,10 +40,11 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from ._errors import describe
+from ._fanout import Fanout
 from ._messages import DISPATCH, END, Event
 from ._messages import READY as E_READY
 from ._plan import Plan
@@ -94,11 +95,20 @@ class RunState:
         n = len(plan)
         self.plan = plan
         self.on_error = on_error
+        # The run's tasks: the plan's, plus the items of maps once they expand
+        # (then these become lists; see _fanout.py).
+        self.names: Sequence[Hashable] = plan.names
+        self.index: Mapping[Hashable, int] = plan.index
+        self.fns: Sequence[Callable[..., Any]] = plan.fns
+        self.deps: Sequence[tuple[int, ...]] = plan.deps
+        self.dependents: Sequence[Sequence[int]] = plan.dependents
+        self.chain_next: Sequence[int] = plan.chain_next
+        self.items: dict[int, Any] | None = None  # a map item's element, until dispatch
         self.state = bytearray(n)
         self.values: list[Any] = [None] * n
         self.remaining = list(plan.dep_counts)  # dependencies not yet DONE
         self.consumers = list(plan.use_counts)  # users not yet handed their arguments
-        self.is_target = plan.target_mask
+        self.is_target: bytes | bytearray = plan.target_mask
         self.unfinished = n  # tasks not in a final state
         self.in_flight = 0  # items handed out and not released
         self.peak_in_flight = 0
@@ -110,9 +120,9 @@ class RunState:
 
         # Ready set: a deque when nothing ranks tasks, else a heap of
         # (key..., task); see _order_key.
-        self.priority = plan.priority
+        self.priority: Sequence[int] | None = plan.priority
         self.seq = 0
-        self.needs: tuple[tuple[tuple[int, float], ...], ...] | None = None
+        self.needs: Sequence[tuple[tuple[int, float], ...]] | None = None
         self.keyed = self.priority is not None or plan.needs is not None
         self.depth_first = DEPTH_FIRST
         ready: Any = [] if self.keyed else deque()
@@ -122,6 +132,11 @@ class RunState:
         self.peak_held: list[float] = []
         if plan.needs is not None:
             self._init_resources(plan.needs, capacity or {})
+        self.became_ready = self._make_ready
+        self.fanout: Fanout | None = None
+        if plan.maps is not None:
+            self.fanout = Fanout(self, plan.maps)
+            self.became_ready = self.fanout.ready
         # Pushed last-first: with depth-first order the first root is taken first.
         for r in reversed(plan.roots) if self.depth_first else plan.roots:
             self._make_ready(r)
@@ -295,8 +310,10 @@ class RunState:
         dropped here, so only the returned tuple holds it.
         """
         values, consumers, is_target = self.values, self.consumers, self.is_target
-        task_deps = self.plan.deps[task]
+        task_deps = self.deps[task]
         args = tuple([values[d] for d in task_deps])
+        if self.items is not None and task in self.items:  # a map's item: element first
+            args = (self.items.pop(task), *args)
         for d in task_deps:
             left = consumers[d] - 1
             consumers[d] = left
@@ -304,10 +321,10 @@ class RunState:
                 values[d] = None
         state = self.state
         state[task] = IN_FLIGHT
-        follower = self.plan.chain_next[task]
+        follower = self.chain_next[task]
         while follower >= 0:
             state[follower] = HELD
-            follower = self.plan.chain_next[follower]
+            follower = self.chain_next[follower]
         self.in_flight += 1
         if self.in_flight > self.peak_in_flight:
             self.peak_in_flight = self.in_flight
@@ -323,12 +340,12 @@ class RunState:
         self.in_flight -= 1
         if self.needs is not None and self.needs[task]:
             self._unhold(self.needs[task])
-        follower = self.plan.chain_next[task]
+        follower = self.chain_next[task]
         while follower >= 0:
             # Reported ends came first: a member not final now never ran.
             if self.state[follower] == HELD or self.state[follower] == IN_FLIGHT:
                 self.finish(follower, CANCELLED)
-            follower = self.plan.chain_next[follower]
+            follower = self.chain_next[follower]
 
     # ------------------------------------------------------------------ finish
     def finish(
@@ -350,7 +367,8 @@ class RunState:
         self.unfinished -= 1
         events = self.events
         if outcome == DONE:
-            self.ran_on[worker] += 1
+            if worker >= 0:  # not a map assembled by the scheduler
+                self.ran_on[worker] += 1
             if self.consumers[task] or self.is_target[task]:
                 self.values[task] = payload
             del payload
@@ -358,25 +376,26 @@ class RunState:
                 events.append(Event(END, task, worker, DONE, started, ended))
             if self.stopping:
                 return
-            follower = self.plan.chain_next[task]
+            follower = self.chain_next[task]
             if follower >= 0:  # already on this worker: it runs next
                 self.state[follower] = IN_FLIGHT
                 return
             remaining, state = self.remaining, self.state
-            dependents = self.plan.dependents[task]
+            dependents = self.dependents[task]
             # Last-first, so that depth-first order takes the first one first.
             for d in reversed(dependents) if self.depth_first else dependents:
                 left = remaining[d] - 1
                 remaining[d] = left
                 if not left and state[d] == WAITING:
-                    self._make_ready(d)
+                    self.became_ready(d)
         elif outcome == FAILED:
-            self.ran_on[worker] += 1
+            if worker >= 0:
+                self.ran_on[worker] += 1
             self._failed(task, payload, worker, started, ended)
         else:
             if outcome == SKIPPED:  # it will never consume its dependencies' values
                 consumers, values, is_target = self.consumers, self.values, self.is_target
-                for p in self.plan.deps[task]:
+                for p in self.deps[task]:
                     consumers[p] -= 1
                     if not consumers[p] and not is_target[p]:
                         values[p] = None
@@ -386,7 +405,7 @@ class RunState:
     def _failed(
         self, task: int, exc: BaseException, worker: int, started: float, ended: float
     ) -> None:
-        name = self.plan.names[task]
+        name = self.names[task]
         note = f"dagexec: raised by task {describe(name)}"
         if note not in getattr(exc, "__notes__", ()):
             exc.add_note(note)
@@ -401,7 +420,7 @@ class RunState:
             self._skip_downstream(task)
 
     def _skip_downstream(self, failed: int) -> None:
-        state, dependents = self.state, self.plan.dependents
+        state, dependents = self.state, self.dependents
         stack = list(dependents[failed])
         while stack:
             d = stack.pop()

@@ -198,7 +198,7 @@ class Run:
         workers = len(self.inboxes)
         self.started_at = started_at = self.now = perf_counter()
         if self.trace:
-            self.recorder = Recorder(plan, started_at)
+            self.recorder = Recorder(state, started_at)
         self.debug = log.isEnabledFor(logging.DEBUG)  # dispatch then pays one falsy test
         log.info(
             "run start: %d tasks, %d targets, %d workers, effective cap %d",
@@ -271,8 +271,8 @@ class Run:
 
     def _dispatch(self) -> bool:
         """Hand ready tasks to workers up to the cap; True if blocked by full inboxes."""
-        state, plan, cap = self.state, self.plan, self.cap
-        fns, chain_next, inboxes = plan.fns, plan.chain_next, self.inboxes
+        state, cap = self.state, self.cap
+        fns, chain_next, inboxes = state.fns, state.chain_next, self.inboxes
         pick, placed = self.balance.pick, self.balance.dispatched
         report, flags, stop, events = self.results.put, self.flags, self.stop, state.events
         while state.ready and state.in_flight < cap:
@@ -305,7 +305,7 @@ class Run:
             if self.debug:
                 log.debug(
                     "dispatch %r to worker %d (in flight %d of %d)",
-                    plan.names[task],
+                    state.names[task],
                     worker,
                     state.in_flight,
                     cap,
@@ -358,7 +358,7 @@ class Run:
         """Feed the trace and the callbacks from the run's events, in order."""
         events = self.state.events
         assert events is not None
-        hooks, names, recorder = self.hooks, self.plan.names, self.recorder
+        hooks, names, recorder = self.hooks, self.state.names, self.recorder
         now = perf_counter()
         for event in events:  # a callback error appends the cancels it causes
             if recorder is not None:

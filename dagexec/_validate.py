@@ -8,7 +8,7 @@ recurses on graph depth, so a 200,000-task chain validates like any other graph.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._errors import CycleError, MissingDependencyError
@@ -29,7 +29,7 @@ class CompiledGraph:
     which depend only on the immutable fields.
     """
 
-    __slots__ = ("deps", "fns", "index", "names", "needs", "plans", "priority", "sinks")
+    __slots__ = ("deps", "fns", "index", "maps", "names", "needs", "plans", "priority", "sinks")
 
     def __init__(
         self,
@@ -40,6 +40,7 @@ class CompiledGraph:
         sinks: tuple[int, ...],
         priority: tuple[int, ...] | None = None,
         needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
+        maps: frozenset[int] | None = None,
     ) -> None:
         self.names = names
         self.index = index
@@ -49,6 +50,7 @@ class CompiledGraph:
         # Per task, or None when no task has one (see Plan).
         self.priority = priority
         self.needs = needs
+        self.maps = maps  # g.map tasks, or None
         # Plans by their target indices; owned by _plan.plan_run.
         self.plans: dict[tuple[int, ...] | None, Plan] = {}
 
@@ -62,6 +64,7 @@ def compile_graph(
     dep_names: Sequence[tuple[Hashable, ...]],
     priority: Mapping[int, int] | None = None,
     needs: Mapping[int, tuple[tuple[str, float], ...]] | None = None,
+    maps: Iterable[int] = (),
 ) -> CompiledGraph:
     """Check a graph given as columns and convert it to index form.
 
@@ -97,6 +100,7 @@ def compile_graph(
         sinks,
         tuple([priority.get(i, 0) for i in range(n)]) if priority else None,
         tuple([needs.get(i, ()) for i in range(n)]) if needs else None,
+        frozenset(maps) or None,
     )
 
 
