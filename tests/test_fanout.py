@@ -161,3 +161,14 @@ def test_random_map_pipelines_match_a_serial_run(data: Any) -> None:
     assert {m: result[m] for m in maps} == expected
     assert_within_bounds(result)
     assert result.stats.peak_resources["gpu"] <= 1
+
+
+def test_readme_fanout_example_runs_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
+    section = readme[readme.index("## Dynamic fan-out") : readme.index("## Errors")]
+    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+    exec(compile(block, "README.md", "exec"), {})
+    assert capsys.readouterr().out == "21 TaskState.DONE\n"

@@ -289,7 +289,7 @@ def test_readme_resource_examples_run_as_written() -> None:
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
-    section = readme[readme.index("## Priorities") : readme.index("## Errors")]
+    section = readme[readme.index("## Priorities") : readme.index("## Dynamic fan-out")]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) == 3
     for block in blocks:
