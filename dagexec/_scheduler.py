@@ -275,7 +275,7 @@ class Run:
                 handle(get())
 
         if self.aborted:
-            log.warning("run interrupted: queued tasks cancelled, running tasks finished")
+            log.info("interrupted run: its last running tasks have finished")
             return  # the caller has gone; nobody reads an outcome
         result = build_result(self, perf_counter() - started_at)
         if log.isEnabledFor(logging.INFO):
@@ -362,7 +362,15 @@ class Run:
             if self.aborted:
                 return  # already handled, through abort_requested
             self.aborted = True
+            unfinished = self.unfinished
             self._stop()
+            # Logged now, not when the loop ends: that can be much later, or never.
+            log.warning(
+                "run interrupted: %d tasks cancelled, %d still running (they finish "
+                "in the background; their results are dropped)",
+                unfinished - self.unfinished,
+                self.in_flight,
+            )
             self.cancelled.set()
             return
         worker, task, kind, payload, t0, t1 = msg

@@ -7,20 +7,25 @@ the same graphs, so a conversion mistake shows up as a wrong value.
 
 from __future__ import annotations
 
+import _thread
 import io
 import logging
 import operator
+import re
+import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.pool import ThreadPool
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import dagexec
+from dagexec.testing import Gate
 
 REPO = Path(__file__).resolve().parents[1]
 EXTRA = "needs the dask extra: pip install 'dagexec[dask]'"
@@ -355,6 +360,139 @@ def test_nested_compute_inside_a_task_does_not_deadlock(dd: Any) -> None:
     dsk = {f"i{k}": (inner, k) for k in range(8)}
     dsk["total"] = (sum, [f"i{k}" for k in range(8)])
     assert dd.get(dsk, "total", num_workers=2) == sum(range(1, 9))
+
+
+# ---------------------------------------------------------- pools and Ctrl-C
+
+
+class Records(logging.Handler):
+    """Collects the ``dagexec`` log records and lets a test wait for one, without sleeping."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[tuple[int, str]] = []
+        self._cond = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._cond:
+            self.messages.append((record.levelno, record.getMessage()))
+            self._cond.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 10.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: any(re.search(pattern, m) for _, m in self.messages), timeout
+            )
+
+
+@pytest.fixture
+def records() -> Iterator[Records]:
+    handler = Records()
+    logger = logging.getLogger("dagexec")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def all_at_once(n: int) -> tuple[dict[Any, Any], list[str]]:
+    """n tasks that can only finish if all n run at once, and the names of their threads."""
+    barrier = threading.Barrier(n, timeout=10)  # broken, not hung, with fewer workers
+    names: list[str] = []
+
+    def task() -> int:
+        barrier.wait()
+        names.append(threading.current_thread().name)
+        return threading.get_ident()
+
+    dsk: dict[Any, Any] = {("t", i): (task,) for i in range(n)}
+    dsk["threads"] = (lambda *ids: len(set(ids)), *[("t", i) for i in range(n)])
+    return dsk, names
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize("pool_type", [ThreadPoolExecutor, ThreadPool])
+@pytest.mark.parametrize("how", ["keyword", "config", "keyword over num_workers"])
+def test_a_thread_pools_size_decides_the_workers_and_tasks_never_run_on_it(
+    dd: Any, pool_type: Any, how: str
+) -> None:
+    import dask
+
+    dsk, names = all_at_once(5)
+    with pool_type(5) as pool:
+        if how == "config":
+            with dask.config.set(pool=pool):
+                assert dd.get(dsk, "threads") == 5
+        else:
+            workers = {"num_workers": 1} if how == "keyword over num_workers" else {}
+            assert dd.get(dsk, "threads", pool=pool, **workers) == 5
+    assert len(names) == 5 and all(n.startswith("dagexec-worker-") for n in names)
+
+
+@pytest.mark.dask
+def test_num_workers_decides_the_workers(dd: Any) -> None:
+    dsk, names = all_at_once(5)
+    assert dd.get(dsk, "threads", num_workers=5) == 5
+    assert len(names) == 5
+
+
+@pytest.mark.dask
+def test_a_process_pool_or_another_object_as_pool_is_a_clear_type_error(dd: Any) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    process_pool = r"pool=.*ProcessPoolExecutor.* is a process pool"
+    with ProcessPoolExecutor(1) as pool, pytest.raises(TypeError, match=process_pool):
+        dd.get(LEGACY, "w", pool=pool)  # (a pool that starts no process until used)
+    with pytest.raises(TypeError, match=r"pool must be a .*ThreadPoolExecutor.*got int 4"):
+        dd.get(LEGACY, "w", pool=4)
+
+
+def sigint_main_thread() -> None:
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize(
+    "interrupt", [sigint_main_thread, _thread.interrupt_main], ids=["SIGINT", "interrupt_main"]
+)
+def test_ctrl_c_comes_back_while_tasks_block_and_the_next_get_runs(
+    dd: Any, interrupt: Any, records: Records
+) -> None:
+    """dask's test_interrupt: 19 tasks block, the 20th interrupts the caller."""
+    assert threading.current_thread() is threading.main_thread()
+    gate = Gate()
+    barrier = threading.Barrier(20, timeout=10)
+
+    def block() -> None:
+        barrier.wait()
+        gate.wait()
+
+    def interrupt_caller() -> None:
+        barrier.wait()
+        interrupt()
+
+    dsk: dict[Any, Any] = {("f", i): (block,) for i in range(19)}
+    dsk["interrupt"] = (interrupt_caller,)
+    with ThreadPoolExecutor(20) as pool:  # only its size is used: it starts no thread
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                dd.get(dsk, list(dsk), pool=pool)
+            assert gate.waiting == 19  # back while the tasks still block
+            # Logged as it happens, and saying what is true now.
+            assert records.wait_for(r"run interrupted: 0 tasks cancelled, (19|20) still running")
+            assert not [m for _, m in records.messages if "finished" in m]
+            # The next call with the same bounds does not wait for the blocked tasks.
+            assert dd.get({"x": (inc, 1)}, "x", pool=pool) == 2
+            assert gate.waiting == 19
+        finally:
+            gate.open()
+    assert records.wait_for(r"interrupted run: its last running tasks have finished")
+    warnings = [m for level, m in records.messages if level >= logging.WARNING]
+    assert len(warnings) == 1
 
 
 # -------------------------------------------------------------------- callbacks
