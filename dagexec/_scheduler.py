@@ -53,6 +53,7 @@ Policies, each written down once:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import queue
 import threading
@@ -137,8 +138,11 @@ class Run:
         on_error: str,
         hooks: Hooks,
         trace: bool,
+        context: contextvars.Context | None = None,
     ) -> None:
         self.plan = plan
+        # The caller's context, copied into every task (None: it was empty).
+        self.context = context
         self.inboxes = inboxes
         self.queue_cap = queue_cap
         self.max_in_flight = max_in_flight
@@ -301,7 +305,7 @@ class Run:
         state, is_target, ready = self.state, self.is_target, self.ready
         cap = self.cap
         report = self.results.put
-        flags, stop = self.flags, self.stop
+        flags, stop, context = self.flags, self.stop, self.context
         hooks = self.hooks.task_dispatch
         times = self.times
         while ready and self.in_flight < cap:
@@ -317,14 +321,14 @@ class Run:
             follower = chain_next[task]
             is_unit = follower >= 0
             if not is_unit:
-                item: WorkItem = (report, task, fns[task], args, flags, stop)
+                item: WorkItem = (report, task, fns[task], args, flags, stop, context)
             else:
                 members = [task]
                 while follower >= 0:
                     members.append(follower)
                     follower = chain_next[follower]
                 unit_fns = tuple([fns[m] for m in members])
-                item = (report, tuple(members), unit_fns, args, flags | IS_UNIT, stop)
+                item = (report, tuple(members), unit_fns, args, flags | IS_UNIT, stop, context)
             del args
             inboxes[best].put_nowait(item)  # room was checked; we are the only producer
             del item

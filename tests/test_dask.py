@@ -8,6 +8,7 @@ the same graphs, so a conversion mistake shows up as a wrong value.
 from __future__ import annotations
 
 import _thread
+import contextvars
 import io
 import logging
 import operator
@@ -493,6 +494,41 @@ def test_ctrl_c_comes_back_while_tasks_block_and_the_next_get_runs(
     assert records.wait_for(r"interrupted run: its last running tasks have finished")
     warnings = [m for level, m in records.messages if level >= logging.WARNING]
     assert len(warnings) == 1
+
+
+# ------------------------------------------------------------------ contextvars
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize("num_workers", [None, 1])
+def test_tasks_see_the_callers_contextvars_on_warm_workers(dd: Any, num_workers: Any) -> None:
+    """dask's test_contextvars, plus a fused chain and a task whose set() must not leak."""
+
+    def set_and_read() -> str:
+        before = request_id.get()
+        request_id.set("task")
+        return before
+
+    dsk = {
+        "single": (request_id.get,),
+        "setter": (set_and_read,),
+        "a": (lambda: [request_id.get()],),
+        "b": (lambda xs: [*xs, request_id.get()], "a"),
+        "c": (lambda xs: [*xs, request_id.get()], "b"),
+    }
+    keys = ["single", "setter", "c"]
+    assert dd.get(dsk, keys, num_workers=num_workers) == ("unset", "unset", ["unset"] * 3)
+
+    def in_caller() -> tuple[Any, Any, str]:
+        request_id.set("req-7")
+        first = dd.get(dsk, keys, num_workers=num_workers)  # the workers are warm by now
+        return first, dd.get(dsk, keys, num_workers=num_workers), request_id.get()
+
+    first, second, after = contextvars.Context().run(in_caller)
+    assert first == second == ("req-7", "req-7", ["req-7"] * 3)
+    assert after == "req-7"
 
 
 # -------------------------------------------------------------------- callbacks
