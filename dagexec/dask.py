@@ -34,7 +34,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'dagexec[dask]'"
     ) from exc
 
-from ._dask_callbacks import Bridge
+from ._dask_callbacks import bridge_for
 from ._dask_graph import Built, build, flatten_keys, nest, to_dask_graph
 from ._errors import describe
 from ._executor import DEFAULT_QUEUE_CAP, Executor
@@ -75,9 +75,11 @@ def get(
             anything with ``__dask_graph__`` (what ``dask.compute`` passes).
         keys: one key, a list of keys, or nested lists of keys; the result has
             the same shape, lists becoming tuples, as with ``dask.threaded.get``.
-        cache: values of keys known in advance; they are not computed. The
-            requested keys' values are stored into it afterwards, as dask does,
-            along with the known values and literal data nodes the run used.
+        cache: the run's live value store, as in ``dask.local`` (default: the
+            ``cache`` dask config value). Keys already in it are not computed;
+            the data nodes the run uses go into it when the run starts, each
+            task's value when the task ends, and a value leaves it once every
+            task needing it has ended, unless its key was requested.
         num_workers: worker threads (dagexec's ``workers``); default the
             ``num_workers`` dask config value, else ``os.cpu_count()``.
         pool: a ``concurrent.futures.ThreadPoolExecutor`` or a
@@ -110,7 +112,9 @@ def get(
     if not isinstance(dsk, Mapping):
         dsk = dsk.__dask_graph__()
     nodes: dict[Hashable, GraphNode] = convert_legacy_graph(dsk)
-    known: dict[Hashable, Any] = {} if cache is None else dict(cache)
+    if cache is None:
+        cache = dask.config.get("cache", None)
+    known: Mapping[Hashable, Any] = {} if cache is None else cache
     flat = flatten_keys(keys)
     for key in flat:
         if key not in nodes and key not in known:
@@ -118,10 +122,17 @@ def get(
     built = build(nodes, flat, known)
     with local_callbacks(callbacks) as active:
         values = _execute(
-            built, nodes, active, executor, num_workers, queue_cap, max_in_flight, on_error
+            built,
+            nodes,
+            list(active),
+            cache,
+            flat,
+            executor,
+            num_workers,
+            queue_cap,
+            max_in_flight,
+            on_error,
         )
-    if cache is not None:
-        cache.update(values)
     return nest(keys, values)
 
 
@@ -234,16 +245,17 @@ def shutdown() -> None:
 def _execute(
     built: Built,
     nodes: Mapping[Hashable, GraphNode],
-    callbacks: Any,
+    callbacks: list[tuple[Callable[..., Any] | None, ...]],
+    cache: MutableMapping[Hashable, Any] | None,
+    requested: list[Hashable],
     executor: Executor | None,
     num_workers: int | None,
     queue_cap: int,
     max_in_flight: int | None,
     on_error: OnError,
 ) -> dict[Hashable, Any]:
-    """Run the built graph, driving dask's callbacks; the requested keys' values."""
-    callbacks = list(callbacks)
-    bridge = Bridge(built, nodes, callbacks) if callbacks else None
+    """Run the built graph, driving dask's callbacks and cache; the requested keys' values."""
+    bridge = bridge_for(built, nodes, callbacks, cache, requested)
     cached = executor is None
     if executor is None:
         executor = _executor_for(num_workers, queue_cap, max_in_flight)

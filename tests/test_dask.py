@@ -352,6 +352,76 @@ def test_cache_supplies_values_and_receives_results(dd: Any) -> None:
 
 
 @pytest.mark.dask
+@pytest.mark.parametrize("how", ["keyword", "config"])
+def test_the_cache_is_the_live_value_store_during_the_run(dd: Any, how: str) -> None:
+    """dask's test_cache_options, and what else ``dask.local`` does with the cache::
+
+    d (data) --> a1 --> b
+    d (data) --> a2 --> b
+    """
+    import dask
+
+    cache: dict[Any, Any] = {}
+    seen: dict[str, list[str]] = {}
+
+    def look(name: str) -> Any:
+        def task(*values: int) -> int:
+            seen[name] = sorted(cache)
+            return sum(values) + 1
+
+        return task
+
+    dsk = {"d": 10, "a1": (look("a1"), "d"), "a2": (look("a2"), "d"), "b": (look("b"), "a1", "a2")}
+    if how == "config":
+        with dask.config.set(cache=cache):
+            assert dd.get(dsk, "b") == 23
+    else:
+        assert dd.get(dsk, "b", cache=cache) == 23
+    assert "d" in seen["a1"] and "d" in seen["a2"]  # data nodes are there from the start
+    assert seen["b"] == ["a1", "a2"]  # values arrive as tasks end; d left once used
+    assert cache == {"b": 23}  # the requested keys stay
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize(
+    ("dsk", "keys", "given"),
+    [
+        ({"x": 1, "y": (inc, "x"), "z": (add, "y", "x")}, ["x", "z"], {"other": 0}),
+        ({"x": 1, "y": (inc, "x"), "z": (inc, "y")}, ["y", "z"], {}),
+    ],
+    ids=["requested data node", "requested middle"],
+)
+def test_the_cache_ends_as_with_dask_local(dd: Any, dsk: Any, keys: Any, given: Any) -> None:
+    from dask.local import get_sync
+
+    ours, theirs = dict(given), dict(given)
+    assert dd.get(dsk, keys, cache=ours) == get_sync(dsk, keys, cache=theirs)
+    assert ours == theirs
+
+
+@pytest.mark.dask
+def test_a_cached_input_is_used_and_then_released_as_with_dask_local(dd: Any) -> None:
+    from dask._task_spec import Task, TaskRef
+    from dask.local import get_sync
+
+    dsk = {"y": Task("y", inc, TaskRef("x")), "z": Task("z", inc, TaskRef("y"))}
+    ours, theirs = {"x": 41, "other": 0}, {"x": 41, "other": 0}
+    assert dd.get(dsk, "z", cache=ours) == get_sync(dsk, "z", cache=theirs) == 43
+    assert ours == theirs == {"z": 43, "other": 0}
+
+
+@pytest.mark.dask
+def test_callbacks_see_the_given_cache_as_their_state(dd: Any) -> None:
+    from dask.callbacks import Callback
+
+    cache: dict[Any, Any] = {}
+    states: list[Any] = []
+    with Callback(posttask=lambda key, value, dsk, state, worker: states.append(state["cache"])):
+        assert dd.get(LEGACY, "w", cache=cache) == 4
+    assert states and all(s is cache for s in states)
+
+
+@pytest.mark.dask
 def test_nested_compute_inside_a_task_does_not_deadlock(dd: Any) -> None:
     import dask
 
@@ -482,7 +552,8 @@ def test_ctrl_c_comes_back_while_tasks_block_and_the_next_get_runs(
         try:
             with pytest.raises(KeyboardInterrupt):
                 dd.get(dsk, list(dsk), pool=pool)
-            assert gate.waiting == 19  # back while the tasks still block
+            # Back while the tasks still block (the gate is shut: none can end).
+            assert gate.wait_for_waiting(19) and not gate.is_open
             # Logged as it happens, and saying what is true now.
             assert records.wait_for(r"run interrupted: 0 tasks cancelled, (19|20) still running")
             assert not [m for _, m in records.messages if "finished" in m]
