@@ -422,6 +422,29 @@ def test_callbacks_see_the_given_cache_as_their_state(dd: Any) -> None:
 
 
 @pytest.mark.dask
+def test_a_missing_dependency_is_a_dagexec_error_in_dasks_words(dd: Any) -> None:
+    """dask's test_detect_malformed_graph: nothing runs, the message says what to do."""
+    from dask._task_spec import Task, TaskRef
+
+    ran: list[str] = []
+    dsk = {
+        "first": (ran.append, "first"),
+        "y": Task("y", add, TaskRef("x"), TaskRef("w")),
+        "z": (inc, "y"),
+    }
+    with pytest.raises(dagexec.MissingDependencyError) as info:
+        dd.get(dsk, ["first", "z"])
+    assert isinstance(info.value, ValueError)
+    assert str(info.value) == (
+        "Missing dependency 'w', 'x' for dependents 'y': they are neither in the dask "
+        "graph nor in cache; add the missing key to the graph or pass its value in cache="
+    )
+    assert (info.value.task, info.value.missing) == ("y", ("w", "x"))
+    assert ran == []
+    assert dd.get(dsk, "z", cache={"x": 1, "w": 2}) == 4
+
+
+@pytest.mark.dask
 def test_nested_compute_inside_a_task_does_not_deadlock(dd: Any) -> None:
     import dask
 
