@@ -206,7 +206,7 @@ def _with_consts(
     if cache is None:
         return dict(consts)
     for key, value in consts.items():
-        if key not in cache:  # a cached value may be an equal but other object
+        if key not in cache:  # keys in the cache were read from it: it wins over data
             cache[key] = value
     return cache
 
