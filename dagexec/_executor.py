@@ -13,6 +13,7 @@ within :data:`_INTERRUPT_POLL_SECONDS` even when it was raised with
 
 from __future__ import annotations
 
+import contextvars
 import os
 import queue
 import threading
@@ -169,6 +170,10 @@ class Executor:
             callbacks.append(ProgressBar())
         hooks = Hooks(callbacks)
         plan = plan_run(graph._compile(), targets)
+        # Tasks see the caller's contextvars, as with asyncio.to_thread and dask's
+        # threads; an empty context costs the tasks nothing (see worker_loop).
+        caller = contextvars.copy_context()
+        context = caller if len(caller) else None
         here = threading.current_thread()
         if here is self._scheduler or here in self._threads:
             # The outer run holds the run lock and waits for this very thread.
@@ -188,6 +193,7 @@ class Executor:
                 on_error=on_error,
                 hooks=hooks,
                 trace=trace,
+                context=context,
             )
             scheduler = threading.Thread(target=run.main, name="dagexec-scheduler", daemon=True)
             self._scheduler = scheduler

@@ -53,6 +53,7 @@ Policies, each written down once:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import queue
 import threading
@@ -137,8 +138,11 @@ class Run:
         on_error: str,
         hooks: Hooks,
         trace: bool,
+        context: contextvars.Context | None = None,
     ) -> None:
         self.plan = plan
+        # The caller's context, copied into every task (None: it was empty).
+        self.context = context
         self.inboxes = inboxes
         self.queue_cap = queue_cap
         self.max_in_flight = max_in_flight
@@ -275,7 +279,7 @@ class Run:
                 handle(get())
 
         if self.aborted:
-            log.warning("run interrupted: queued tasks cancelled, running tasks finished")
+            log.info("interrupted run: its last running tasks have finished")
             return  # the caller has gone; nobody reads an outcome
         result = build_result(self, perf_counter() - started_at)
         if log.isEnabledFor(logging.INFO):
@@ -301,7 +305,7 @@ class Run:
         state, is_target, ready = self.state, self.is_target, self.ready
         cap = self.cap
         report = self.results.put
-        flags, stop = self.flags, self.stop
+        flags, stop, context = self.flags, self.stop, self.context
         hooks = self.hooks.task_dispatch
         times = self.times
         while ready and self.in_flight < cap:
@@ -317,14 +321,14 @@ class Run:
             follower = chain_next[task]
             is_unit = follower >= 0
             if not is_unit:
-                item: WorkItem = (report, task, fns[task], args, flags, stop)
+                item: WorkItem = (report, task, fns[task], args, flags, stop, context)
             else:
                 members = [task]
                 while follower >= 0:
                     members.append(follower)
                     follower = chain_next[follower]
                 unit_fns = tuple([fns[m] for m in members])
-                item = (report, tuple(members), unit_fns, args, flags | IS_UNIT, stop)
+                item = (report, tuple(members), unit_fns, args, flags | IS_UNIT, stop, context)
             del args
             inboxes[best].put_nowait(item)  # room was checked; we are the only producer
             del item
@@ -362,7 +366,15 @@ class Run:
             if self.aborted:
                 return  # already handled, through abort_requested
             self.aborted = True
+            unfinished = self.unfinished
             self._stop()
+            # Logged now, not when the loop ends: that can be much later, or never.
+            log.warning(
+                "run interrupted: %d tasks cancelled, %d still running (they finish "
+                "in the background; their results are dropped)",
+                unfinished - self.unfinished,
+                self.in_flight,
+            )
             self.cancelled.set()
             return
         worker, task, kind, payload, t0, t1 = msg

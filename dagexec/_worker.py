@@ -14,6 +14,7 @@ of the one before, run back to back and reported once (see ``_plan._chain_links`
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 from collections.abc import Callable
@@ -52,8 +53,11 @@ IS_UNIT = 4
 STOP = None
 
 Report = Callable[[tuple[int, Any, int, Any, float, float]], None]
-# (report, task or member tasks, fn or member fns, args, flags, the run's stop flag)
-WorkItem = tuple[Report, Any, Any, tuple[Any, ...], int, threading.Event]
+# (report, task or member tasks, fn or member fns, args, flags, the run's stop flag,
+#  the caller's context or None): see worker_loop for the context.
+WorkItem = tuple[
+    Report, Any, Any, tuple[Any, ...], int, threading.Event, contextvars.Context | None
+]
 
 
 def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
@@ -61,6 +65,12 @@ def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
 
     Any ``BaseException`` from a task (``SystemExit`` and ``KeyboardInterrupt``
     included) is reported like any failure, so a worker is never killed silently.
+
+    An item carrying a context (a copy of the caller's, taken once per run) runs
+    each task in a fresh copy of it: the task sees the caller's ``contextvars``,
+    and what it sets stays its own (a ``Context`` can be entered by one thread
+    at a time, and tasks must not see each other's changes). Without one (the
+    caller's context was empty) the task is called directly, at no cost.
     """
     get = inbox.get
     while True:
@@ -74,7 +84,7 @@ def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
             del item
             _run_unit(worker_id, box)
             continue
-        report, task, fn, args, flags, stop = item
+        report, task, fn, args, flags, stop, context = item
         # Drop every reference we can before running and after reporting: an idle
         # worker must not keep a large argument or result alive.
         del item
@@ -82,7 +92,7 @@ def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
             report((worker_id, task, STARTED, None, 0.0, 0.0))
         started = perf_counter() if flags & TIMED else 0.0
         try:
-            value = fn(*args)
+            value = fn(*args) if context is None else context.copy().run(fn, *args)
         except BaseException as exc:  # reported, re-raised in the caller
             del args
             _drop_own_frame(exc)
@@ -94,7 +104,7 @@ def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
             ended = perf_counter() if flags & TIMED else 0.0
             report((worker_id, task, DONE, value, started, ended))
             del value
-        del report, fn, stop
+        del report, fn, stop, context
 
 
 def _drop_own_frame(exc: BaseException) -> None:
@@ -118,7 +128,7 @@ def _run_unit(worker_id: int, box: list[WorkItem]) -> None:
     traces and callbacks (and whatever they hold per task) keep pace with the
     work instead of waiting for the whole unit.
     """
-    report, tasks, fns, args, flags, stop = box.pop()
+    report, tasks, fns, args, flags, stop, context = box.pop()
     timed = flags & TIMED
     times: list[float] | None = [] if timed else None
     value: Any = None
@@ -132,7 +142,7 @@ def _run_unit(worker_id: int, box: list[WorkItem]) -> None:
             report((worker_id, tasks[k], STARTED, None, 0.0, 0.0))
         started = perf_counter() if timed else 0.0
         try:
-            value = fn(*args)
+            value = fn(*args) if context is None else context.copy().run(fn, *args)
         except BaseException as exc:
             # This frame ends here but stays reachable from exc's traceback:
             # it must not keep the previous member's value alive.
