@@ -7,13 +7,14 @@ and tested, without the executor and the callback bridge around it.
 How a dask graph becomes a dagexec graph: every dask node is converted to the
 task-spec form (``dask._task_spec.convert_legacy_graph``), only the ancestors of
 the requested keys are kept, and each node becomes one dagexec task whose
-dependencies are the node's dependency keys. Data nodes (literals, and values
-passed in ``cache``) are not tasks at all: like dask's own local scheduler, they
-are known before the run starts and are baked into the tasks that use them. The
-common node, a ``Task`` whose arguments are references and literals, is called
-directly with its arguments in place, so it costs no more than dask's own
-``Task.__call__``; anything else is called the way dask calls it, with a dict
-of its dependencies' values.
+dependencies are the node's dependency keys (a key that is neither in the
+graph nor known raises a ``MissingDependencyError`` in dask's words). Data
+nodes (literals, and values passed in ``cache``) are not tasks at all: like
+dask's own local scheduler, they are known before the run starts and are baked
+into the tasks that use them. The common node, a ``Task`` whose arguments are
+references and literals, is called directly with its arguments in place, so it
+costs no more than dask's own ``Task.__call__``; anything else is called the
+way dask calls it, with a dict of its dependencies' values.
 
 The other direction, :func:`to_dask_graph`, keeps dagexec task names as dask
 keys whenever dask accepts them.
@@ -27,6 +28,7 @@ from typing import Any
 from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef
 from dask.core import validate_key
 
+from ._errors import MissingDependencyError, describe
 from ._graph import Graph
 from ._plan import Plan, plan_run
 
@@ -104,7 +106,7 @@ def build(
                 if _is_const(dep, nodes, known, consts):
                     continue
                 if dep not in nodes:
-                    continue  # reported by validation as a MissingDependencyError
+                    raise _missing(key, deps, nodes, known)
                 dep_deps = _node_deps(nodes[dep])
                 stack.append((dep, iter(dep_deps), dep_deps))
                 visiting.add(dep)
@@ -117,6 +119,28 @@ def build(
                 graph_add(key, fn, deps=fn_deps)
     built.targets = [k for k in dict.fromkeys(keys) if k in task_deps]
     return built
+
+
+def _missing(
+    key: Hashable,
+    deps: list[Hashable],
+    nodes: Mapping[Hashable, GraphNode],
+    known: Mapping[Hashable, Any],
+) -> MissingDependencyError:
+    """The error for ``key``'s dependencies that are neither tasks nor known values.
+
+    Worded as dask words it ("Missing dependency ..."), which dask users (and
+    dask's own tests) look for, and still a :class:`MissingDependencyError`.
+    """
+    missing = [d for d in deps if d not in nodes and d not in known]
+    error = MissingDependencyError(key, missing)
+    names = ", ".join(describe(m) for m in missing)
+    error.args = (
+        f"Missing dependency {names} for dependents {describe(key)}: "
+        f"{'it is' if len(missing) == 1 else 'they are'} neither in the dask graph "
+        "nor in cache; add the missing key to the graph or pass its value in cache=",
+    )
+    return error
 
 
 def _is_const(

@@ -16,6 +16,7 @@ that blocks it cannot delay the caller's Ctrl-C.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import queue
@@ -209,6 +210,10 @@ class Executor:
             callbacks.append(ProgressBar())
         hooks = Hooks(callbacks)
         plan = plan_run(graph._compile(), targets)
+        # Tasks see the caller's contextvars, as with asyncio.to_thread and dask's
+        # threads; an empty context costs the tasks nothing (see worker_loop).
+        caller = contextvars.copy_context()
+        context = caller if len(caller) else None
         capacity = self.resources
         if resources is not None:
             capacity = {**capacity, **_check_capacity("resources", resources)}
@@ -233,6 +238,7 @@ class Executor:
                 hooks=hooks,
                 trace=trace,
                 capacity=capacity,
+                context=context,
             )
             try:
                 # put() inside the try: the first task may raise SIGINT at once,

@@ -17,6 +17,7 @@ balance move), and nothing here relies on the GIL.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -92,6 +93,7 @@ class Job(NamedTuple):
 
     It carries the run's own ``report`` and ``stop``, so a worker needs nothing
     else, and a late report of an abandoned run goes to that run's queue only.
+    ``context`` is the caller's contextvars (None when empty), copied per task.
     """
 
     report: Reporter
@@ -100,6 +102,7 @@ class Job(NamedTuple):
     args: tuple[Any, ...]
     flags: int
     stop: threading.Event
+    context: contextvars.Context | None
 
 
 class Chain(NamedTuple):
@@ -114,6 +117,7 @@ class Chain(NamedTuple):
     args: tuple[Any, ...]
     flags: int
     stop: threading.Event
+    context: contextvars.Context | None
 
 
 Item = Job | Chain

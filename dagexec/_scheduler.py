@@ -52,6 +52,7 @@ outcome published.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import queue
 import threading
@@ -135,8 +136,11 @@ class Run:
         hooks: Hooks,
         trace: bool,
         capacity: Mapping[str, float] | None = None,
+        context: contextvars.Context | None = None,
     ) -> None:
         self.plan = plan
+        # The caller's context, copied into every task (None: it was empty).
+        self.context = context
         self.inboxes = inboxes
         self.queue_cap = queue_cap
         self.max_in_flight = max_in_flight
@@ -253,7 +257,7 @@ class Run:
             self._observe()
 
         if self.aborted:
-            log.warning("run interrupted: queued tasks cancelled, running tasks finished")
+            log.info("interrupted run: its last running tasks have finished")
             return  # the caller has gone; nobody reads an outcome
         result = build_result(self, perf_counter() - started_at)
         if log.isEnabledFor(logging.INFO):
@@ -275,6 +279,7 @@ class Run:
         fns, chain_next, inboxes = state.fns, state.chain_next, self.inboxes
         pick, placed = self.balance.pick, self.balance.dispatched
         report, flags, stop, events = self.results.put, self.flags, self.stop, state.events
+        context = self.context
         while state.ready and state.in_flight < cap:
             worker = pick()
             if worker < 0:
@@ -285,14 +290,13 @@ class Run:
             args = state.dispatch(task, worker)
             item: Item
             if chain_next[task] < 0:
-                item = Job(report, task, fns[task], args, flags, stop)
+                item = Job(report, task, fns[task], args, flags, stop, context)
             else:
                 members = [task]
                 while chain_next[members[-1]] >= 0:
                     members.append(chain_next[members[-1]])
-                item = Chain(
-                    report, tuple(members), tuple([fns[m] for m in members]), args, flags, stop
-                )
+                unit = tuple([fns[m] for m in members])
+                item = Chain(report, tuple(members), unit, args, flags, stop, context)
             del args
             if events:  # trace stamp and on_task_dispatch come before the put
                 self._observe()
@@ -317,8 +321,16 @@ class Run:
         if msg is ABORT:
             if not self.aborted:  # else already handled, through abort_requested
                 self.aborted = True
+                unfinished = state.unfinished
                 state.stop()
                 self._halt()
+                # Logged now, not when the loop ends: that can be much later, or never.
+                log.warning(
+                    "run interrupted: %d tasks cancelled, %d still running (they finish "
+                    "in the background; their results are dropped)",
+                    unfinished - state.unfinished,
+                    state.in_flight,
+                )
                 self.cancelled.set()
             return
         worker, task, kind, payload, started, ended = msg

@@ -42,6 +42,12 @@ def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
 
     Any ``BaseException`` from a task (``SystemExit`` and ``KeyboardInterrupt``
     included) is reported like any failure, so a worker is never killed silently.
+
+    An item carrying a context (a copy of the caller's, taken once per run) runs
+    each task in a fresh copy of it: the task sees the caller's ``contextvars``,
+    and what it sets stays its own (a ``Context`` can be entered by one thread
+    at a time, and tasks must not see each other's changes). Without one (the
+    caller's context was empty) the task is called directly, at no cost.
     """
     get = inbox.get
     while True:
@@ -55,7 +61,7 @@ def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
             del item
             _run_chain(worker_id, box)
             continue
-        report, task, fn, args, flags, stop = item
+        report, task, fn, args, flags, stop, context = item
         # Drop every reference we can before running and after reporting: an idle
         # worker must not keep a large argument or result alive.
         del item
@@ -63,7 +69,7 @@ def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
             report(Report(worker_id, task, STARTED, None, 0.0, 0.0))
         started = perf_counter() if flags & TIMED else 0.0
         try:
-            value = fn(*args)
+            value = fn(*args) if context is None else context.copy().run(fn, *args)
         except BaseException as exc:  # reported, re-raised in the caller
             del args
             _drop_own_frame(exc)
@@ -75,7 +81,7 @@ def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
             ended = perf_counter() if flags & TIMED else 0.0
             report(Report(worker_id, task, DONE, value, started, ended))
             del value
-        del report, fn, stop
+        del report, fn, stop, context
 
 
 def _drop_own_frame(exc: BaseException) -> None:
@@ -99,7 +105,7 @@ def _run_chain(worker_id: int, box: list[Chain]) -> None:
     traces and callbacks (and whatever they hold per task) keep pace with the
     work instead of waiting for the whole chain.
     """
-    report, tasks, fns, args, flags, stop = box.pop()
+    report, tasks, fns, args, flags, stop, context = box.pop()
     timed = flags & TIMED
     times: list[float] | None = [] if timed else None
     value: Any = None
@@ -112,7 +118,7 @@ def _run_chain(worker_id: int, box: list[Chain]) -> None:
             report(Report(worker_id, tasks[k], STARTED, None, 0.0, 0.0))
         started = perf_counter() if timed else 0.0
         try:
-            value = fn(*args)
+            value = fn(*args) if context is None else context.copy().run(fn, *args)
         except BaseException as exc:
             # This frame ends here but stays reachable from exc's traceback:
             # it must not keep the previous member's value alive.

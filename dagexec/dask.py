@@ -17,8 +17,10 @@ executors :func:`get` keeps between calls. Install the extra with
 
 from __future__ import annotations
 
+import multiprocessing.pool
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, MutableMapping
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from time import perf_counter
 from typing import Any, Literal
 
@@ -32,7 +34,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'dagexec[dask]'"
     ) from exc
 
-from ._dask_callbacks import Bridge
+from ._dask_callbacks import bridge_for
 from ._dask_graph import Built, build, flatten_keys, nest, to_dask_graph
 from ._errors import describe
 from ._executor import DEFAULT_QUEUE_CAP, Executor
@@ -54,6 +56,7 @@ def get(
     *,
     cache: MutableMapping[Hashable, Any] | None = None,
     num_workers: int | None = None,
+    pool: Any = None,
     queue_cap: int = DEFAULT_QUEUE_CAP,
     max_in_flight: int | None = None,
     on_error: OnError = "raise",
@@ -72,11 +75,18 @@ def get(
             anything with ``__dask_graph__`` (what ``dask.compute`` passes).
         keys: one key, a list of keys, or nested lists of keys; the result has
             the same shape, lists becoming tuples, as with ``dask.threaded.get``.
-        cache: values of keys known in advance; they are not computed. The
-            requested keys' values are stored into it afterwards, as dask does,
-            along with the known values and literal data nodes the run used.
+        cache: the run's live value store, as in ``dask.local`` (default: the
+            ``cache`` dask config value). Keys already in it are not computed;
+            the data nodes the run uses go into it when the run starts, each
+            task's value when the task ends, and a value leaves it once every
+            task needing it has ended, unless its key was requested.
         num_workers: worker threads (dagexec's ``workers``); default the
             ``num_workers`` dask config value, else ``os.cpu_count()``.
+        pool: a ``concurrent.futures.ThreadPoolExecutor`` or a
+            ``multiprocessing.pool.ThreadPool`` (default: the ``pool`` dask
+            config value). As in ``dask.threaded.get`` it decides the number of
+            worker threads, over ``num_workers``; the tasks run on dagexec's
+            own workers, never on the pool.
         queue_cap, max_in_flight: dagexec's bounds, see :class:`dagexec.Executor`.
         on_error: ``"raise"`` stops at the first failure; ``"continue"`` lets
             every task that does not depend on a failure finish first. Either way
@@ -86,18 +96,25 @@ def get(
         executor: run on this :class:`dagexec.Executor` instead of the calling
             thread's cached one; ``num_workers``, ``queue_cap`` and
             ``max_in_flight`` are then the executor's own.
-        kwargs: other schedulers' options (``pool``, ``chunksize``...); ignored,
-            as the protocol expects of a scheduler that does not know them.
+        kwargs: other schedulers' options (``chunksize``...); ignored, as the
+            protocol expects of a scheduler that does not know them.
 
     Raises:
         KeyError: a requested key is not in the graph.
+        TypeError: ``pool`` is not a thread pool.
+        KeyboardInterrupt: Ctrl-C, promptly; tasks already running finish in
+            the background on an executor that the next call no longer uses.
         BaseException: the first failing task's own exception.
     """
     del kwargs  # accepted and ignored, as dask's scheduler protocol expects
+    if executor is None:
+        num_workers = _worker_count(num_workers, pool)
     if not isinstance(dsk, Mapping):
         dsk = dsk.__dask_graph__()
     nodes: dict[Hashable, GraphNode] = convert_legacy_graph(dsk)
-    known: dict[Hashable, Any] = {} if cache is None else dict(cache)
+    if cache is None:
+        cache = dask.config.get("cache", None)
+    known: Mapping[Hashable, Any] = {} if cache is None else cache
     flat = flatten_keys(keys)
     for key in flat:
         if key not in nodes and key not in known:
@@ -105,10 +122,17 @@ def get(
     built = build(nodes, flat, known)
     with local_callbacks(callbacks) as active:
         values = _execute(
-            built, nodes, active, executor, num_workers, queue_cap, max_in_flight, on_error
+            built,
+            nodes,
+            list(active),
+            cache,
+            flat,
+            executor,
+            num_workers,
+            queue_cap,
+            max_in_flight,
+            on_error,
         )
-    if cache is not None:
-        cache.update(values)
     return nest(keys, values)
 
 
@@ -146,6 +170,64 @@ def _executor_for(workers: int | None, queue_cap: int, max_in_flight: int | None
     return ex
 
 
+def _retire(ex: Executor) -> None:
+    """Forget ``ex`` (the calling thread's cached executor) and stop it without waiting."""
+    thread = threading.current_thread()
+    with _executors_lock:
+        cached = _executors.get(thread)
+        if cached is not None and cached[1] is ex:
+            del _executors[thread]
+    ex.shutdown(wait=False)  # its workers exit once their running tasks end
+
+
+def _worker_count(num_workers: int | None, pool: Any) -> int | None:
+    """The worker threads to run on, decided as ``dask.threaded.get`` decides its pool.
+
+    A pool (the keyword, else the ``pool`` config) decides by its size; then
+    ``num_workers`` (the keyword, else the config). None (or 0) means the default.
+    """
+    if pool is None:
+        pool = dask.config.get("pool", None)
+    if pool is not None:
+        return _pool_size(pool)
+    if not num_workers:  # None or 0 mean "the default", as in dask
+        num_workers = dask.config.get("num_workers", None) or None
+    return num_workers
+
+
+def _pool_size(pool: object) -> int:
+    """How many threads ``pool`` has: its size is all dagexec takes from it."""
+    if isinstance(pool, ProcessPoolExecutor) or (
+        isinstance(pool, multiprocessing.pool.Pool)
+        and not isinstance(pool, multiprocessing.pool.ThreadPool)
+    ):
+        raise TypeError(
+            f"pool={_show(pool)} is a process pool, but dagexec.dask.get runs tasks on its "
+            "own threads and takes only a thread pool's size from pool=; pass "
+            "num_workers=N, or use scheduler='processes' to run tasks in processes"
+        )
+    if isinstance(pool, ThreadPoolExecutor):
+        size = pool._max_workers
+    elif isinstance(pool, multiprocessing.pool.ThreadPool):
+        size = pool._processes  # type: ignore[attr-defined]
+    else:
+        raise TypeError(
+            "pool must be a concurrent.futures.ThreadPoolExecutor or a "
+            f"multiprocessing.pool.ThreadPool, got {type(pool).__name__} {_show(pool)}; "
+            "dagexec.dask.get takes its size as the number of worker threads "
+            "(or pass num_workers=N)"
+        )
+    return int(size)
+
+
+def _show(value: object) -> str:
+    """``repr(value)`` for a message, even when that ``__repr__`` raises."""
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__} object>"
+
+
 def shutdown() -> None:
     """Stop the worker threads :func:`get` keeps between calls, once they are idle.
 
@@ -163,30 +245,38 @@ def shutdown() -> None:
 def _execute(
     built: Built,
     nodes: Mapping[Hashable, GraphNode],
-    callbacks: Any,
+    callbacks: list[tuple[Callable[..., Any] | None, ...]],
+    cache: MutableMapping[Hashable, Any] | None,
+    requested: list[Hashable],
     executor: Executor | None,
     num_workers: int | None,
     queue_cap: int,
     max_in_flight: int | None,
     on_error: OnError,
 ) -> dict[Hashable, Any]:
-    """Run the built graph, driving dask's callbacks; the requested keys' values."""
-    callbacks = list(callbacks)
-    bridge = Bridge(built, nodes, callbacks) if callbacks else None
+    """Run the built graph, driving dask's callbacks and cache; the requested keys' values."""
+    bridge = bridge_for(built, nodes, callbacks, cache, requested)
+    cached = executor is None
     if executor is None:
-        if not num_workers:  # None or 0 mean "the default", as in dask
-            num_workers = dask.config.get("num_workers", None) or None
         executor = _executor_for(num_workers, queue_cap, max_in_flight)
     succeeded = False
     try:
         if bridge is not None:
             bridge.start()
-        result = executor.run(
-            built.graph,
-            _run_targets(built),
-            on_error=on_error,
-            callbacks=() if bridge is None else (bridge,),
-        )
+        try:
+            result = executor.run(
+                built.graph,
+                _run_targets(built),
+                on_error=on_error,
+                callbacks=() if bridge is None else (bridge,),
+            )
+        except BaseException as exc:
+            if cached and not isinstance(exc, Exception):
+                # Ctrl-C: the run's running tasks go on in the background, and
+                # the next run on this executor would wait for them, however
+                # long they take. Retire it instead; the next call starts afresh.
+                _retire(executor)
+            raise
         if result.errors:
             raise _first_error(result)
         succeeded = True

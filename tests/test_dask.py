@@ -7,20 +7,26 @@ the same graphs, so a conversion mistake shows up as a wrong value.
 
 from __future__ import annotations
 
+import _thread
+import contextvars
 import io
 import logging
 import operator
+import re
+import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.pool import ThreadPool
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import dagexec
+from dagexec.testing import Gate
 
 REPO = Path(__file__).resolve().parents[1]
 EXTRA = "needs the dask extra: pip install 'dagexec[dask]'"
@@ -346,6 +352,99 @@ def test_cache_supplies_values_and_receives_results(dd: Any) -> None:
 
 
 @pytest.mark.dask
+@pytest.mark.parametrize("how", ["keyword", "config"])
+def test_the_cache_is_the_live_value_store_during_the_run(dd: Any, how: str) -> None:
+    """dask's test_cache_options, and what else ``dask.local`` does with the cache::
+
+    d (data) --> a1 --> b
+    d (data) --> a2 --> b
+    """
+    import dask
+
+    cache: dict[Any, Any] = {}
+    seen: dict[str, list[str]] = {}
+
+    def look(name: str) -> Any:
+        def task(*values: int) -> int:
+            seen[name] = sorted(cache)
+            return sum(values) + 1
+
+        return task
+
+    dsk = {"d": 10, "a1": (look("a1"), "d"), "a2": (look("a2"), "d"), "b": (look("b"), "a1", "a2")}
+    if how == "config":
+        with dask.config.set(cache=cache):
+            assert dd.get(dsk, "b") == 23
+    else:
+        assert dd.get(dsk, "b", cache=cache) == 23
+    assert "d" in seen["a1"] and "d" in seen["a2"]  # data nodes are there from the start
+    assert seen["b"] == ["a1", "a2"]  # values arrive as tasks end; d left once used
+    assert cache == {"b": 23}  # the requested keys stay
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize(
+    ("dsk", "keys", "given"),
+    [
+        ({"x": 1, "y": (inc, "x"), "z": (add, "y", "x")}, ["x", "z"], {"other": 0}),
+        ({"x": 1, "y": (inc, "x"), "z": (inc, "y")}, ["y", "z"], {}),
+    ],
+    ids=["requested data node", "requested middle"],
+)
+def test_the_cache_ends_as_with_dask_local(dd: Any, dsk: Any, keys: Any, given: Any) -> None:
+    from dask.local import get_sync
+
+    ours, theirs = dict(given), dict(given)
+    assert dd.get(dsk, keys, cache=ours) == get_sync(dsk, keys, cache=theirs)
+    assert ours == theirs
+
+
+@pytest.mark.dask
+def test_a_cached_input_is_used_and_then_released_as_with_dask_local(dd: Any) -> None:
+    from dask._task_spec import Task, TaskRef
+    from dask.local import get_sync
+
+    dsk = {"y": Task("y", inc, TaskRef("x")), "z": Task("z", inc, TaskRef("y"))}
+    ours, theirs = {"x": 41, "other": 0}, {"x": 41, "other": 0}
+    assert dd.get(dsk, "z", cache=ours) == get_sync(dsk, "z", cache=theirs) == 43
+    assert ours == theirs == {"z": 43, "other": 0}
+
+
+@pytest.mark.dask
+def test_callbacks_see_the_given_cache_as_their_state(dd: Any) -> None:
+    from dask.callbacks import Callback
+
+    cache: dict[Any, Any] = {}
+    states: list[Any] = []
+    with Callback(posttask=lambda key, value, dsk, state, worker: states.append(state["cache"])):
+        assert dd.get(LEGACY, "w", cache=cache) == 4
+    assert states and all(s is cache for s in states)
+
+
+@pytest.mark.dask
+def test_a_missing_dependency_is_a_dagexec_error_in_dasks_words(dd: Any) -> None:
+    """dask's test_detect_malformed_graph: nothing runs, the message says what to do."""
+    from dask._task_spec import Task, TaskRef
+
+    ran: list[str] = []
+    dsk = {
+        "first": (ran.append, "first"),
+        "y": Task("y", add, TaskRef("x"), TaskRef("w")),
+        "z": (inc, "y"),
+    }
+    with pytest.raises(dagexec.MissingDependencyError) as info:
+        dd.get(dsk, ["first", "z"])
+    assert isinstance(info.value, ValueError)
+    assert str(info.value) == (
+        "Missing dependency 'w', 'x' for dependents 'y': they are neither in the dask "
+        "graph nor in cache; add the missing key to the graph or pass its value in cache="
+    )
+    assert (info.value.task, info.value.missing) == ("y", ("w", "x"))
+    assert ran == []
+    assert dd.get(dsk, "z", cache={"x": 1, "w": 2}) == 4
+
+
+@pytest.mark.dask
 def test_nested_compute_inside_a_task_does_not_deadlock(dd: Any) -> None:
     import dask
 
@@ -355,6 +454,175 @@ def test_nested_compute_inside_a_task_does_not_deadlock(dd: Any) -> None:
     dsk = {f"i{k}": (inner, k) for k in range(8)}
     dsk["total"] = (sum, [f"i{k}" for k in range(8)])
     assert dd.get(dsk, "total", num_workers=2) == sum(range(1, 9))
+
+
+# ---------------------------------------------------------- pools and Ctrl-C
+
+
+class Records(logging.Handler):
+    """Collects the ``dagexec`` log records and lets a test wait for one, without sleeping."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[tuple[int, str]] = []
+        self._cond = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._cond:
+            self.messages.append((record.levelno, record.getMessage()))
+            self._cond.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 10.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: any(re.search(pattern, m) for _, m in self.messages), timeout
+            )
+
+
+@pytest.fixture
+def records() -> Iterator[Records]:
+    handler = Records()
+    logger = logging.getLogger("dagexec")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def all_at_once(n: int) -> tuple[dict[Any, Any], list[str]]:
+    """n tasks that can only finish if all n run at once, and the names of their threads."""
+    barrier = threading.Barrier(n, timeout=10)  # broken, not hung, with fewer workers
+    names: list[str] = []
+
+    def task() -> int:
+        barrier.wait()
+        names.append(threading.current_thread().name)
+        return threading.get_ident()
+
+    dsk: dict[Any, Any] = {("t", i): (task,) for i in range(n)}
+    dsk["threads"] = (lambda *ids: len(set(ids)), *[("t", i) for i in range(n)])
+    return dsk, names
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize("pool_type", [ThreadPoolExecutor, ThreadPool])
+@pytest.mark.parametrize("how", ["keyword", "config", "keyword over num_workers"])
+def test_a_thread_pools_size_decides_the_workers_and_tasks_never_run_on_it(
+    dd: Any, pool_type: Any, how: str
+) -> None:
+    import dask
+
+    dsk, names = all_at_once(5)
+    with pool_type(5) as pool:
+        if how == "config":
+            with dask.config.set(pool=pool):
+                assert dd.get(dsk, "threads") == 5
+        else:
+            workers = {"num_workers": 1} if how == "keyword over num_workers" else {}
+            assert dd.get(dsk, "threads", pool=pool, **workers) == 5
+    assert len(names) == 5 and all(n.startswith("dagexec-worker-") for n in names)
+
+
+@pytest.mark.dask
+def test_num_workers_decides_the_workers(dd: Any) -> None:
+    dsk, names = all_at_once(5)
+    assert dd.get(dsk, "threads", num_workers=5) == 5
+    assert len(names) == 5
+
+
+@pytest.mark.dask
+def test_a_process_pool_or_another_object_as_pool_is_a_clear_type_error(dd: Any) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    process_pool = r"pool=.*ProcessPoolExecutor.* is a process pool"
+    with ProcessPoolExecutor(1) as pool, pytest.raises(TypeError, match=process_pool):
+        dd.get(LEGACY, "w", pool=pool)  # (a pool that starts no process until used)
+    with pytest.raises(TypeError, match=r"pool must be a .*ThreadPoolExecutor.*got int 4"):
+        dd.get(LEGACY, "w", pool=4)
+
+
+def sigint_main_thread() -> None:
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize(
+    "interrupt", [sigint_main_thread, _thread.interrupt_main], ids=["SIGINT", "interrupt_main"]
+)
+def test_ctrl_c_comes_back_while_tasks_block_and_the_next_get_runs(
+    dd: Any, interrupt: Any, records: Records
+) -> None:
+    """dask's test_interrupt: 19 tasks block, the 20th interrupts the caller."""
+    assert threading.current_thread() is threading.main_thread()
+    gate = Gate()
+    barrier = threading.Barrier(20, timeout=10)
+
+    def block() -> None:
+        barrier.wait()
+        gate.wait()
+
+    def interrupt_caller() -> None:
+        barrier.wait()
+        interrupt()
+
+    dsk: dict[Any, Any] = {("f", i): (block,) for i in range(19)}
+    dsk["interrupt"] = (interrupt_caller,)
+    with ThreadPoolExecutor(20) as pool:  # only its size is used: it starts no thread
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                dd.get(dsk, list(dsk), pool=pool)
+            # Back while the tasks still block (the gate is shut: none can end).
+            assert gate.wait_for_waiting(19) and not gate.is_open
+            # Logged as it happens, and saying what is true now.
+            assert records.wait_for(r"run interrupted: 0 tasks cancelled, (19|20) still running")
+            assert not [m for _, m in records.messages if "finished" in m]
+            # The next call with the same bounds does not wait for the blocked tasks.
+            assert dd.get({"x": (inc, 1)}, "x", pool=pool) == 2
+            assert gate.waiting == 19
+        finally:
+            gate.open()
+    assert records.wait_for(r"interrupted run: its last running tasks have finished")
+    warnings = [m for level, m in records.messages if level >= logging.WARNING]
+    assert len(warnings) == 1
+
+
+# ------------------------------------------------------------------ contextvars
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize("num_workers", [None, 1])
+def test_tasks_see_the_callers_contextvars_on_warm_workers(dd: Any, num_workers: Any) -> None:
+    """dask's test_contextvars, plus a fused chain and a task whose set() must not leak."""
+
+    def set_and_read() -> str:
+        before = request_id.get()
+        request_id.set("task")
+        return before
+
+    dsk = {
+        "single": (request_id.get,),
+        "setter": (set_and_read,),
+        "a": (lambda: [request_id.get()],),
+        "b": (lambda xs: [*xs, request_id.get()], "a"),
+        "c": (lambda xs: [*xs, request_id.get()], "b"),
+    }
+    keys = ["single", "setter", "c"]
+    assert dd.get(dsk, keys, num_workers=num_workers) == ("unset", "unset", ["unset"] * 3)
+
+    def in_caller() -> tuple[Any, Any, str]:
+        request_id.set("req-7")
+        first = dd.get(dsk, keys, num_workers=num_workers)  # the workers are warm by now
+        return first, dd.get(dsk, keys, num_workers=num_workers), request_id.get()
+
+    first, second, after = contextvars.Context().run(in_caller)
+    assert first == second == ("req-7", "req-7", ["req-7"] * 3)
+    assert after == "req-7"
 
 
 # -------------------------------------------------------------------- callbacks

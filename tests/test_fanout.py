@@ -62,7 +62,7 @@ def test_chained_maps_go_item_by_item() -> None:
     with dagexec.Executor(workers=2) as ex:
         future = run_in_thread(ex.run, g)
         assert b0_done.wait(10)
-        assert gate.waiting == 1  # (a, 1) still running
+        assert gate.wait_for_waiting(1)  # (a, 1) cannot end before the gate opens
         gate.open()
         result = future.result(timeout=30)
     assert result.status[("b", 1)] is TaskState.DONE

@@ -1,0 +1,136 @@
+"""Tasks see the caller's contextvars, each in its own copy (issue 8, item 15).
+
+Logging and tracing libraries keep request ids and spans in contextvars, and
+peers (``asyncio.to_thread``, dask's threads) forward them to the code they
+run. Graph used by most tests::
+
+    single                  (a task on its own)
+    head --> middle --> tail    (a linear run dispatched as one unit)
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import pytest
+
+import dagexec
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+def seen() -> str:
+    return request_id.get()
+
+
+def graph_reading_the_var() -> dagexec.Graph:
+    g = dagexec.Graph()
+    g.add("single", seen)
+    g.add("head", lambda: [seen()])
+    g.add("middle", lambda xs: [*xs, seen()], deps=["head"])
+    g.add("tail", lambda xs: [*xs, seen()], deps=["middle"])
+    return g
+
+
+class Dispatches(dagexec.Callback):
+    def __init__(self) -> None:
+        self.names: list[Hashable] = []
+
+    def on_task_dispatch(self, name: Hashable, worker: int) -> None:
+        self.names.append(name)
+
+
+def run_with_executor(g: dagexec.Graph, **kwargs: Any) -> dagexec.RunResult:
+    with dagexec.Executor(workers=2) as ex:
+        return ex.run(g, **kwargs)
+
+
+ENTRY_POINTS: list[Callable[..., dagexec.RunResult]] = [
+    lambda g, **kw: dagexec.run(g, workers=2, **kw),
+    run_with_executor,
+]
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS, ids=["run", "Executor.run"])
+def test_tasks_and_fused_chain_members_see_the_callers_contextvars(
+    entry: Callable[..., dagexec.RunResult],
+) -> None:
+    dispatches = Dispatches()
+
+    def in_caller() -> dagexec.RunResult:
+        request_id.set("req-42")
+        return entry(graph_reading_the_var(), callbacks=[dispatches])
+
+    result = contextvars.Context().run(in_caller)  # the test's own context stays clean
+    assert result["single"] == "req-42"
+    assert result["tail"] == ["req-42"] * 3
+    assert sorted(dispatches.names) == ["head", "single"]  # the chain ran as one unit
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS, ids=["run", "Executor.run"])
+def test_a_tasks_set_does_not_leak_into_other_tasks_or_the_caller(
+    entry: Callable[..., dagexec.RunResult],
+) -> None:
+    """One worker runs everything in turn, so a leak would reach the next task."""
+
+    def set_then_read(value: str) -> Callable[..., list[str]]:
+        def task(*before: list[str]) -> list[str]:
+            seen_first = seen()
+            request_id.set(value)
+            return [*(before[0] if before else []), seen_first]
+
+        return task
+
+    g = dagexec.Graph()
+    for i in range(5):
+        g.add(f"solo{i}", set_then_read(f"solo{i}"))
+    g.add("head", set_then_read("head"))
+    g.add("middle", set_then_read("middle"), deps=["head"])
+    g.add("tail", set_then_read("tail"), deps=["middle"])
+
+    def in_caller() -> tuple[dagexec.RunResult, str]:
+        request_id.set("caller")
+        if entry is run_with_executor:
+            with dagexec.Executor(workers=1) as ex:
+                result = ex.run(g)
+        else:
+            result = dagexec.run(g, workers=1)
+        return result, seen()
+
+    result, after = contextvars.Context().run(in_caller)
+    assert after == "caller"
+    assert [result[f"solo{i}"] for i in range(5)] == [["caller"]] * 5
+    assert result["tail"] == ["caller"] * 3
+
+
+def test_a_second_run_sees_its_own_callers_value_on_the_same_workers() -> None:
+    g = dagexec.Graph()
+    g.add("x", seen)
+    with dagexec.Executor(workers=1) as ex:
+
+        def run_as(value: str) -> Any:
+            request_id.set(value)
+            return ex.run(g)["x"]
+
+        assert contextvars.Context().run(run_as, "first") == "first"
+        assert contextvars.Context().run(run_as, "second") == "second"
+
+
+def test_a_failing_tasks_traceback_still_starts_at_the_task() -> None:
+    def explode() -> None:
+        raise ValueError("boom")
+
+    g = dagexec.Graph()
+    g.add("explode", explode)
+
+    def in_caller() -> None:
+        request_id.set("set")
+        dagexec.run(g, workers=1)
+
+    with pytest.raises(ValueError, match="boom") as info:
+        contextvars.Context().run(in_caller)
+    frames = [entry.name for entry in info.traceback]
+    assert frames[-1] == "explode"
+    assert "worker_loop" not in frames
