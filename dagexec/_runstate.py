@@ -45,7 +45,7 @@ from typing import Any
 
 from ._errors import describe
 from ._fanout import Fanout
-from ._messages import DISPATCH, END, Event
+from ._messages import DISPATCH, END, ChainEnd, Event
 from ._messages import READY as E_READY
 from ._plan import Plan
 from ._result import CANCELLED, DONE, FAILED, IN_FLIGHT, READY, SKIPPED, WAITING
@@ -428,6 +428,24 @@ class RunState:
                 continue
             self.finish(d, SKIPPED)
             stack.extend(dependents[d])
+
+    def chain_ended(self, members: tuple[int, ...], end: ChainEnd, worker: int) -> None:
+        """A chain is off its worker: finish each member that ran and was not
+        reported yet (a timed chain reports members as they end), then release it."""
+        done, ok, outcome, times = end
+        last = len(members) - 1
+        for k in range(done if ok else done + 1):
+            member = members[k]
+            if self.state[member] == DONE:  # reported as it ended
+                continue
+            t0, t1 = (times[2 * k], times[2 * k + 1]) if times is not None else (0.0, 0.0)
+            if k == done:
+                self.finish(member, FAILED, outcome, worker, t0, t1)
+            else:
+                value = outcome if k == last else None
+                self.finish(member, DONE, value, worker, t0, t1)
+        del outcome
+        self.release(members[0])
 
     # -------------------------------------------------------------------- stop
     def fail(self, exc: BaseException) -> None:
