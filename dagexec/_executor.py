@@ -115,6 +115,9 @@ class Executor:
         max_in_flight: most tasks queued or running at once across all workers;
             default ``workers * (queue_cap + 1)``, all the inboxes can hold. Set it
             lower to bound how many tasks' arguments are alive at once.
+        resources: capacities, ``{"gpu": 2, "mem": 8e9}``: the tasks out at once
+            never hold more than these (see ``Graph.add(resources=...)``); the
+            default for every run, which ``run(resources=...)`` overrides by name.
 
     At most ``min(max_in_flight, workers * (queue_cap + 1))`` tasks are ever queued
     or running; that number is ``RunStats.effective_cap``. Use as a context manager,
@@ -191,10 +194,12 @@ class Executor:
             callbacks: objects with any of the :class:`dagexec.Callback` hooks.
             trace: record per-task timings in ``result.trace``.
             progress: show a progress line on stderr when it is a terminal.
+            resources: capacities for this run, over the executor's, by name.
 
         Raises:
             CycleError, MissingDependencyError: the graph is invalid.
             UnknownTargetError: a target is not in the graph.
+            ValueError: a task needs a resource with no capacity, or more than it.
             BaseException: with ``on_error="raise"``, the first failing task's own
                 exception, with a note naming the task; any ``BaseException`` that
                 is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is

@@ -216,6 +216,10 @@ class ResourceRecorder:
 
     def __init__(self, graph: Graph) -> None:
         self._needs = {graph._names[i]: need for i, need in graph._resources.items()}
+        # A map's items, named (map, i), hold what the map declares.
+        self._map_needs = {
+            graph._names[i]: graph._resources[i] for i in graph._maps if i in graph._resources
+        }
         self._cond = threading.Condition()
         self._out: set[Hashable] = set()  # scheduler thread only
         self.held: dict[str, float] = {}
@@ -223,6 +227,10 @@ class ResourceRecorder:
 
     def on_task_dispatch(self, name: Hashable, worker: int) -> None:
         need = self._needs.get(name)
+        if need is None and type(name) is tuple and len(name) == 2:
+            need = self._map_needs.get(name[0])
+            if need:
+                self._needs[name] = need
         if need:
             self._out.add(name)
             with self._cond:

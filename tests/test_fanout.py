@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 import dagexec
 from dagexec import Graph, TaskState
-from dagexec.testing import ConcurrencyProbe, Gate, assert_within_bounds, run_in_thread
+from dagexec.testing import (
+    ConcurrencyProbe,
+    Gate,
+    ResourceRecorder,
+    assert_resource_reached,
+    assert_within_bounds,
+    run_in_thread,
+)
 
 
 def test_map_runs_once_per_item_and_dependents_get_the_list_in_order() -> None:
@@ -106,15 +113,19 @@ def test_items_hold_the_maps_resources() -> None:
     g = Graph()
     g.add("xs", lambda: range(6))
     g.map("use", probe.wrap(gate.gated(lambda x: x)), over="xs", resources={"gpu": 1})
+    g.map("plain", lambda x: x, over="xs")
+    recorder = ResourceRecorder(g)
     with dagexec.Executor(workers=4, resources={"gpu": 2}) as ex:
-        future = run_in_thread(ex.run, g)
+        future = run_in_thread(ex.run, g, callbacks=[recorder])
+        assert recorder.wait_for_held("gpu", 2)
         assert gate.wait_for_waiting(2)
         assert probe.active == 2
         gate.open()
         result = future.result(timeout=30)
     assert result["use"] == list(range(6))
     assert probe.peak == 2
-    assert result.stats.peak_resources == {"gpu": 2}
+    assert result.stats.peak_resources == {"gpu": 2} == recorder.peak
+    assert_resource_reached(result, "gpu")
 
 
 def test_partial_run_of_a_map() -> None:
