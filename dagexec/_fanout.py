@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._result import CANCELLED, DONE, FAILED, SKIPPED, WAITING
+from ._safe import add_note, task_for_message
 
 if TYPE_CHECKING:
     from ._runstate import RunState
@@ -80,9 +81,8 @@ class Fanout:
             try:
                 items = list(run.values[over])
             except Exception as exc:
-                exc.add_note(
-                    f"dagexec: map {run.names[m]!r} iterates the value of {run.names[over]!r}"
-                )
+                what, over_name = task_for_message(run.names[m]), task_for_message(run.names[over])
+                add_note(exc, f"dagexec: map {what} iterates the value of {over_name}")
                 run.finish(m, FAILED, exc)
                 return
         count = len(items) if source is None else len(source)

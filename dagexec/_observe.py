@@ -17,6 +17,7 @@ from typing import Any
 from ._events import Hooks
 from ._messages import DISPATCH, END, START, Event
 from ._result import _FINAL
+from ._safe import add_note, hook_for_message
 from ._trace import Recorder
 
 __all__ = ["OWN_FILES", "Observer", "release_frames"]
@@ -69,8 +70,7 @@ class Observer:
             try:
                 hook(*args)
             except BaseException as exc:
-                note = f"dagexec: raised by callback {getattr(hook, '__qualname__', hook)!s}"
-                exc.add_note(note)
+                add_note(exc, f"dagexec: raised by callback {hook_for_message(hook)}")
                 # Drop this frame from the traceback; release_frames clears the
                 # rest of the scheduler's frames it links to once the run is over.
                 if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:

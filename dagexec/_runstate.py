@@ -43,12 +43,12 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from ._errors import describe
 from ._fanout import Fanout
 from ._messages import DISPATCH, END, ChainEnd, Event
 from ._messages import READY as E_READY
 from ._plan import Plan
 from ._result import CANCELLED, DONE, FAILED, IN_FLIGHT, READY, SKIPPED, WAITING
+from ._safe import add_note, str_for_message, task_for_message
 
 __all__ = ["HELD", "RunState"]
 
@@ -405,12 +405,14 @@ class RunState:
     def _failed(
         self, task: int, exc: BaseException, worker: int, started: float, ended: float
     ) -> None:
-        name = self.names[task]
-        note = f"dagexec: raised by task {describe(name)}"
-        if note not in getattr(exc, "__notes__", ()):
-            exc.add_note(note)
+        # The task's own exception must reach the caller even when its name or
+        # the exception itself is hostile (a raising __repr__ or __str__, odd
+        # __notes__): nothing here may raise.
+        name = task_for_message(self.names[task])
+        add_note(exc, f"dagexec: raised by task {name}")
         self.errors[task] = exc
-        log.info("task %r failed: %s: %s", name, type(exc).__name__, exc)
+        if log.isEnabledFor(logging.INFO):
+            log.info("task %s failed: %s: %s", name, type(exc).__name__, str_for_message(exc))
         # Its end is reported before the ends its failure causes (skips, cancels).
         if self.events is not None:
             self.events.append(Event(END, task, worker, FAILED, started, ended))

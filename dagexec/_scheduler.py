@@ -70,6 +70,7 @@ from ._events import Hooks
 from ._messages import (
     CHAIN,
     DONE,
+    FAILED,
     MEMBER,
     NOTIFY_START,
     START,
@@ -87,6 +88,7 @@ from ._plan import Plan
 from ._result import DONE as S_DONE
 from ._result import FAILED as S_FAILED
 from ._runstate import RunState
+from ._safe import add_note, task_for_message
 from ._trace import Recorder
 
 __all__ = ["ABORT", "Outcome", "Run"]
@@ -99,6 +101,10 @@ OWN_FILES.add(__file__)  # callback errors' tracebacks reach these frames
 # worker has reported but not yet picked up). Shorter re-checks sooner but
 # wakes the scheduler more often; the wait ends early on any result anyway.
 _PICKUP_RETRY_SECONDS = 0.001
+
+
+def _nothing() -> None:
+    return None
 
 
 class _Abort:
@@ -171,8 +177,12 @@ class Run:
         self.begun = True
         try:
             self._run()
-        except BaseException as exc:  # a bug here must still release the caller
+        except BaseException as exc:  # a bug here must still release the caller...
+            add_note(exc, "dagexec: internal error in the scheduler; the run was stopped")
             self.outcome = Outcome(None, exc)
+            # ...but only once none of this run's tasks is queued or running, so
+            # that it cannot overlap the next run on these workers.
+            self._drain_after_error()
         finally:
             for error in self.observer.errors:
                 release_frames(error)
@@ -182,6 +192,43 @@ class Run:
             # This frame stays reachable from a callback error's traceback (through
             # f_back) after it returns; it must not keep the run alive from there.
             del self
+
+    def _drain_after_error(self) -> None:
+        """Stop the run without trusting its (possibly inconsistent) state; never raises.
+
+        Takes every queued item back, then queues one probe per worker and waits
+        for all of them: a worker answers its probe only after the item it was
+        running, so once all have answered, nothing of this run runs any more.
+        After an abort that already cancelled the queued tasks, STOPs may follow
+        in the inboxes and a probe behind one would never be answered; then the
+        in-flight count is all there is to wait on.
+        """
+        try:
+            self.stop.set()  # chains stop between members
+            results = self.results
+            if self.cancelled.is_set():
+                while self.state.in_flight > 0:
+                    msg = results.get()
+                    if msg is not ABORT and msg[2] in (DONE, FAILED, CHAIN):
+                        self.state.in_flight -= 1
+                return
+            for inbox in self.inboxes:
+                while True:
+                    try:
+                        inbox.get_nowait()
+                    except queue.Empty:
+                        break
+            probe = Job(results.put, -1, _nothing, (), 0, self.stop, None)
+            for inbox in self.inboxes:
+                inbox.put_nowait(probe)  # emptied above, and we are the only producer
+            unanswered = len(self.inboxes)
+            while unanswered:
+                msg = results.get()
+                if msg is not ABORT and msg[1] == -1:
+                    unanswered -= 1
+        except BaseException as exc:  # nothing better to do than to say so
+            add_note(exc, "dagexec: the scheduler failed again while stopping the run")
+            log.exception("stopping the run after an internal error failed")
 
     def _run(self) -> None:
         state, balance, workers = self.state, self.balance, len(self.inboxes)
@@ -268,8 +315,8 @@ class Run:
             placed(worker, self.now)
             if self.debug:
                 log.debug(
-                    "dispatch %r to worker %d (in flight %d of %d)",
-                    state.names[task],
+                    "dispatch %s to worker %d (in flight %d of %d)",
+                    task_for_message(state.names[task]),
                     worker,
                     state.in_flight,
                     cap,
