@@ -55,9 +55,10 @@ def test_an_internal_error_returns_only_after_the_runs_tasks_drained(
     gate = Gate()
     ended = threading.Event()
     g = Graph()
-    g.add("slow", lambda: (gate.wait(), ended.set()))
-    a_ran = threading.Event()
-    g.add("a", lambda: (a_ran.set(), 1)[1])
+    slow_started, a_ran = threading.Event(), threading.Event()
+    g.add("slow", lambda: (slow_started.set(), gate.wait(), ended.set()))
+    # 'a' ends only once 'slow' runs, so 'slow' cannot be taken back from its inbox.
+    g.add("a", lambda: (slow_started.wait(10), a_ran.set(), 1)[-1])
     real = RunState.finish
 
     def broken(self: RunState, task: int, outcome: int, *args: object) -> None:
