@@ -24,7 +24,7 @@ from typing import Literal
 from ._events import Hooks
 from ._graph import Graph
 from ._inbox import Inbox
-from ._plan import plan_run
+from ._plan import normalise_targets, plan_run
 from ._result import RunResult
 from ._scheduler import Run
 from ._worker import STOP, WorkItem, worker_loop
@@ -322,6 +322,10 @@ def run(
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
     _check_on_error(on_error)
+    # Read once: the check below and the run must see the same names, even when
+    # targets is a generator.
+    if targets is not None:
+        targets = normalise_targets(targets)
     # Validate before starting threads: a bad graph costs no thread.
     plan_run(graph._compile(), targets)
     ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)

@@ -16,7 +16,7 @@ from typing import Any
 from ._errors import UnknownTargetError
 from ._validate import CompiledGraph
 
-__all__ = ["Plan", "plan_run"]
+__all__ = ["Plan", "normalise_targets", "plan_run"]
 
 # Plans kept per compiled graph. Each costs memory proportional to its size; a
 # program alternating between more target sets than this just rebuilds some.
@@ -53,7 +53,7 @@ def plan_run(compiled: CompiledGraph, targets: Iterable[Hashable] | None) -> Pla
         TypeError: ``targets`` is a single string or not iterable.
         UnknownTargetError: a target is not a task of the graph.
     """
-    key = None if targets is None else _target_ids(compiled, targets)
+    key = None if targets is None else _target_ids(compiled, normalise_targets(targets))
     plan = compiled.plans.get(key)
     if plan is None:
         plan = _whole_plan(compiled) if key is None else _partial_plan(compiled, key)
@@ -63,18 +63,30 @@ def plan_run(compiled: CompiledGraph, targets: Iterable[Hashable] | None) -> Pla
     return plan
 
 
-def _target_ids(compiled: CompiledGraph, targets: Iterable[Hashable]) -> tuple[int, ...]:
+def normalise_targets(targets: Iterable[Hashable]) -> tuple[Hashable, ...]:
+    """``targets`` as a tuple of distinct names in the order given, read exactly once.
+
+    Callers that check the targets before a run and then run must pass this tuple
+    on, not the original: a generator or any other one-shot iterable would be
+    empty the second time.
+
+    Raises:
+        TypeError: ``targets`` is a single string or not iterable.
+    """
     if isinstance(targets, (str, bytes)):
         raise TypeError(
             f"targets must be a collection of task names, got the string {targets!r}; "
             f"write targets=[{targets!r}]"
         )
     try:
-        requested = list(dict.fromkeys(targets))
+        return tuple(dict.fromkeys(targets))
     except TypeError:
         raise TypeError(
             f"targets must be a collection of task names, got {type(targets).__name__} {targets!r}"
         ) from None
+
+
+def _target_ids(compiled: CompiledGraph, requested: tuple[Hashable, ...]) -> tuple[int, ...]:
     index = compiled.index
     unknown = [t for t in requested if t not in index]
     if unknown:
