@@ -1,14 +1,17 @@
-"""Pruning a validated graph to what a run needs. Pure: no threads, no state.
+"""Pruning a validated graph to what a run needs. Pure, apart from a locked cache.
 
 A run asked for some targets executes exactly those targets and their ancestors,
 so the plan is built from the targets backwards and costs time proportional to
 the part that runs, not to the whole graph. Plans are cached on the compiled
 graph (which the graph drops on every change), so asking for the same outputs
-again costs a dictionary look-up.
+again costs a dictionary look-up. Several threads may run one graph at once (on
+one executor or on several), so the caches are guarded by :data:`_plans_lock`;
+plans themselves are immutable and built outside it.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +24,11 @@ __all__ = ["Plan", "normalise_targets", "plan_run"]
 # Plans kept per compiled graph. Each costs memory proportional to its size; a
 # program alternating between more target sets than this just rebuilds some.
 _PLAN_CACHE_SIZE = 16
+
+# Must be held while reading or changing any CompiledGraph.plans. One lock for
+# every graph: it is held for a dictionary look-up or insertion only, never while
+# a plan is built.
+_plans_lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -54,12 +62,20 @@ def plan_run(compiled: CompiledGraph, targets: Iterable[Hashable] | None) -> Pla
         UnknownTargetError: a target is not a task of the graph.
     """
     key = None if targets is None else _target_ids(compiled, normalise_targets(targets))
-    plan = compiled.plans.get(key)
-    if plan is None:
-        plan = _whole_plan(compiled) if key is None else _partial_plan(compiled, key)
-        if len(compiled.plans) >= _PLAN_CACHE_SIZE:
-            del compiled.plans[next(iter(compiled.plans))]
-        compiled.plans[key] = plan
+    plans = compiled.plans
+    with _plans_lock:
+        plan = plans.get(key)
+    if plan is not None:
+        return plan
+    # Two threads may both build this plan; they are equal, and the first one in wins.
+    plan = _whole_plan(compiled) if key is None else _partial_plan(compiled, key)
+    with _plans_lock:
+        cached = plans.get(key)
+        if cached is not None:
+            return cached
+        if len(plans) >= _PLAN_CACHE_SIZE:
+            del plans[next(iter(plans))]
+        plans[key] = plan
     return plan
 
 
