@@ -169,8 +169,7 @@ class Executor:
             callbacks.append(ProgressBar())
         hooks = Hooks(callbacks)
         plan = plan_run(graph._compile(), targets)
-        here = threading.current_thread()
-        if here is self._scheduler or here in self._threads:
+        if self._on_own_thread():
             # The outer run holds the run lock and waits for this very thread.
             raise RuntimeError(
                 "Executor.run called from one of this executor's own tasks or callbacks, "
@@ -220,6 +219,20 @@ class Executor:
         assert outcome.result is not None
         return outcome.result
 
+    def _on_own_thread(self) -> bool:
+        """Whether the calling thread is one a run or a shutdown of this executor waits for.
+
+        That is a worker (a task), or the scheduler of the current run or of an
+        interrupted one still finishing (a callback).
+        """
+        here = threading.current_thread()
+        abandoned = self._abandoned
+        return (
+            here is self._scheduler
+            or here in self._threads
+            or (abandoned is not None and here is abandoned[0])
+        )
+
     def _wait_for_abandoned(self) -> None:
         """Let an interrupted run's running tasks finish, so bounds hold across runs."""
         if self._abandoned is not None:
@@ -232,7 +245,18 @@ class Executor:
         Safe to call more than once. Without ``wait`` (what an interrupted ``with``
         block does), tasks still running from an interrupted run finish in the
         background and their threads exit afterwards.
+
+        Raises:
+            RuntimeError: called from one of this executor's own tasks or callbacks.
+                The run in progress holds the executor until it is over, and this
+                thread is one it waits for, so even ``wait=False`` would hang.
         """
+        if self._on_own_thread():
+            raise RuntimeError(
+                "Executor.shutdown called from one of this executor's own tasks or "
+                "callbacks, which would wait for itself forever; shut it down from the "
+                "thread that called run, after run returns (a `with` block does that)"
+            )
         with self._run_lock:
             if not self._closed:
                 self._closed = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import sys
 import threading
 from collections.abc import Callable, Hashable, Iterable
@@ -9,7 +10,8 @@ from collections.abc import Callable, Hashable, Iterable
 import pytest
 
 import dagexec
-from dagexec import Graph
+from dagexec import Graph, TaskState
+from dagexec.testing import Gate
 
 
 def diamond() -> Graph:
@@ -107,3 +109,64 @@ def test_plan_cache_survives_many_threads_planning_one_graph() -> None:
     assert not any(t.is_alive() for t in threads)
     assert errors == []
     assert len(compiled.plans) <= _PLAN_CACHE_SIZE
+
+
+# --- 3. shutdown from the executor's own threads ---------------------------------
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_shutdown_from_a_task_is_refused_and_the_executor_stays_usable(wait: bool) -> None:
+    with dagexec.Executor(workers=2) as ex:
+        g = Graph()
+        g.add("closer", lambda: ex.shutdown(wait=wait))
+        with pytest.raises(RuntimeError, match="Executor.shutdown called from one of") as info:
+            ex.run(g)
+        assert "dagexec: raised by task 'closer'" in info.value.__notes__
+        assert dict(ex.run(diamond(), targets=["norm"])) == {"norm": 20}
+
+
+@pytest.mark.parametrize("hook", ["on_run_start", "on_task_dispatch", "on_task_end", "on_run_end"])
+@pytest.mark.parametrize("wait", [True, False])
+def test_shutdown_from_a_callback_is_refused(hook: str, wait: bool) -> None:
+    with dagexec.Executor(workers=2) as ex:
+        callback = type("Closer", (), {hook: lambda self, *args: ex.shutdown(wait=wait)})()
+        with pytest.raises(RuntimeError, match="would wait for itself forever") as info:
+            ex.run(diamond(), callbacks=[callback])
+        assert any("raised by callback" in note for note in info.value.__notes__)
+        assert dict(ex.run(diamond(), targets=["side"])) == {"side": 3}
+
+
+def test_shutdown_from_a_callback_of_an_interrupted_run_is_refused() -> None:
+    """Two features at once: Ctrl-C leaves the run's task running in the background;
+    when it ends, the abandoned scheduler calls a callback that shuts the executor
+    down. That callback would wait for its own thread."""
+    gate = Gate()
+    refused: list[BaseException] = []
+    called = threading.Event()
+    ex = dagexec.Executor(workers=1)
+
+    class Closer:
+        def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
+            try:
+                ex.shutdown()
+            except RuntimeError as exc:
+                refused.append(exc)
+            finally:
+                called.set()
+
+    def interrupted() -> None:
+        _thread.interrupt_main()
+        gate.wait()
+
+    g = Graph()
+    g.add("x", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ex.run(g, callbacks=[Closer()])
+        gate.open()
+        assert called.wait(10)
+    finally:
+        gate.open()
+        ex.shutdown()
+    assert len(refused) == 1
+    assert "own tasks or callbacks" in str(refused[0])
