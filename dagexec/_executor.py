@@ -17,6 +17,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Hashable, Iterable
 from types import TracebackType
 from typing import Literal
@@ -84,7 +85,9 @@ class Executor:
 
     At most ``min(max_in_flight, workers * (queue_cap + 1))`` tasks are ever queued
     or running; that number is ``RunStats.effective_cap``. Use as a context manager,
-    or call :meth:`shutdown`; the workers are daemon threads either way.
+    or call :meth:`shutdown`. The workers are daemon threads and hold no reference
+    to the executor: one dropped without ``shutdown()`` tells them to exit when it
+    is garbage collected, as :class:`~concurrent.futures.ThreadPoolExecutor` does.
     """
 
     def __init__(
@@ -118,13 +121,28 @@ class Executor:
         # Held for a whole run and for shutdown: runs are serialised.
         self._run_lock = threading.Lock()
         self._closed = False
-        # An interrupted run and its scheduler, which may still be waiting for
-        # its running tasks (or, if the interrupt hit Thread.start, about to run).
-        self._abandoned: tuple[threading.Thread, Run] | None = None
         # The scheduler of the run in progress, if any.
         self._scheduler: threading.Thread | None = None
+        # Ends the workers: called by shutdown, or when this executor is garbage
+        # collected without one (the workers hold no reference to it), like
+        # ThreadPoolExecutor's workers exit. Runs once; not at interpreter exit,
+        # where a daemon thread may still be running on this executor and the
+        # daemon workers die anyway.
+        self._stopper = _Stopper(self._inboxes)
+        self._stop_workers = weakref.finalize(self, self._stopper)
+        self._stop_workers.atexit = False
         for t in self._threads:
             t.start()
+
+    @property
+    def _abandoned(self) -> tuple[threading.Thread, Run] | None:
+        """An interrupted run and its scheduler, which may still be waiting for its
+        running tasks (or, if the interrupt hit Thread.start, about to run)."""
+        return self._stopper.abandoned
+
+    @_abandoned.setter
+    def _abandoned(self, value: tuple[threading.Thread, Run] | None) -> None:
+        self._stopper.abandoned = value
 
     def run(
         self,
@@ -260,37 +278,11 @@ class Executor:
         with self._run_lock:
             if not self._closed:
                 self._closed = True
-                abandoned = self._abandoned
-                if abandoned is None or abandoned[1].cancelled.is_set():
-                    self._post_stops()
-                else:
-                    # An interrupted run may still put tasks into the inboxes
-                    # until it has taken its queued ones back; STOPs go in after
-                    # that, so the scheduler stays the inboxes' only producer while
-                    # it could produce (the shutdown itself does not wait).
-                    threading.Thread(
-                        target=self._post_stops,
-                        args=abandoned,
-                        name="dagexec-stop",
-                        daemon=True,
-                    ).start()
+                self._stop_workers()
         if wait:
             self._wait_for_abandoned()
             for t in self._threads:
                 t.join()
-
-    def _post_stops(
-        self, scheduler: threading.Thread | None = None, run: Run | None = None
-    ) -> None:
-        """Put a STOP in every inbox, after ``run`` (if any) took its tasks back.
-
-        Each inbox is empty by then (every run is over or has cancelled what it
-        queued), so the non-blocking put always has room.
-        """
-        if scheduler is not None and run is not None:
-            _wait_unless_never_started(scheduler, run, "cancelled")
-        for inbox in self._inboxes:
-            inbox.put_nowait(STOP)
 
     def __enter__(self) -> Executor:
         return self
@@ -310,6 +302,52 @@ class Executor:
             f"<dagexec.Executor workers={self.workers} queue_cap={self.queue_cap} "
             f"max_in_flight={self.max_in_flight} ({state})>"
         )
+
+
+class _Stopper:
+    """Puts the STOPs that end an executor's workers, once no run can put tasks.
+
+    Shared by the executor and its finalizer, so it must not refer to the executor:
+    an executor dropped without ``shutdown()`` must become unreachable.
+    """
+
+    __slots__ = ("abandoned", "inboxes")
+
+    def __init__(self, inboxes: list[queue.Queue[WorkItem | None]]) -> None:
+        self.inboxes = inboxes
+        self.abandoned: tuple[threading.Thread, Run] | None = None
+
+    def __call__(self) -> None:
+        abandoned = self.abandoned
+        if abandoned is None or abandoned[1].cancelled.is_set():
+            _post_stops(self.inboxes)
+        else:
+            # An interrupted run may still put tasks into the inboxes until it has
+            # taken its queued ones back; STOPs go in after that, so the scheduler
+            # stays the inboxes' only producer while it could produce (the caller
+            # does not wait).
+            threading.Thread(
+                target=_post_stops,
+                args=(self.inboxes, *abandoned),
+                name="dagexec-stop",
+                daemon=True,
+            ).start()
+
+
+def _post_stops(
+    inboxes: list[queue.Queue[WorkItem | None]],
+    scheduler: threading.Thread | None = None,
+    run: Run | None = None,
+) -> None:
+    """Put a STOP in every inbox, after ``run`` (if any) took its tasks back.
+
+    Each inbox is empty by then (every run is over or has cancelled what it
+    queued), so the non-blocking put always has room.
+    """
+    if scheduler is not None and run is not None:
+        _wait_unless_never_started(scheduler, run, "cancelled")
+    for inbox in inboxes:
+        inbox.put_nowait(STOP)
 
 
 def _wait_unless_never_started(scheduler: threading.Thread, run: Run, event: str) -> None:

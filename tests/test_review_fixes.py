@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import _thread
+import gc
 import sys
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterable
 
 import pytest
@@ -26,6 +28,14 @@ def diamond() -> Graph:
     g.add("side", lambda raw: raw + 1, deps=["raw"])
     g.add("report", lambda norm: f"n={norm}", deps=["norm"])
     return g
+
+
+def still_alive(threads: Iterable[threading.Thread], timeout: float = 10.0) -> list[str]:
+    """The names of ``threads`` still running after joining them all for ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in threads if t.is_alive()]
 
 
 # --- 1. targets given as a one-shot iterable -------------------------------------
@@ -170,3 +180,43 @@ def test_shutdown_from_a_callback_of_an_interrupted_run_is_refused() -> None:
         ex.shutdown()
     assert len(refused) == 1
     assert "own tasks or callbacks" in str(refused[0])
+
+
+# --- 4. an executor dropped without shutdown() -----------------------------------
+
+
+def test_workers_of_dropped_executors_exit() -> None:
+    threads: list[threading.Thread] = []
+    for _ in range(20):
+        ex = dagexec.Executor(workers=2)
+        assert dict(ex.run(diamond(), targets=["norm"])) == {"norm": 20}
+        threads += ex._threads
+    del ex
+    gc.collect()
+    assert still_alive(threads) == []
+
+
+def test_workers_of_a_dropped_executor_exit_after_its_interrupted_run_lets_go() -> None:
+    """Two features at once: Ctrl-C leaves a task running; then the executor is
+    dropped. Its workers may only be stopped once the abandoned run cannot put
+    tasks any more, and must exit once the running task ends."""
+    gate = Gate()
+
+    def interrupted() -> None:
+        _thread.interrupt_main()
+        gate.wait()
+
+    g = Graph()
+    g.add("x", interrupted)
+    for i in range(10):
+        g.add(i, lambda x: x, deps=["x"])
+    ex = dagexec.Executor(workers=2)
+    threads = list(ex._threads)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ex.run(g)
+        del ex
+        gc.collect()
+    finally:
+        gate.open()
+    assert still_alive(threads) == []
