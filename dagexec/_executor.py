@@ -131,8 +131,14 @@ class Executor:
         self._stopper = _Stopper(self._inboxes)
         self._stop_workers = weakref.finalize(self, self._stopper)
         self._stop_workers.atexit = False
-        for t in self._threads:
-            t.start()
+        try:
+            for t in self._threads:
+                t.start()
+        except BaseException:
+            # Ctrl-C while starting: tell every worker already started (or whose
+            # start() was interrupted after the thread began) to exit.
+            self._stop_workers()
+            raise
 
     @property
     def _abandoned(self) -> tuple[threading.Thread, Run] | None:
@@ -390,8 +396,11 @@ def run(
         targets = normalise_targets(targets)
     # Validate before starting threads: a bad graph costs no thread.
     plan_run(graph._compile(), targets)
-    ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)
+    ex: Executor | None = None
     try:
+        # Inside the try: a Ctrl-C just after the executor started its workers
+        # must still stop them (one during its __init__ is handled there).
+        ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)
         result = ex.run(
             graph,
             targets,
@@ -401,7 +410,13 @@ def run(
             progress=progress,
         )
     except BaseException as exc:
-        ex.shutdown(wait=isinstance(exc, Exception))
+        if ex is not None:
+            try:
+                ex.shutdown(wait=isinstance(exc, Exception))
+            finally:
+                # Nobody else runs on this executor, so the STOPs may go in now
+                # even if a second Ctrl-C cut the shutdown short (runs once).
+                ex._stop_workers()
         raise
     ex.shutdown()
     return result

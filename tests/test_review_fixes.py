@@ -220,3 +220,35 @@ def test_workers_of_a_dropped_executor_exit_after_its_interrupted_run_lets_go() 
     finally:
         gate.open()
     assert still_alive(threads) == []
+
+
+# --- 5. Ctrl-C while dagexec.run starts its threads ------------------------------
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-start", "after-start"])
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_ctrl_c_at_each_thread_start_of_run_leaks_no_thread(
+    k: int, after: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The k-th Thread.start() of dagexec.run(workers=3) raises KeyboardInterrupt,
+    before or after the thread began: 1-3 are the workers, 4 the scheduler."""
+    real_start = threading.Thread.start
+    started: list[threading.Thread] = []
+    calls = 0
+
+    def start(self: threading.Thread) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == k and not after:
+            raise KeyboardInterrupt
+        real_start(self)
+        started.append(self)
+        if calls == k:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        dagexec.run(diamond(), workers=3)
+    monkeypatch.undo()
+    assert calls >= k
+    assert still_alive(started) == []
