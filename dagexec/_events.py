@@ -10,10 +10,11 @@ start notices, and without any hook the scheduler makes no calls at all.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._plan import Plan
     from ._result import RunResult, TaskState
 
 __all__ = ["Callback", "Hooks", "PlanInfo"]
@@ -29,6 +30,10 @@ class PlanInfo:
     queue_cap: int
     max_in_flight: int
     effective_cap: int
+    # The run's plan, for dagexec.testing.InFlightRecorder, which must know which
+    # tasks a dispatch hands over together (a unit, see Plan.chain_next) to count
+    # in flight what the scheduler counts. Private: not part of the protocol.
+    _plan: Plan | None = field(default=None, repr=False, compare=False)
 
 
 class Callback:

@@ -283,6 +283,7 @@ class Run:
                 queue_cap=self.queue_cap,
                 max_in_flight=self.max_in_flight,
                 effective_cap=self.cap,
+                _plan=plan,
             )
             self._call(hooks.run_start, info)
 
