@@ -418,7 +418,7 @@ def test_an_internal_error_in_an_interrupted_run_still_waits_for_its_running_tas
     from dagexec._scheduler import Run
 
     gate_x, gate_y = Gate(), Gate()
-    failed, y_ended = threading.Event(), threading.Event()
+    failed, y_started, y_ended = threading.Event(), threading.Event(), threading.Event()
     real_done = Run._done
 
     def failing_done(self: Run, task: int, value: object) -> None:
@@ -430,10 +430,12 @@ def test_an_internal_error_in_an_interrupted_run_still_waits_for_its_running_tas
     monkeypatch.setattr(Run, "_done", failing_done)
 
     def x() -> None:
+        assert y_started.wait(10)  # running, so the interrupt cannot cancel it
         _thread.interrupt_main()
         gate_x.wait()
 
     def y() -> None:
+        y_started.set()
         gate_y.wait()
         y_ended.set()
 
