@@ -25,7 +25,7 @@ from typing import Literal
 from ._events import Hooks
 from ._graph import Graph
 from ._inbox import Inbox
-from ._plan import normalise_targets, plan_run
+from ._plan import Plan, plan_run
 from ._result import RunResult
 from ._scheduler import Run
 from ._worker import STOP, WorkItem, worker_loop
@@ -70,6 +70,39 @@ def _check_on_error(on_error: object) -> OnError:
     if on_error not in ("raise", "continue"):
         raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
     return on_error
+
+
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _prepare(
+    graph: object,
+    targets: Iterable[Hashable] | None,
+    on_error: object,
+    callbacks: object,
+    trace: object,
+    progress: object,
+) -> tuple[Plan, Hooks, OnError, bool]:
+    """Check a run's parameters and plan it; starts no thread, reads targets once.
+
+    Shared by :func:`run` and :meth:`Executor.run`, so that both accept and refuse
+    the same things, and ``run`` refuses them before it starts any thread.
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
+    checked_on_error = _check_on_error(on_error)
+    checked_trace = _check_flag("trace", trace)
+    callback_objects = list(callbacks)  # type: ignore[call-overload]
+    if _check_flag("progress", progress):
+        from ._progress import ProgressBar
+
+        callback_objects.append(ProgressBar())
+    hooks = Hooks(callback_objects)
+    plan = plan_run(graph._compile(), targets)
+    return plan, hooks, checked_on_error, checked_trace
 
 
 class Executor:
@@ -183,16 +216,11 @@ class Executor:
                 is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is
                 raised in either mode.
         """
-        if not isinstance(graph, Graph):
-            raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
-        on_error = _check_on_error(on_error)
-        callbacks = list(callbacks)
-        if progress:
-            from ._progress import ProgressBar
+        prepared = _prepare(graph, targets, on_error, callbacks, trace, progress)
+        return self._run_prepared(*prepared)
 
-            callbacks.append(ProgressBar())
-        hooks = Hooks(callbacks)
-        plan = plan_run(graph._compile(), targets)
+    def _run_prepared(self, plan: Plan, hooks: Hooks, on_error: OnError, trace: bool) -> RunResult:
+        """Run a checked plan; :meth:`run` without the checks."""
         if self._on_own_thread():
             # The outer run holds the run lock and waits for this very thread.
             raise RuntimeError(
@@ -387,28 +415,16 @@ def run(
     Arguments are those of :class:`Executor` and :meth:`Executor.run`. The graph
     and the parameters are all checked before any thread starts.
     """
-    if not isinstance(graph, Graph):
-        raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
-    _check_on_error(on_error)
-    # Read once: the check below and the run must see the same names, even when
-    # targets is a generator.
-    if targets is not None:
-        targets = normalise_targets(targets)
-    # Validate before starting threads: a bad graph costs no thread.
-    plan_run(graph._compile(), targets)
+    # Everything is checked, and targets are read (once), before any thread
+    # starts: a bad graph or parameter costs no thread. Executor() checks the
+    # bounds before it starts its workers.
+    prepared = _prepare(graph, targets, on_error, callbacks, trace, progress)
     ex: Executor | None = None
     try:
         # Inside the try: a Ctrl-C just after the executor started its workers
         # must still stop them (one during its __init__ is handled there).
         ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)
-        result = ex.run(
-            graph,
-            targets,
-            on_error=on_error,
-            callbacks=callbacks,
-            trace=trace,
-            progress=progress,
-        )
+        result = ex._run_prepared(*prepared)
     except BaseException as exc:
         if ex is not None:
             try:

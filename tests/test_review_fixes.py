@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import gc
 import logging
+import re
 import sys
 import threading
 import time
@@ -606,3 +607,59 @@ def test_no_value_messages_for_failed_skipped_cancelled_and_unknown_names() -> N
     assert "later" in cancelled
     with pytest.raises(KeyError, match="target 'later' has no value: it is CANCELLED: the run"):
         stopped.result["later"]
+
+
+# --- 12. every parameter is checked before any thread starts ---------------------
+
+
+class NotCallableHook:
+    on_task_end = 5
+
+
+BAD_PARAMETERS: list[tuple[dict[str, object], type[Exception], str]] = [
+    ({"callbacks": [NotCallableHook()]}, TypeError, "on_task_end must be callable"),
+    ({"on_error": "ignore"}, ValueError, "on_error must be 'raise' or 'continue'"),
+    ({"trace": "yes"}, TypeError, "trace must be True or False, got str 'yes'"),
+    ({"progress": 1}, TypeError, "progress must be True or False, got int 1"),
+    ({"targets": ["nope"]}, dagexec.UnknownTargetError, "unknown target 'nope'"),
+    ({"targets": "norm"}, TypeError, "got the string 'norm'"),
+    ({"workers": 0}, ValueError, "workers must be >= 1, got 0"),
+    ({"queue_cap": 0}, ValueError, "queue_cap must be >= 1, got 0"),
+    ({"max_in_flight": 0}, ValueError, "max_in_flight must be >= 1, got 0"),
+    ({"workers": 2.5}, TypeError, "workers must be an int"),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    BAD_PARAMETERS,
+    ids=[next(iter(o)) + "-" + type(next(iter(o.values()))).__name__ for o, _, _ in BAD_PARAMETERS],
+)
+def test_run_checks_every_parameter_before_starting_a_thread(
+    options: dict[str, object],
+    error: type[Exception],
+    match: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starts: list[str] = []
+    real_start = threading.Thread.start
+
+    def counted_start(self: threading.Thread) -> None:
+        starts.append(self.name)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counted_start)
+    with pytest.raises(error, match=re.escape(match)):
+        dagexec.run(diamond(), **options)  # type: ignore[arg-type]
+    assert starts == []
+
+
+def test_run_checks_the_graph_before_starting_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    starts: list[str] = []
+    real_start = threading.Thread.start
+    monkeypatch.setattr(
+        threading.Thread, "start", lambda self: (starts.append(self.name), real_start(self))
+    )
+    with pytest.raises(TypeError, match="graph must be a dagexec.Graph, got dict"):
+        dagexec.run({"a": lambda: 1})  # type: ignore[arg-type]
+    assert starts == []
