@@ -22,7 +22,7 @@ from collections.abc import Hashable, Iterable
 from types import TracebackType
 from typing import Literal
 
-from ._events import Hooks
+from ._events import Hooks, callback_list
 from ._graph import Graph
 from ._inbox import Inbox
 from ._plan import Plan, plan_run
@@ -95,7 +95,7 @@ def _prepare(
         raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
     checked_on_error = _check_on_error(on_error)
     checked_trace = _check_flag("trace", trace)
-    callback_objects = list(callbacks)  # type: ignore[call-overload]
+    callback_objects = callback_list(callbacks)
     if _check_flag("progress", progress):
         from ._progress import ProgressBar
 

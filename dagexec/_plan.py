@@ -89,10 +89,20 @@ def normalise_targets(targets: Iterable[Hashable]) -> tuple[Hashable, ...]:
     Raises:
         TypeError: ``targets`` is a single string or not iterable.
     """
-    if isinstance(targets, (str, bytes)):
+    expected = "targets must be a collection of task names"
+    if isinstance(targets, str):
+        raise TypeError(f"{expected}, got the string {targets!r}; write targets=[{targets!r}]")
+    if isinstance(targets, bytes):
         raise TypeError(
-            f"targets must be a collection of task names, got the string {targets!r}; "
-            f"write targets=[{targets!r}]"
+            f"{expected}, got bytes {targets!r}, which would be read as the integers "
+            f"{', '.join(map(str, targets[:3]))}{', ...' if len(targets) > 3 else ''}; "
+            f"for the one name, write targets=[{targets!r}]"
+        )
+    if isinstance(targets, (bytearray, memoryview)):
+        name = bytes(targets)
+        raise TypeError(
+            f"{expected}, got {type(targets).__name__} {targets!r}, which would be read as "
+            f"integers; for the one name, write targets=[{name!r}] (bytes: hashable)"
         )
     try:
         return tuple(dict.fromkeys(targets))

@@ -663,3 +663,69 @@ def test_run_checks_the_graph_before_starting_a_thread(monkeypatch: pytest.Monke
     with pytest.raises(TypeError, match="graph must be a dagexec.Graph, got dict"):
         dagexec.run({"a": lambda: 1})  # type: ignore[arg-type]
     assert starts == []
+
+
+# --- 9. clear errors for callbacks and targets of the wrong shape ----------------
+
+
+class MyCallback(dagexec.Callback):
+    def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
+        pass
+
+
+class IterableCallback:
+    """A callback that is also iterable: still one callback, not a collection."""
+
+    def on_run_end(self, result: dagexec.RunResult) -> None:
+        pass
+
+    def __iter__(self) -> Iterable[object]:
+        return iter([])
+
+
+BAD_SHAPES: list[tuple[str, object, str]] = [
+    (
+        "callbacks",
+        MyCallback(),
+        "callbacks must be a list of callback objects, got one callback "
+        "(MyCallback instance); write callbacks=[cb]",
+    ),
+    ("callbacks", IterableCallback(), "got one callback (IterableCallback instance)"),
+    ("callbacks", MyCallback, "got the class MyCallback; write callbacks=[MyCallback()]"),
+    ("callbacks", 5, "callbacks must be a list of callback objects, got int 5; write callbacks=["),
+    ("callbacks", "progress", "callbacks must be a list of callback objects, got str 'progress'"),
+    ("callbacks", [MyCallback], "callbacks: got the class MyCallback, not a callback object"),
+    ("callbacks", [5], "callbacks: int 5 has none of the hooks on_run_start"),
+    ("targets", b"ab", "got bytes b'ab', which would be read as the integers 97, 98"),
+    ("targets", bytearray(b"ab"), "got bytearray bytearray(b'ab'), which would be read as"),
+    ("targets", memoryview(b"ab"), "write targets=[b'ab']"),
+]
+
+
+@pytest.mark.parametrize(
+    ("parameter", "value", "match"),
+    BAD_SHAPES,
+    ids=[f"{p}-{type(v).__name__}-{i}" for i, (p, v, _) in enumerate(BAD_SHAPES)],
+)
+def test_callbacks_and_targets_of_the_wrong_shape_are_named_with_the_fix(
+    parameter: str, value: object, match: str
+) -> None:
+    for call in (
+        lambda: dagexec.run(diamond(), workers=1, **{parameter: value}),  # type: ignore[arg-type]
+        lambda: ex.run(diamond(), **{parameter: value}),  # type: ignore[arg-type]
+    ):
+        with dagexec.Executor(workers=1) as ex:
+            with pytest.raises(TypeError, match=re.escape(match)):
+                call()
+            assert dict(ex.run(diamond(), targets=["side"])) == {"side": 3}
+
+
+def test_a_callback_object_or_a_generator_of_them_is_accepted_in_a_list() -> None:
+    ended: list[Hashable] = []
+
+    class Ends:
+        def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
+            ended.append(name)
+
+    dagexec.run(diamond(), workers=1, callbacks=(cb for cb in [Ends()]))
+    assert sorted(ended, key=str) == ["norm", "raw", "report", "side"]
