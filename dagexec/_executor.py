@@ -161,7 +161,7 @@ class Executor:
         # ThreadPoolExecutor's workers exit. Runs once; not at interpreter exit,
         # where a daemon thread may still be running on this executor and the
         # daemon workers die anyway.
-        self._stopper = _Stopper(self._inboxes)
+        self._stopper = _Stopper(self._inboxes, self._threads)
         self._stop_workers = weakref.finalize(self, self._stopper)
         self._stop_workers.atexit = False
         try:
@@ -345,27 +345,35 @@ class _Stopper:
     an executor dropped without ``shutdown()`` must become unreachable.
     """
 
-    __slots__ = ("abandoned", "inboxes")
+    __slots__ = ("abandoned", "inboxes", "workers")
 
-    def __init__(self, inboxes: list[queue.Queue[WorkItem | None]]) -> None:
+    def __init__(
+        self, inboxes: list[queue.Queue[WorkItem | None]], workers: list[threading.Thread]
+    ) -> None:
         self.inboxes = inboxes
+        self.workers = workers
         self.abandoned: tuple[threading.Thread, Run] | None = None
 
     def __call__(self) -> None:
         abandoned = self.abandoned
         if abandoned is None or abandoned[1].cancelled.is_set():
-            _post_stops(self.inboxes)
-        else:
-            # An interrupted run may still put tasks into the inboxes until it has
-            # taken its queued ones back; STOPs go in after that, so the scheduler
-            # stays the inboxes' only producer while it could produce (the caller
-            # does not wait).
-            threading.Thread(
-                target=_post_stops,
-                args=(self.inboxes, *abandoned),
-                name="dagexec-stop",
-                daemon=True,
-            ).start()
+            if threading.current_thread() not in self.workers:
+                _post_stops(self.inboxes)
+                return
+            # Only as the finalizer, run by a garbage collection on one of our
+            # own workers, which might hold its inbox's (non-reentrant) lock at
+            # this moment: post from another thread.
+            abandoned = None
+        # An interrupted run may still put tasks into the inboxes until it has
+        # taken its queued ones back; STOPs go in after that, so the scheduler
+        # stays the inboxes' only producer while it could produce (the caller
+        # does not wait).
+        threading.Thread(
+            target=_post_stops,
+            args=(self.inboxes, *(abandoned or ())),
+            name="dagexec-stop",
+            daemon=True,
+        ).start()
 
 
 def _post_stops(

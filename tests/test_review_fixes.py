@@ -226,6 +226,36 @@ def test_workers_of_a_dropped_executor_exit_after_its_interrupted_run_lets_go() 
     assert still_alive(threads) == []
 
 
+def test_a_dropped_executor_collected_on_one_of_its_own_workers_stops_them() -> None:
+    """The finalizer may run on one of the executor's own workers (a garbage
+    collection there, of an executor in a reference cycle); it must not post the
+    STOPs from that thread, which could be holding its inbox's lock."""
+    gate, collected = Gate(), threading.Event()
+
+    def x() -> None:
+        _thread.interrupt_main()
+        gate.wait()
+        gc.collect()  # the executor's finalizer runs here, on its own worker
+        collected.set()
+
+    g = Graph()
+    g.add("x", x)
+    ex = dagexec.Executor(workers=2)
+    threads = list(ex._threads)
+    cycle: list[object] = [ex]
+    cycle.append(cycle)  # only a collection frees it
+    gc.disable()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ex.run(g)
+        del ex, cycle
+    finally:
+        gate.open()
+        gc.enable()
+    assert collected.wait(10)
+    assert still_alive(threads) == []
+
+
 # --- 5. Ctrl-C while dagexec.run starts its threads ------------------------------
 
 
