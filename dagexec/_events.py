@@ -93,6 +93,25 @@ def callback_list(callbacks: object) -> list[object]:
     Raises:
         TypeError: naming the parameter, the value and the fix.
     """
+    if type(callbacks) is tuple or type(callbacks) is list:  # the usual case: no probing
+        items: list[object] = list(callbacks)
+    else:
+        items = _as_list(callbacks)
+    for cb in items:
+        if isinstance(cb, type):
+            name = cb.__qualname__
+            raise TypeError(
+                f"callbacks: got the class {name}, not a callback object; write {name}()"
+            )
+        if not _is_callback(cb):
+            raise TypeError(
+                f"callbacks: {_shown(cb)} has none of the hooks {', '.join(_HOOK_NAMES)}; "
+                "pass objects implementing some of them (see dagexec.Callback)"
+            )
+    return items
+
+
+def _as_list(callbacks: object) -> list[object]:
     expected = "callbacks must be a list of callback objects"
     if isinstance(callbacks, type):
         name = callbacks.__qualname__
@@ -107,17 +126,6 @@ def callback_list(callbacks: object) -> list[object]:
         raise TypeError(
             f"{expected}, got {_shown(callbacks)}; write callbacks=[cb, ...], or () for none"
         ) from None
-    for cb in items:
-        if isinstance(cb, type):
-            name = cb.__qualname__
-            raise TypeError(
-                f"callbacks: got the class {name}, not a callback object; write {name}()"
-            )
-        if not _is_callback(cb):
-            raise TypeError(
-                f"callbacks: {_shown(cb)} has none of the hooks {', '.join(_HOOK_NAMES)}; "
-                "pass objects implementing some of them (see dagexec.Callback)"
-            )
     return items
 
 
