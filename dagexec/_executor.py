@@ -433,6 +433,7 @@ def run(
         # must still stop them (one during its __init__ is handled there).
         ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)
         result = ex._run_prepared(*prepared)
+        ex.shutdown()  # inside the try too: a Ctrl-C here must not skip the STOPs
     except BaseException as exc:
         if ex is not None:
             try:
@@ -442,5 +443,4 @@ def run(
                 # even if a second Ctrl-C cut the shutdown short (runs once).
                 ex._stop_workers()
         raise
-    ex.shutdown()
     return result

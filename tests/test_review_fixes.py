@@ -759,3 +759,30 @@ def test_a_callback_object_or_a_generator_of_them_is_accepted_in_a_list() -> Non
 
     dagexec.run(diamond(), workers=1, callbacks=(cb for cb in [Ends()]))
     assert sorted(ended, key=str) == ["norm", "raw", "report", "side"]
+
+
+def test_ctrl_c_in_the_shutdown_at_the_end_of_run_leaks_no_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every shutdown() of the run is interrupted before it does anything."""
+    started: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        real_start(self)
+        started.append(self)
+
+    def interrupted_shutdown(self: dagexec.Executor, wait: bool = True) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    monkeypatch.setattr(dagexec.Executor, "shutdown", interrupted_shutdown)
+    with pytest.raises(KeyboardInterrupt) as info:
+        dagexec.run(diamond(), workers=2)
+    monkeypatch.undo()
+    assert len(started) == 3  # two workers and the scheduler
+    # The traceback keeps run()'s frame, and so the executor, alive: garbage
+    # collection cannot be what stops the workers here.
+    assert info.traceback is not None
+    assert still_alive(started) == []
+    del info
