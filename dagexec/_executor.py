@@ -200,15 +200,20 @@ class Executor:
 
         Args:
             graph: the graph to run.
-            targets: names whose values the result holds; a collection, not a string.
+            targets: names whose values the result holds; any iterable (read
+                once), not a single string or bytes.
             on_error: ``"raise"`` stops at the first failure and raises it;
                 ``"continue"`` runs everything not downstream of a failure and
                 returns, with failures in ``result.errors``.
-            callbacks: objects with any of the :class:`dagexec.Callback` hooks.
-            trace: record per-task timings in ``result.trace``.
-            progress: show a progress line on stderr when it is a terminal.
+            callbacks: a list of objects, each with some of the
+                :class:`dagexec.Callback` hooks. An object with a hook is one
+                callback even if it is iterable: pass ``[cb]``, not ``cb``.
+            trace: ``True`` to record per-task timings in ``result.trace``.
+            progress: ``True`` to show a progress line on stderr when it is a terminal.
 
         Raises:
+            TypeError, ValueError: a parameter is of the wrong type or value; the
+                message names it, the value and the fix. Nothing has run.
             CycleError, MissingDependencyError: the graph is invalid.
             UnknownTargetError: a target is not in the graph.
             BaseException: with ``on_error="raise"``, the first failing task's own
