@@ -13,6 +13,7 @@ within :data:`_INTERRUPT_POLL_SECONDS` even when it was raised with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -162,8 +163,8 @@ class Executor:
         # where a daemon thread may still be running on this executor and the
         # daemon workers die anyway.
         self._stopper = _Stopper(self._inboxes, self._threads)
-        self._stop_workers = weakref.finalize(self, self._stopper)
-        self._stop_workers.atexit = False
+        finalizer = weakref.finalize(self, self._stopper)
+        finalizer.atexit = False
         try:
             for t in self._threads:
                 t.start()
@@ -172,6 +173,13 @@ class Executor:
             # start() was interrupted after the thread began) to exit.
             self._stop_workers()
             raise
+
+    def _stop_workers(self) -> None:
+        """Tell the workers to exit (once); finish the job if an interrupt cuts it short."""
+        try:
+            self._stopper()
+        finally:
+            self._stopper()  # a no-op once the STOPs are in or handed to a thread
 
     @property
     def _abandoned(self) -> tuple[threading.Thread, Run] | None:
@@ -347,10 +355,12 @@ class _Stopper:
     """Puts the STOPs that end an executor's workers, once no run can put tasks.
 
     Shared by the executor and its finalizer, so it must not refer to the executor:
-    an executor dropped without ``shutdown()`` must become unreachable.
+    an executor dropped without ``shutdown()`` must become unreachable. Calling it
+    again after an interrupted call puts only the STOPs still missing; once they
+    are all in (or a helper thread will put them), calling it does nothing.
     """
 
-    __slots__ = ("abandoned", "inboxes", "workers")
+    __slots__ = ("abandoned", "done", "inboxes", "posted", "workers")
 
     def __init__(
         self, inboxes: list[queue.Queue[WorkItem | None]], workers: list[threading.Thread]
@@ -358,12 +368,16 @@ class _Stopper:
         self.inboxes = inboxes
         self.workers = workers
         self.abandoned: tuple[threading.Thread, Run] | None = None
+        self.posted = 0  # inboxes[:posted] have their STOP
+        self.done = False
 
     def __call__(self) -> None:
+        if self.done:
+            return
         abandoned = self.abandoned
         if abandoned is None or abandoned[1].cancelled.is_set():
             if threading.current_thread() not in self.workers:
-                _post_stops(self.inboxes)
+                _post_stops(self)
                 return
             # Only as the finalizer, run by a garbage collection on one of our
             # own workers, which might hold its inbox's (non-reentrant) lock at
@@ -375,26 +389,30 @@ class _Stopper:
         # does not wait).
         threading.Thread(
             target=_post_stops,
-            args=(self.inboxes, *(abandoned or ())),
+            args=(self, *(abandoned or ())),
             name="dagexec-stop",
             daemon=True,
         ).start()
+        self.done = True
 
 
 def _post_stops(
-    inboxes: list[queue.Queue[WorkItem | None]],
-    scheduler: threading.Thread | None = None,
-    run: Run | None = None,
+    stopper: _Stopper, scheduler: threading.Thread | None = None, run: Run | None = None
 ) -> None:
-    """Put a STOP in every inbox, after ``run`` (if any) took its tasks back.
+    """Put a STOP in every inbox still without one, after ``run`` (if any) took its tasks back.
 
     Each inbox is empty by then (every run is over or has cancelled what it
-    queued), so the non-blocking put always has room.
+    queued), so the non-blocking put has room, unless an interrupted earlier call
+    already put this very STOP.
     """
     if scheduler is not None and run is not None:
         _wait_unless_never_started(scheduler, run, "cancelled")
-    for inbox in inboxes:
-        inbox.put_nowait(STOP)
+    inboxes = stopper.inboxes
+    while stopper.posted < len(inboxes):
+        with contextlib.suppress(queue.Full):  # see above: this STOP is in already
+            inboxes[stopper.posted].put_nowait(STOP)
+        stopper.posted += 1
+    stopper.done = True
 
 
 def _wait_unless_never_started(scheduler: threading.Thread, run: Run, event: str) -> None:
@@ -445,7 +463,7 @@ def run(
                 ex.shutdown(wait=isinstance(exc, Exception))
             finally:
                 # Nobody else runs on this executor, so the STOPs may go in now
-                # even if a second Ctrl-C cut the shutdown short (runs once).
+                # even if a second Ctrl-C cut the shutdown short (a no-op if not).
                 ex._stop_workers()
         raise
     return result

@@ -822,3 +822,39 @@ def test_real_sigints_around_run_start_leak_no_thread() -> None:
                 interrupted += 1
     assert interrupted > 0
     assert still_alive(set(threading.enumerate()) - before) == []
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-put", "after-put"])
+def test_ctrl_c_between_the_stops_of_run_leaks_no_thread(
+    after: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C after the first STOP went in, before or after the second."""
+    from dagexec._inbox import Inbox
+
+    real_put = Inbox.put_nowait
+    stops = 0
+    started: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        real_start(self)
+        started.append(self)
+
+    def put_nowait(self: Inbox[object], item: object) -> None:
+        nonlocal stops
+        if item is None:  # a STOP
+            stops += 1
+            if stops == 2 and not after:
+                raise KeyboardInterrupt
+        real_put(self, item)
+        if item is None and stops == 2 and after:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    monkeypatch.setattr(Inbox, "put_nowait", put_nowait)
+    with pytest.raises(KeyboardInterrupt) as info:
+        dagexec.run(diamond(), workers=3)
+    monkeypatch.undo()
+    assert info.traceback is not None  # keeps the executor alive: no help from gc
+    assert still_alive(started) == []
+    del info
