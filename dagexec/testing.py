@@ -262,6 +262,21 @@ def run_in_thread(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Futu
     return future
 
 
+def _join_started(thread: threading.Thread, timeout: float) -> None:
+    """``thread.join(timeout)``, also for a thread still inside its ``start()``.
+
+    ``threading.enumerate()`` lists a thread as soon as ``start()`` begins, and
+    ``join`` refuses one that has not signalled it runs yet: a ``start()``
+    interrupted by Ctrl-C leaves exactly that (the thread runs a moment later).
+    """
+    deadline = time.monotonic() + timeout
+    started = getattr(thread, "_started", None)  # CPython's "it runs" event
+    if isinstance(started, threading.Event):
+        started.wait(timeout)
+    with contextlib.suppress(RuntimeError):  # never started after all
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
 @contextlib.contextmanager
 def no_leaked_threads(timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
     """Fail if a thread started inside the block is still alive ``timeout`` s after it."""
@@ -269,6 +284,6 @@ def no_leaked_threads(timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
     yield
     deadline = time.monotonic() + timeout
     for thread in set(threading.enumerate()) - before:
-        thread.join(max(0.0, deadline - time.monotonic()))
+        _join_started(thread, max(0.0, deadline - time.monotonic()))
     leaked = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
     assert not leaked, f"threads still running after the test: {sorted(leaked)}"

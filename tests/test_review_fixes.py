@@ -20,7 +20,13 @@ import pytest
 
 import dagexec
 from dagexec import Graph, TaskState
-from dagexec.testing import ConcurrencyProbe, Gate, InFlightRecorder, run_in_thread
+from dagexec.testing import (
+    ConcurrencyProbe,
+    Gate,
+    InFlightRecorder,
+    _join_started,
+    run_in_thread,
+)
 
 
 def diamond() -> Graph:
@@ -39,9 +45,10 @@ def diamond() -> Graph:
 
 def still_alive(threads: Iterable[threading.Thread], timeout: float = 10.0) -> list[str]:
     """The names of ``threads`` still running after joining them all for ``timeout`` s."""
+    threads = list(threads)
     deadline = time.monotonic() + timeout
     for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+        _join_started(t, max(0.0, deadline - time.monotonic()))
     return [t.name for t in threads if t.is_alive()]
 
 
