@@ -13,19 +13,21 @@ within :data:`_INTERRUPT_POLL_SECONDS` even when it was raised with
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Hashable, Iterable
 from types import TracebackType
 from typing import Literal
 
-from ._events import Hooks
+from ._events import Hooks, callback_list
 from ._graph import Graph
 from ._inbox import Inbox
-from ._plan import plan_run
+from ._plan import Plan, plan_run
 from ._result import RunResult
 from ._scheduler import Run
 from ._worker import STOP, WorkItem, worker_loop
@@ -72,6 +74,39 @@ def _check_on_error(on_error: object) -> OnError:
     return on_error
 
 
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _prepare(
+    graph: object,
+    targets: Iterable[Hashable] | None,
+    on_error: object,
+    callbacks: object,
+    trace: object,
+    progress: object,
+) -> tuple[Plan, Hooks, OnError, bool]:
+    """Check a run's parameters and plan it; starts no thread, reads targets once.
+
+    Shared by :func:`run` and :meth:`Executor.run`, so that both accept and refuse
+    the same things, and ``run`` refuses them before it starts any thread.
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
+    checked_on_error = _check_on_error(on_error)
+    checked_trace = _check_flag("trace", trace)
+    callback_objects = callback_list(callbacks)
+    if _check_flag("progress", progress):
+        from ._progress import ProgressBar
+
+        callback_objects.append(ProgressBar())
+    hooks = Hooks(callback_objects)
+    plan = plan_run(graph._compile(), targets)
+    return plan, hooks, checked_on_error, checked_trace
+
+
 class Executor:
     """A fixed set of worker threads with bounded inboxes, reused across runs.
 
@@ -85,7 +120,9 @@ class Executor:
 
     At most ``min(max_in_flight, workers * (queue_cap + 1))`` tasks are ever queued
     or running; that number is ``RunStats.effective_cap``. Use as a context manager,
-    or call :meth:`shutdown`; the workers are daemon threads either way.
+    or call :meth:`shutdown`. The workers are daemon threads and hold no reference
+    to the executor: one dropped without ``shutdown()`` tells them to exit when it
+    is garbage collected, as :class:`~concurrent.futures.ThreadPoolExecutor` does.
     """
 
     def __init__(
@@ -119,13 +156,41 @@ class Executor:
         # Held for a whole run and for shutdown: runs are serialised.
         self._run_lock = threading.Lock()
         self._closed = False
-        # An interrupted run and its scheduler, which may still be waiting for
-        # its running tasks (or, if the interrupt hit Thread.start, about to run).
-        self._abandoned: tuple[threading.Thread, Run] | None = None
         # The scheduler of the run in progress, if any.
         self._scheduler: threading.Thread | None = None
-        for t in self._threads:
-            t.start()
+        # Ends the workers: called by shutdown, or when this executor is garbage
+        # collected without one (the workers hold no reference to it), like
+        # ThreadPoolExecutor's workers exit. Runs once; not at interpreter exit,
+        # where a daemon thread may still be running on this executor and the
+        # daemon workers die anyway.
+        self._stopper = _Stopper(self._inboxes, self._threads)
+        finalizer = weakref.finalize(self, self._stopper)
+        finalizer.atexit = False
+        try:
+            for t in self._threads:
+                t.start()
+        except BaseException:
+            # Ctrl-C while starting: tell every worker already started (or whose
+            # start() was interrupted after the thread began) to exit.
+            self._stop_workers()
+            raise
+
+    def _stop_workers(self) -> None:
+        """Tell the workers to exit (once); finish the job if an interrupt cuts it short."""
+        try:
+            self._stopper()
+        finally:
+            self._stopper()  # a no-op once the STOPs are in or handed to a thread
+
+    @property
+    def _abandoned(self) -> tuple[threading.Thread, Run] | None:
+        """An interrupted run and its scheduler, which may still be waiting for its
+        running tasks (or, if the interrupt hit Thread.start, about to run)."""
+        return self._stopper.abandoned
+
+    @_abandoned.setter
+    def _abandoned(self, value: tuple[threading.Thread, Run] | None) -> None:
+        self._stopper.abandoned = value
 
     def run(
         self,
@@ -144,15 +209,20 @@ class Executor:
 
         Args:
             graph: the graph to run.
-            targets: names whose values the result holds; a collection, not a string.
+            targets: names whose values the result holds; any iterable (read
+                once), not a single string or bytes.
             on_error: ``"raise"`` stops at the first failure and raises it;
                 ``"continue"`` runs everything not downstream of a failure and
                 returns, with failures in ``result.errors``.
-            callbacks: objects with any of the :class:`dagexec.Callback` hooks.
-            trace: record per-task timings in ``result.trace``.
-            progress: show a progress line on stderr when it is a terminal.
+            callbacks: a list of objects, each with some of the
+                :class:`dagexec.Callback` hooks. An object with a hook is one
+                callback even if it is iterable: pass ``[cb]``, not ``cb``.
+            trace: ``True`` to record per-task timings in ``result.trace``.
+            progress: ``True`` to show a progress line on stderr when it is a terminal.
 
         Raises:
+            TypeError, ValueError: a parameter is of the wrong type or value; the
+                message names it, the value and the fix. Nothing has run.
             CycleError, MissingDependencyError: the graph is invalid.
             UnknownTargetError: a target is not in the graph.
             BaseException: with ``on_error="raise"``, the first failing task's own
@@ -160,22 +230,16 @@ class Executor:
                 is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is
                 raised in either mode.
         """
-        if not isinstance(graph, Graph):
-            raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
-        on_error = _check_on_error(on_error)
-        callbacks = list(callbacks)
-        if progress:
-            from ._progress import ProgressBar
+        prepared = _prepare(graph, targets, on_error, callbacks, trace, progress)
+        return self._run_prepared(*prepared)
 
-            callbacks.append(ProgressBar())
-        hooks = Hooks(callbacks)
-        plan = plan_run(graph._compile(), targets)
+    def _run_prepared(self, plan: Plan, hooks: Hooks, on_error: OnError, trace: bool) -> RunResult:
+        """Run a checked plan; :meth:`run` without the checks."""
         # Tasks see the caller's contextvars, as with asyncio.to_thread and dask's
         # threads; an empty context costs the tasks nothing (see worker_loop).
         caller = contextvars.copy_context()
         context = caller if len(caller) else None
-        here = threading.current_thread()
-        if here is self._scheduler or here in self._threads:
+        if self._on_own_thread():
             # The outer run holds the run lock and waits for this very thread.
             raise RuntimeError(
                 "Executor.run called from one of this executor's own tasks or callbacks, "
@@ -226,6 +290,20 @@ class Executor:
         assert outcome.result is not None
         return outcome.result
 
+    def _on_own_thread(self) -> bool:
+        """Whether the calling thread is one a run or a shutdown of this executor waits for.
+
+        That is a worker (a task), or the scheduler of the current run or of an
+        interrupted one still finishing (a callback).
+        """
+        here = threading.current_thread()
+        abandoned = self._abandoned
+        return (
+            here is self._scheduler
+            or here in self._threads
+            or (abandoned is not None and here is abandoned[0])
+        )
+
     def _wait_for_abandoned(self) -> None:
         """Let an interrupted run's running tasks finish, so bounds hold across runs."""
         if self._abandoned is not None:
@@ -238,41 +316,26 @@ class Executor:
         Safe to call more than once. Without ``wait`` (what an interrupted ``with``
         block does), tasks still running from an interrupted run finish in the
         background and their threads exit afterwards.
+
+        Raises:
+            RuntimeError: called from one of this executor's own tasks or callbacks.
+                The run in progress holds the executor until it is over, and this
+                thread is one it waits for, so even ``wait=False`` would hang.
         """
+        if self._on_own_thread():
+            raise RuntimeError(
+                "Executor.shutdown called from one of this executor's own tasks or "
+                "callbacks, which would wait for itself forever; shut it down from the "
+                "thread that called run, after run returns (a `with` block does that)"
+            )
         with self._run_lock:
             if not self._closed:
                 self._closed = True
-                abandoned = self._abandoned
-                if abandoned is None or abandoned[1].cancelled.is_set():
-                    self._post_stops()
-                else:
-                    # An interrupted run may still put tasks into the inboxes
-                    # until it has taken its queued ones back; STOPs go in after
-                    # that, so the scheduler stays the inboxes' only producer while
-                    # it could produce (the shutdown itself does not wait).
-                    threading.Thread(
-                        target=self._post_stops,
-                        args=abandoned,
-                        name="dagexec-stop",
-                        daemon=True,
-                    ).start()
+                self._stop_workers()
         if wait:
             self._wait_for_abandoned()
             for t in self._threads:
                 t.join()
-
-    def _post_stops(
-        self, scheduler: threading.Thread | None = None, run: Run | None = None
-    ) -> None:
-        """Put a STOP in every inbox, after ``run`` (if any) took its tasks back.
-
-        Each inbox is empty by then (every run is over or has cancelled what it
-        queued), so the non-blocking put always has room.
-        """
-        if scheduler is not None and run is not None:
-            _wait_unless_never_started(scheduler, run, "cancelled")
-        for inbox in self._inboxes:
-            inbox.put_nowait(STOP)
 
     def __enter__(self) -> Executor:
         return self
@@ -292,6 +355,70 @@ class Executor:
             f"<dagexec.Executor workers={self.workers} queue_cap={self.queue_cap} "
             f"max_in_flight={self.max_in_flight} ({state})>"
         )
+
+
+class _Stopper:
+    """Puts the STOPs that end an executor's workers, once no run can put tasks.
+
+    Shared by the executor and its finalizer, so it must not refer to the executor:
+    an executor dropped without ``shutdown()`` must become unreachable. Calling it
+    again after an interrupted call puts only the STOPs still missing; once they
+    are all in (or a helper thread will put them), calling it does nothing.
+    """
+
+    __slots__ = ("abandoned", "done", "inboxes", "posted", "workers")
+
+    def __init__(
+        self, inboxes: list[queue.Queue[WorkItem | None]], workers: list[threading.Thread]
+    ) -> None:
+        self.inboxes = inboxes
+        self.workers = workers
+        self.abandoned: tuple[threading.Thread, Run] | None = None
+        self.posted = 0  # inboxes[:posted] have their STOP
+        self.done = False
+
+    def __call__(self) -> None:
+        if self.done:
+            return
+        abandoned = self.abandoned
+        if abandoned is None or abandoned[1].cancelled.is_set():
+            if threading.current_thread() not in self.workers:
+                _post_stops(self)
+                return
+            # Only as the finalizer, run by a garbage collection on one of our
+            # own workers, which might hold its inbox's (non-reentrant) lock at
+            # this moment: post from another thread.
+            abandoned = None
+        # An interrupted run may still put tasks into the inboxes until it has
+        # taken its queued ones back; STOPs go in after that, so the scheduler
+        # stays the inboxes' only producer while it could produce (the caller
+        # does not wait).
+        threading.Thread(
+            target=_post_stops,
+            args=(self, *(abandoned or ())),
+            name="dagexec-stop",
+            daemon=True,
+        ).start()
+        self.done = True
+
+
+def _post_stops(
+    stopper: _Stopper, scheduler: threading.Thread | None = None, run: Run | None = None
+) -> None:
+    """Put a STOP in every inbox still without one, after ``run`` (if any) took its tasks back.
+
+    Each inbox is empty by then (every run is over or has cancelled what it
+    queued), so the non-blocking put has room, unless an interrupted earlier call
+    already put this very STOP.
+    """
+    if scheduler is not None and run is not None:
+        _wait_unless_never_started(scheduler, run, "cancelled")
+    inboxes = stopper.inboxes
+    while stopper.posted < len(inboxes):
+        with contextlib.suppress(queue.Full):  # see above: this STOP is in already
+            inboxes[stopper.posted].put_nowait(STOP)
+        stopper.posted += 1
+    stopper.done = True
 
 
 def _wait_unless_never_started(scheduler: threading.Thread, run: Run, event: str) -> None:
@@ -325,23 +452,24 @@ def run(
     Arguments are those of :class:`Executor` and :meth:`Executor.run`. The graph
     and the parameters are all checked before any thread starts.
     """
-    if not isinstance(graph, Graph):
-        raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
-    _check_on_error(on_error)
-    # Validate before starting threads: a bad graph costs no thread.
-    plan_run(graph._compile(), targets)
-    ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)
+    # Everything is checked, and targets are read (once), before any thread
+    # starts: a bad graph or parameter costs no thread. Executor() checks the
+    # bounds before it starts its workers.
+    prepared = _prepare(graph, targets, on_error, callbacks, trace, progress)
+    ex: Executor | None = None
     try:
-        result = ex.run(
-            graph,
-            targets,
-            on_error=on_error,
-            callbacks=callbacks,
-            trace=trace,
-            progress=progress,
-        )
+        # Inside the try: a Ctrl-C just after the executor started its workers
+        # must still stop them (one during its __init__ is handled there).
+        ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)
+        result = ex._run_prepared(*prepared)
+        ex.shutdown()  # inside the try too: a Ctrl-C here must not skip the STOPs
     except BaseException as exc:
-        ex.shutdown(wait=isinstance(exc, Exception))
+        if ex is not None:
+            try:
+                ex.shutdown(wait=isinstance(exc, Exception))
+            finally:
+                # Nobody else runs on this executor, so the STOPs may go in now
+                # even if a second Ctrl-C cut the shutdown short (a no-op if not).
+                ex._stop_workers()
         raise
-    ex.shutdown()
     return result

@@ -35,7 +35,8 @@ def build_result(run: Run, wall: float) -> RunResult:
         peak_queue_depth=tuple(run.balance.peak_depth),
         tasks_per_worker=tuple(run.ran_on),
     )
-    return RunResult(values, status, errors, stats, _trace(run, status))
+    targets = tuple(names[t] for t in plan.targets)
+    return RunResult(values, status, errors, stats, _trace(run, status), targets)
 
 
 def _trace(run: Run, status: StatusMap) -> tuple[TraceRecord, ...]:

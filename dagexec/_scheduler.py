@@ -48,6 +48,11 @@ Policies, each written down once:
   in inboxes are taken back and cancelled, units stop between members (the
   ``stop`` flag), tasks already running finish, and only then is the outcome
   published.
+* Names, exceptions and callbacks are user objects: rendering them for a note
+  or a log line never raises (a hostile ``__repr__``, ``__str__`` or
+  ``__notes__`` gets a stand-in). Should the scheduler fail anyway (a bug), it
+  still stops the run, takes queued tasks back and waits for the running ones
+  before the caller gets the error (:meth:`Run._drain_after_error`).
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ import logging
 import queue
 import threading
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from time import perf_counter
 from typing import Any
 
@@ -87,6 +92,7 @@ from ._worker import (
     STARTED,
     STOP,
     TIMED,
+    UNIT,
     WorkItem,
 )
 
@@ -172,8 +178,12 @@ class Run:
         """The scheduler thread's body. Never raises: errors go into ``outcome``."""
         try:
             self._run()
-        except BaseException as exc:  # a bug here must still release the caller
+        except BaseException as exc:  # a bug here must still release the caller...
+            _add_note(exc, "dagexec: internal error in the scheduler; the run was stopped")
             self.outcome = Outcome(None, exc)
+            # ...but only once none of this run's tasks is queued or running, so
+            # that it cannot overlap the next run on these workers.
+            self._drain_after_error()
         finally:
             for error in self.callback_errors:
                 _release_scheduler_frames(error)
@@ -183,6 +193,42 @@ class Run:
             # This frame stays reachable from a callback error's traceback (through
             # f_back) after it returns; it must not keep the run alive from there.
             del self
+
+    def _drain_after_error(self) -> None:
+        """Stop the run without trusting its (possibly inconsistent) state; never raises.
+
+        Takes every queued item back, then queues one probe per worker and waits
+        for all of them: a worker answers its probe only after the item it was
+        running, so once all have answered, nothing of this run runs any more.
+        After an abort that already cancelled the queued tasks, STOPs may follow
+        in the inboxes and a probe behind one would never be answered; then the
+        in-flight count is all there is to wait on.
+        """
+        try:
+            self.stop.set()  # units stop between members
+            if self.cancelled.is_set():
+                while getattr(self, "in_flight", 0) > 0:
+                    msg = self.results.get()
+                    if msg is not ABORT and msg[2] in (DONE, FAILED, UNIT):
+                        self.in_flight -= 1
+                return
+            for inbox in self.inboxes:
+                while True:
+                    try:
+                        inbox.get_nowait()
+                    except queue.Empty:
+                        break
+            probe: WorkItem = (self.results.put, _PROBE, _nothing, (), 0, self.stop, None)
+            for inbox in self.inboxes:
+                inbox.put_nowait(probe)  # emptied above, and we are the only producer
+            unanswered = len(self.inboxes)
+            while unanswered:
+                msg = self.results.get()
+                if msg is not ABORT and msg[1] is _PROBE:
+                    unanswered -= 1
+        except BaseException as exc:  # nothing better to do than to say so
+            _add_note(exc, "dagexec: the scheduler failed again while stopping the run")
+            log.exception("stopping the run after an internal error failed")
 
     def _run(self) -> None:
         plan = self.plan
@@ -241,6 +287,7 @@ class Run:
                 queue_cap=self.queue_cap,
                 max_in_flight=self.max_in_flight,
                 effective_cap=self.cap,
+                _plan=plan,
             )
             self._call(hooks.run_start, info)
 
@@ -352,8 +399,8 @@ class Run:
                 self._call(hooks, plan.names[task], best)
             if self.debug:
                 log.debug(
-                    "dispatch %r to worker %d (in flight %d of %d)",
-                    plan.names[task],
+                    "dispatch %s to worker %d (in flight %d of %d)",
+                    _task_for_message(plan.names[task]),
                     best,
                     self.in_flight,
                     cap,
@@ -479,12 +526,14 @@ class Run:
     def _failed(self, task: int, exc: BaseException, worker: int, t0: float, t1: float) -> None:
         self.state[task] = S_FAILED
         self.unfinished -= 1
-        name = self.plan.names[task]
-        note = f"dagexec: raised by task {describe(name)}"
-        if note not in getattr(exc, "__notes__", ()):
-            exc.add_note(note)
+        # The task's own exception must reach the caller even when its name or
+        # the exception itself is hostile (a raising __repr__ or __str__, odd
+        # __notes__): nothing here may raise.
+        name = _task_for_message(self.plan.names[task])
+        _add_note(exc, f"dagexec: raised by task {name}")
         self.errors[task] = exc
-        log.info("task %r failed: %s: %s", name, type(exc).__name__, exc)
+        if log.isEnabledFor(logging.INFO):
+            log.info("task %s failed: %s: %s", name, type(exc).__name__, _str_for_message(exc))
         # Its end is reported before the ends its failure causes (skips, cancels).
         self._ended(task, worker, TaskState.FAILED, t0, t1)
         if self.on_error == "raise" or not isinstance(exc, Exception):
@@ -570,14 +619,68 @@ class Run:
             try:
                 hook(*args)
             except BaseException as exc:
-                note = f"dagexec: raised by callback {getattr(hook, '__qualname__', hook)!s}"
-                exc.add_note(note)
+                _add_note(exc, f"dagexec: raised by callback {_hook_for_message(hook)}")
                 # Drop this frame from the traceback; main() clears the rest of the
                 # scheduler's frames it links to once the run is over.
                 if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
                     exc.__traceback__ = exc.__traceback__.tb_next
                 self.callback_errors.append(exc)
                 self._fail(exc)
+
+
+class _Probe:
+    def __repr__(self) -> str:
+        return "PROBE"
+
+
+_PROBE = _Probe()
+"""The task of a probe item, queued to every worker when a run must wait for them all."""
+
+
+def _nothing() -> None:
+    return None
+
+
+def _task_for_message(name: Hashable) -> str:
+    """``describe(name)``, or a stand-in when the name's ``__repr__`` raises."""
+    try:
+        return describe(name)
+    except Exception:
+        return f"<{type(name).__qualname__} object at {id(name):#x} (its repr raised)>"
+
+
+def _str_for_message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__qualname__} (its str raised)>"
+
+
+def _hook_for_message(hook: Callable[..., Any]) -> str:
+    try:
+        name = getattr(hook, "__qualname__", None)
+        return name if isinstance(name, str) else repr(hook)
+    except Exception:
+        return f"<{type(hook).__qualname__} object at {id(hook):#x}>"
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    """Add ``note`` to ``exc`` unless it is there; never raises.
+
+    ``add_note`` refuses an exception whose ``__notes__`` is not a list (a task may
+    have set a tuple); such notes are copied into a list with ours at the end.
+    """
+    try:
+        notes = getattr(exc, "__notes__", None)
+        if notes is None:
+            exc.add_note(note)
+        elif note not in notes:
+            if isinstance(notes, list):
+                exc.add_note(note)
+            else:
+                exc.__notes__ = [*notes, note]
+    except Exception:
+        log.debug("could not add the note %r to a %s", note, type(exc).__qualname__)
 
 
 def _release_scheduler_frames(exc: BaseException) -> None:
