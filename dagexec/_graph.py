@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
-from ._errors import DuplicateTaskError, describe
+from ._bind import BoundCall, KeywordCall, callable_name, check_call
+from ._errors import DuplicateTaskError, MissingDependencyError, describe
 
 if TYPE_CHECKING:
     from ._validate import CompiledGraph
@@ -28,18 +30,28 @@ __all__ = ["Graph", "Task"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
+
 
 class Task(NamedTuple):
-    """One node: ``fn(*results_of(deps))`` produces the value named ``name``.
+    """One node: ``fn(*results_of(deps), *args, **kwargs)`` produces the value ``name``.
 
-    A named tuple rather than a frozen dataclass: it is created once per ``add``,
-    and a million-task graph must build in about a second (a frozen dataclass's
-    ``__init__`` alone costs three times as much).
+    When ``deps`` was given as a mapping, ``dep_params`` holds the parameter each
+    dependency's value is passed to (``dep_params[i]`` receives ``deps[i]``), and
+    the call is ``fn(*args, **{dep_params[i]: result_of(deps[i])}, **kwargs)``.
+    ``fn``, ``args`` and ``kwargs`` are what you passed: constants stay inspectable.
+
+    A named tuple rather than a frozen dataclass: a million-task graph must build
+    in about a second (a frozen dataclass's ``__init__`` alone costs three times
+    as much).
     """
 
     name: Hashable
     fn: Callable[..., Any]
     deps: tuple[Hashable, ...]
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = MappingProxyType({})
+    dep_params: tuple[str, ...] = ()
 
 
 class Graph:
@@ -50,24 +62,51 @@ class Graph:
     A graph is not safe to change from one thread while another runs it.
     """
 
-    __slots__ = ("__weakref__", "_compiled", "_deps", "_fns", "_index", "_names")
+    __slots__ = (
+        "__weakref__",
+        "_compiled",
+        "_deps",
+        "_fns",
+        "_index",
+        "_inferred",
+        "_names",
+        "_originals",
+    )
 
     def __init__(self) -> None:
         self._index: dict[Hashable, int] = {}  # name -> position in the columns below
         self._names: list[Hashable] = []
+        # What the engine calls with the dependency values: the user's function, or
+        # a BoundCall/KeywordCall adding the task's constants.
         self._fns: list[Callable[..., Any]] = []
         self._deps: list[tuple[Hashable, ...]] = []
+        # Sparse: only tasks with constants or keyword deps, by position.
+        self._originals: dict[int, Task] = {}
+        # Sparse: tasks whose deps @g.task read from parameter names -> function name.
+        self._inferred: dict[int, str] = {}
         self._compiled: CompiledGraph | None = None
 
     def add(
-        self, name: Hashable, fn: Callable[..., Any], *, deps: Iterable[Hashable] = ()
+        self,
+        name: Hashable,
+        fn: Callable[..., Any],
+        *,
+        deps: Iterable[Hashable] | Mapping[str, Hashable] = (),
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
     ) -> Hashable:
-        """Add task ``name`` computing ``fn(*[result of d for d in deps])``; return ``name``.
+        """Add task ``name`` computing ``fn(*dep_values, *args, **kwargs)``; return ``name``.
+
+        ``deps`` is an ordered collection of task names whose values are passed
+        positionally, or a mapping ``{parameter: task name}`` passing them by
+        keyword. The call is checked against ``fn``'s signature now (when it can be
+        read), so a task that could never be called fails here, not mid-run.
 
         Raises:
             DuplicateTaskError: ``name`` is already a task of this graph.
-            TypeError: ``name`` is unhashable, ``fn`` is not callable, or ``deps`` is a
-                single string instead of a collection of names.
+            TypeError: ``name`` is unhashable, ``fn`` is not callable or is an async
+                function, ``deps``/``args``/``kwargs`` have the wrong type, or ``fn``
+                cannot accept the dependency values and constants.
         """
         index = self._index
         try:
@@ -80,27 +119,41 @@ class Graph:
             raise DuplicateTaskError(name)
         if not callable(fn):
             raise TypeError(
-                f"task {describe(name)}: fn must be callable, got {type(fn).__name__} {fn!r}"
+                f"task {describe(name)}: fn must be callable, got {type(fn).__name__} "
+                f"{_safe_repr(fn)}"
             )
-        if type(deps) is not tuple:
-            if isinstance(deps, (str, bytes)):
-                raise TypeError(
-                    f"task {describe(name)}: deps must be a collection of task names, got "
-                    f"the string {deps!r}; write deps=[{deps!r}]"
-                )
-            deps = tuple(deps)
+        if type(deps) is tuple:
+            dep_names: tuple[Hashable, ...] = deps
+            kw_deps: Mapping[str, Hashable] = _NO_KWARGS
+        else:
+            dep_names, kw_deps = _check_deps(name, deps)
         try:
-            hash(deps)  # one C call checks every dependency name
+            hash(dep_names)  # one C call checks every dependency name
         except TypeError:
-            bad = next(d for d in deps if not _hashable(d))
+            bad = next(d for d in dep_names if not _hashable(d))
             raise TypeError(
                 f"task {describe(name)}: dependency names must be hashable, got "
-                f"{type(bad).__name__} {bad!r}"
+                f"{type(bad).__name__} {_safe_repr(bad)}"
             ) from None
+        args = args if type(args) is tuple else _check_args(name, args)
+        kwargs = _NO_KWARGS if kwargs is None else _check_kwargs(name, kwargs, kw_deps)
+        pos_deps = () if kw_deps else dep_names
+        check_call(name, fn, pos_deps, kw_deps, args, kwargs)
+        call = fn
+        if kw_deps or args or kwargs:
+            kwargs = dict(kwargs)
+            dep_params = tuple(kw_deps)
+            if dep_params:
+                call = KeywordCall(fn, args, kwargs, dep_params)
+            else:
+                call = BoundCall(fn, args, kwargs)
+            self._originals[len(self._names)] = Task(
+                name, fn, dep_names, args, MappingProxyType(kwargs), dep_params
+            )
         index[name] = len(self._names)
         self._names.append(name)
-        self._fns.append(fn)
-        self._deps.append(deps)
+        self._fns.append(call)
+        self._deps.append(dep_names)
         self._compiled = None
         return name
 
@@ -109,7 +162,13 @@ class Graph:
 
     @overload
     def task(
-        self, /, *, name: Hashable | None = None, deps: Iterable[Hashable] | None = None
+        self,
+        /,
+        *,
+        name: Hashable | None = None,
+        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -118,18 +177,44 @@ class Graph:
         /,
         *,
         name: Hashable | None = None,
-        deps: Iterable[Hashable] | None = None,
+        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         """Decorator form of :meth:`add`; the function is returned unchanged.
 
-        Without ``name`` the task is named after the function; without ``deps`` its
-        dependencies are its positional parameters that have no default, in order.
+        Without ``name`` the task is named after the function. Without ``deps``
+        its dependencies are its positional parameters that have no default and
+        that ``args`` and ``kwargs`` do not fill (``args`` fill the last of them,
+        since dependency values come first).
         """
+        if fn is not None and not callable(fn):
+            raise TypeError(
+                f"g.task takes the function to decorate, or only keyword options; got "
+                f"{type(fn).__name__} {_safe_repr(fn)}. To name the task, write "
+                f"@g.task(name={_safe_repr(fn)})"
+            )
+        args = args if type(args) is tuple else _check_args(name, args)
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
-            task_name = func.__name__ if name is None else name
-            task_deps = _deps_from_signature(task_name, func) if deps is None else deps
-            self.add(task_name, func, deps=task_deps)
+            if not callable(func):
+                raise TypeError(
+                    f"g.task(...) decorates a function, got {type(func).__name__} "
+                    f"{_safe_repr(func)}"
+                )
+            task_name = _name_of(func) if name is None else name
+            task_deps: Iterable[Hashable] | Mapping[str, Hashable]
+            if deps is None:
+                task_deps = _deps_from_signature(task_name, func, args, kwargs)
+                if task_deps:
+                    self._inferred[len(self._names)] = callable_name(func)
+            else:
+                task_deps = deps
+            try:
+                self.add(task_name, func, deps=task_deps, args=args, kwargs=kwargs)
+            except BaseException:
+                self._inferred.pop(len(self._names), None)
+                raise
             return func
 
         if fn is not None:
@@ -153,9 +238,19 @@ class Graph:
         if compiled is None:
             from ._validate import compile_graph
 
-            compiled = compile_graph(self._names, self._fns, self._deps)
+            try:
+                compiled = compile_graph(self._names, self._fns, self._deps)
+            except MissingDependencyError as exc:
+                raise self._explain(exc) from None
             self._compiled = compiled
         return compiled
+
+    def _explain(self, exc: MissingDependencyError) -> MissingDependencyError:
+        """The same error, with "did you mean" and where @g.task found the names."""
+        inferred = self._inferred.get(self._index[exc.task])
+        return MissingDependencyError(
+            exc.task, exc.missing, known=self._names, inferred_from=inferred
+        )
 
     @property
     def tasks(self) -> Mapping[Hashable, Task]:
@@ -196,7 +291,8 @@ class Graph:
 
     def __getitem__(self, name: Hashable) -> Task:
         i = self._index[name]
-        return Task(name, self._fns[i], self._deps[i])
+        task = self._originals.get(i)
+        return Task(name, self._fns[i], self._deps[i]) if task is None else task
 
     def __repr__(self) -> str:
         return f"<dagexec.Graph with {len(self._names)} tasks>"
@@ -228,19 +324,140 @@ def _hashable(value: object) -> bool:
     return True
 
 
-def _deps_from_signature(name: Hashable, func: Callable[..., Any]) -> tuple[str, ...]:
-    """Positional parameters without defaults name the dependencies, in order."""
-    deps: list[str] = []
-    for param in inspect.signature(func).parameters.values():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+def _safe_repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__} with a failing repr>"
+
+
+def _check_deps(
+    task: Hashable, deps: object
+) -> tuple[tuple[Hashable, ...], Mapping[str, Hashable]]:
+    """``deps`` as (task names, {parameter: task name} when given as a mapping)."""
+    if isinstance(deps, Mapping):
+        bad = [p for p in deps if not isinstance(p, str)]
+        if bad:
+            raise TypeError(
+                f"task {describe(task)}: a deps mapping goes from parameter name to task "
+                f"name, got the key {_safe_repr(bad[0])}; write deps={{'param': "
+                f"{_safe_repr(bad[0])}}}, or a list for positional dependencies"
+            )
+        return tuple(deps.values()), dict(deps)
+    if isinstance(deps, str):
+        fix = f"write deps=[{deps!r}]"
+        raise TypeError(
+            f"task {describe(task)}: deps must be a collection of task names, got the "
+            f"string {deps!r}; {fix}"
+        )
+    if isinstance(deps, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"task {describe(task)}: deps must be a collection of task names, got "
+            f"{type(deps).__name__} {_safe_repr(deps)} (which iterates as integers); "
+            f"write deps=[{_safe_repr(deps)}] for one task named by it"
+        )
+    if deps is None:
+        raise TypeError(
+            f"task {describe(task)}: deps must be a collection of task names, got None; "
+            "write deps=() (the default) for a task without dependencies"
+        )
+    if isinstance(deps, (set, frozenset)):
+        raise TypeError(
+            f"task {describe(task)}: deps must be ordered (dependency values are passed "
+            f"in deps order), got a {type(deps).__name__}; use a list, or a mapping "
+            "{parameter: task} to pass them by keyword"
+        )
+    if not isinstance(deps, Iterable):
+        raise TypeError(
+            f"task {describe(task)}: deps must be a collection of task names, got "
+            f"{type(deps).__name__} {_safe_repr(deps)}; write deps=[{_safe_repr(deps)}]"
+        )
+    return tuple(deps), _NO_KWARGS
+
+
+def _check_args(task: Hashable, args: object) -> tuple[Any, ...]:
+    if isinstance(args, (str, bytes, bytearray)):
+        raise TypeError(
+            f"task {describe(task)}: args must be a tuple of values, got "
+            f"{type(args).__name__} {args!r}; write args=({args!r},)"
+        )
+    if isinstance(args, Mapping):
+        raise TypeError(
+            f"task {describe(task)}: args takes positional values, got a mapping; "
+            f"pass keyword arguments as kwargs={_safe_repr(args)}"
+        )
+    if not isinstance(args, Iterable):
+        raise TypeError(
+            f"task {describe(task)}: args must be a tuple of values, got "
+            f"{type(args).__name__} {_safe_repr(args)}; write args=({_safe_repr(args)},)"
+        )
+    return tuple(args)
+
+
+def _check_kwargs(
+    task: Hashable, kwargs: object, kw_deps: Mapping[str, Hashable]
+) -> Mapping[str, Any]:
+    if not isinstance(kwargs, Mapping):
+        raise TypeError(
+            f"task {describe(task)}: kwargs must be a mapping of parameter name to "
+            f"value, got {type(kwargs).__name__} {_safe_repr(kwargs)}"
+        )
+    for key in kwargs:
+        if not isinstance(key, str):
+            raise TypeError(
+                f"task {describe(task)}: kwargs keys are parameter names, got {_safe_repr(key)}"
+            )
+        if key in kw_deps:
+            raise TypeError(
+                f"task {describe(task)}: parameter {key!r} is given both by deps (the "
+                f"value of {describe(kw_deps[key])}) and by kwargs; drop one of them"
+            )
+    return kwargs
+
+
+def _name_of(func: Callable[..., Any]) -> Hashable:
+    name = getattr(func, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"@g.task names a task after its function, but {callable_name(func)} has no "
+            "__name__ (a functools.partial or a callable object); write "
+            "g.task(name=..., deps=[...])(fn), or g.add(name, fn, deps=[...])"
+        )
+    return name
+
+
+def _deps_from_signature(
+    name: Hashable,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+) -> tuple[str, ...]:
+    """The positional parameters without defaults that args and kwargs leave, in order."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"task {describe(name)}: @g.task cannot read the parameters of "
+            f"{callable_name(func)} to find its dependencies; pass deps=[...]"
+        ) from None
+    filled = set(kwargs or ())
+    required: list[str] = []
+    for param in params:
+        if param.kind is param.VAR_POSITIONAL:
+            raise TypeError(
+                f"task {describe(name)}: @g.task cannot tell which tasks "
+                f"*{param.name} of {callable_name(func)} should receive; list them: "
+                f"@g.task(deps=['a', 'b'])"
+            )
+        if param.kind is param.VAR_KEYWORD or param.default is not param.empty:
             continue
-        if param.default is not param.empty:
+        if param.name in filled:
             continue
         if param.kind is param.KEYWORD_ONLY:
             raise TypeError(
                 f"task {describe(name)}: keyword-only parameter {param.name!r} has no "
-                "default, but dependency results are passed positionally; give it a "
-                "default or make it positional"
+                "default, but @g.task passes dependency values positionally; give it a "
+                f"default, pass it in kwargs=, or pass deps={{{param.name!r}: 'task'}}"
             )
-        deps.append(param.name)
-    return tuple(deps)
+        required.append(param.name)
+    return tuple(required[: max(0, len(required) - len(args))])

@@ -289,7 +289,7 @@ def test_awkward_names_are_escaped_and_ids_stay_safe() -> None:
     g = Graph()
     g.add('say "hi"\\now', lambda: 1)
     g.add(("tuple", 1), lambda x: x, deps=['say "hi"\\now'])
-    g.add("a\nb <#&`>", lambda x: x, deps=[("tuple", 1), ("tuple", 1)])
+    g.add("a\nb <#&`>", lambda x, y: x, deps=[("tuple", 1), ("tuple", 1)])
     dot = g.to_dot()
     assert 'n0 [label="say \\"hi\\"\\\\now"];' in dot
     assert "n1 [label=\"('tuple', 1)\"];" in dot
