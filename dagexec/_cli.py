@@ -12,21 +12,32 @@ an exit status that says whose fault it was:
   without ``:VARIABLE``); argparse's convention;
 * 130: interrupted with Ctrl-C.
 
-Task names on the command line are strings; a graph whose names are other
-values can be run whole (no ``--targets``) but not by target.
+A task that raises ``SystemExit`` (or any other ``BaseException`` but
+``KeyboardInterrupt``) is a failing task like any other: status 1, naming it.
+A failing task's traceback goes to stderr before the error line: its last
+frames by default, all of it (for every failed task) with ``--traceback``.
+
+``--targets`` items are separated by commas outside brackets and quotes; each
+item that parses as a Python literal (``1``, ``('load', 'a.csv')``, ``'1'``) is
+that value, anything else is the text itself. When a literal is not a task of
+the graph but its text is, the text wins, so a string task named ``2024`` can
+be written bare.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
+import json
 import os
 import sys
+import traceback
 from collections.abc import Hashable, Sequence
 from typing import Any, NoReturn
 
 from ._draw import display_name
-from ._errors import DagexecError
+from ._errors import DagexecError, describe
 from ._executor import DEFAULT_QUEUE_CAP
 from ._graph import Graph
 
@@ -60,11 +71,80 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _targets(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",")]
-    if not all(names):
+class _Target:
+    """One ``--targets`` item: its text, and the literal it parses as (if any)."""
+
+    __slots__ = ("literal", "text")
+
+    def __init__(self, text: str, literal: Hashable | None) -> None:
+        self.text = text
+        self.literal = literal
+
+
+_NOT_LITERAL: Any = object()
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split at commas that are outside brackets and quotes."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote and text[i - 1] != "\\":
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [part.strip() for part in parts]
+
+
+def _targets(text: str) -> list[_Target]:
+    items = _split_top_level(text)
+    if not all(items):
         raise argparse.ArgumentTypeError(f"expected task names separated by commas, got {text!r}")
+    targets = []
+    for item in items:
+        try:
+            literal = ast.literal_eval(item)
+            hash(literal)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            literal = _NOT_LITERAL
+        targets.append(_Target(item, literal))
+    return targets
+
+
+def _resolve_targets(graph: Graph, targets: list[_Target] | None) -> list[Hashable] | None:
+    """The task names the ``--targets`` items mean for this graph (see the module doc)."""
+    if targets is None:
+        return None
+    names: list[Hashable] = []
+    for target in targets:
+        if target.literal is _NOT_LITERAL or (target.literal not in graph and target.text in graph):
+            names.append(target.text)
+        else:
+            names.append(target.literal)
     return names
+
+
+def _check_output(option: str, path: str | None) -> None:
+    """Fail before the run when an output file could not be written after it."""
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise _Fail(f"{option} {path}: is a directory; give a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise _Fail(f"{option} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (
+        os.path.exists(path) and not os.access(path, os.W_OK)
+    ):
+        raise _Fail(f"{option} {path}: permission denied")
 
 
 def _spec(text: str) -> tuple[str, str]:
@@ -97,7 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     targets_help = (
         "comma-separated task names to compute, with everything they need and nothing "
-        "else (default: every task nothing depends on)"
+        "else (default: every task nothing depends on). An item that parses as a Python "
+        "literal names that value, e.g. 1 or \"('load', 'a.csv')\"; other items are "
+        "strings; quote a string that looks like a literal: \"'1'\""
     )
 
     run = commands.add_parser(
@@ -147,6 +229,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--gantt", metavar="OUT.svg", help="write an SVG timeline, one lane per worker"
+    )
+    run.add_argument(
+        "--print",
+        action="store_true",
+        dest="print_values",
+        help="print each target's value (its repr) after the summary",
+    )
+    run.add_argument(
+        "--json",
+        metavar="OUT.json",
+        help=(
+            'write the targets\' values as JSON: {"values": {name: value}, "not_written": '
+            "{name: reason}} (values JSON cannot hold, and targets without a value, are "
+            "listed under not_written with the reason, and noted on stderr)"
+        ),
+    )
+    run.add_argument(
+        "--traceback",
+        action="store_true",
+        help=(
+            "print the full traceback of every failed task (default: the last frames "
+            "of the first failure)"
+        ),
     )
 
     show = commands.add_parser(
@@ -198,8 +303,8 @@ def load_graph(path: str, variable: str) -> Graph:
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
-        raise _Fail(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:
+        raise _Fail(f"cannot load {path}: {type(exc).__name__}: {_safe_str(exc)}") from exc
     value: Any = module
     for part in variable.split("."):
         try:
@@ -246,12 +351,103 @@ def _summary(result: Any) -> str:
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
 
 
+def _safe_str(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when the exception's own ``__str__`` raises."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__}.__str__ raised an exception>"
+
+
+def _task_label(name: Hashable) -> str:
+    try:
+        return display_name(name)
+    except Exception:
+        return describe(name)
+
+
 def _failure_line(errors: dict[Hashable, BaseException], planned: int) -> str:
     name, exc = next(iter(errors.items()))
-    what = f"task {display_name(name)!s} failed: {type(exc).__name__}: {exc}"
+    what = f"task {_task_label(name)} failed: {type(exc).__name__}: {_safe_str(exc)}"
     if len(errors) == 1:
         return what
     return f"{len(errors)} of {planned} tasks failed; first: {what}"
+
+
+# Frames of a failing task shown without --traceback: enough to see the failing
+# line and its caller, short enough that the error line stays in view.
+_SHORT_FRAMES = 3
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _write_tracebacks(errors: dict[Hashable, BaseException], full: bool) -> None:
+    """A failed task's traceback on stderr: the first one, short, or all, full."""
+    items = list(errors.items()) if full else list(errors.items())[:1]
+    for name, exc in items:
+        try:
+            if full:
+                lines = traceback.format_exception(exc)
+                head = f"task {_task_label(name)} failed:\n"
+            else:
+                frames = [  # the task's own frames, not dagexec's re-raise
+                    f
+                    for f in traceback.extract_tb(exc.__traceback__)
+                    if not f.filename.startswith(_PACKAGE_DIR)
+                ][-_SHORT_FRAMES:]
+                lines = [
+                    *traceback.format_list(frames),
+                    *traceback.format_exception_only(exc),
+                ]
+                more = "; --traceback shows all" if len(errors) > 1 else ""
+                head = (
+                    f"task {_task_label(name)} failed (last {_SHORT_FRAMES} frames at "
+                    f"most; --traceback for the full traceback{more}):\n"
+                )
+            sys.stderr.write(head + "".join(lines))
+        except Exception:  # a hostile exception must not hide the error line
+            sys.stderr.write(f"task {_task_label(name)} failed (traceback unavailable)\n")
+
+
+def _json_values(result: Any, targets: Sequence[Hashable]) -> tuple[dict[str, Any], str]:
+    """The JSON document for ``--json``, and a note about what it could not hold."""
+    values: dict[str, Any] = {}
+    not_written: dict[str, str] = {}
+    for name in targets:
+        key = name if isinstance(name, str) else _task_label(name)
+        if key in values or key in not_written:
+            key = describe(name)
+        if name not in result:
+            state = result.status.get(name)
+            not_written[key] = f"no value: the task is {getattr(state, 'name', state)}"
+            continue
+        value = result[name]
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            not_written[key] = f"JSON cannot hold it: {type(exc).__name__}: {_safe_str(exc)}"
+            continue
+        values[key] = value
+    unheld = [k for k, why in not_written.items() if why.startswith("JSON")]
+    note = ""
+    if unheld:
+        note = (
+            f"{len(unheld)} target value(s) not written to JSON (JSON cannot hold them; "
+            f"see not_written in the file): {', '.join(unheld)}"
+        )
+    return {"values": values, "not_written": not_written}, note
+
+
+def _print_values(result: Any, targets: Sequence[Hashable]) -> None:
+    for name in targets:
+        if name in result:
+            try:
+                text = repr(result[name])
+            except Exception as exc:
+                text = f"<repr failed: {type(exc).__name__}>"
+        else:
+            state = result.status.get(name)
+            text = f"<no value: {getattr(state, 'name', state)}>"
+        print(f"{_task_label(name)} = {text}")
 
 
 class _Keep:
@@ -279,13 +475,16 @@ def _write_pictures(result: Any, trace: str | None, gantt: str | None) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from ._executor import run
 
+    for option, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--json", args.json)):
+        _check_output(option, path)
     graph = load_graph(*args.spec)
-    _check_graph(graph, args.targets)
+    targets = _resolve_targets(graph, args.targets)
+    _check_graph(graph, targets)
     keep = _Keep()
     try:
         run(
             graph,
-            args.targets,
+            targets,
             workers=args.workers,
             queue_cap=args.queue_cap,
             max_in_flight=args.max_in_flight,
@@ -300,14 +499,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise
     except (ValueError, TypeError) as exc:
         if keep.result is None:  # refused before running: a bad parameter combination
-            raise _Fail(str(exc)) from exc
+            raise _Fail(_safe_str(exc)) from exc
     except Exception:
         if keep.result is None:
             raise
+    except BaseException as exc:
+        # A task's SystemExit (or other BaseException) is a task failure: it must not
+        # end the command with the task's exit code, or silently with 0.
+        if keep.result is None:
+            raise _Fail(f"{type(exc).__name__}: {_safe_str(exc)}") from exc
     result = keep.result
     print(_summary(result))
+    wanted = graph.sinks() if targets is None else targets
+    if args.print_values:
+        _print_values(result, wanted)
     _write_pictures(result, args.trace, args.gantt)
+    if args.json:
+        document, note = _json_values(result, wanted)
+        try:
+            with open(args.json, "w", encoding="utf-8") as out:
+                json.dump(document, out, indent=2, allow_nan=False)
+                out.write("\n")
+        except OSError as exc:
+            raise _Fail(f"cannot write {exc.filename}: {exc.strerror}") from exc
+        print(f"target values written to {args.json}")
+        if note:
+            sys.stdout.flush()
+            print(f"dagexec: note: {note}", file=sys.stderr)
     if result.errors:
+        sys.stdout.flush()
+        _write_tracebacks(dict(result.errors), args.traceback)
         raise _Fail(_failure_line(dict(result.errors), result.stats.tasks_planned))
     return 0
 
@@ -316,9 +537,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from ._draw import to_dot, to_mermaid
 
     graph = load_graph(*args.spec)
-    _check_graph(graph, args.targets)
+    targets = _resolve_targets(graph, args.targets)
+    _check_graph(graph, targets)
     draw = to_dot if args.format == "dot" else to_mermaid
-    sys.stdout.write(draw(graph, args.targets, None))
+    sys.stdout.write(draw(graph, targets, None))
     return 0
 
 
@@ -329,6 +551,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         if exc.name != "dagexec._demo":
             raise
         raise _Fail("the demo is not part of this installation") from None
+    _check_output("--trace", args.trace)
+    _check_output("--gantt", args.gantt)
     return demo_main(trace_path=args.trace, gantt_path=args.gantt)
 
 
@@ -336,7 +560,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help and --version end here with status 0
+            return exc.code if isinstance(exc.code, int) else 0
         command = {"run": _cmd_run, "show": _cmd_show, "demo": _cmd_demo}[args.command]
         return command(args)
     except _Fail as exc:
@@ -349,5 +576,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         print("dagexec: error: interrupted", file=sys.stderr)
         return 130
-    except SystemExit as exc:  # --help and --version end here with status 0
-        return exc.code if isinstance(exc.code, int) else 0
