@@ -481,6 +481,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     targets = _resolve_targets(graph, args.targets)
     _check_graph(graph, targets)
     keep = _Keep()
+    callbacks: list[Any] = [keep]
+    bar = None
+    if args.progress:
+        from ._progress import ProgressBar
+
+        bar = ProgressBar()
+        callbacks.append(bar)
     try:
         run(
             graph,
@@ -489,13 +496,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             queue_cap=args.queue_cap,
             max_in_flight=args.max_in_flight,
             on_error=args.on_error,
-            callbacks=[keep],
+            callbacks=callbacks,
             trace=bool(args.trace or args.gantt),
-            progress=args.progress,
         )
     except KeyboardInterrupt:
-        if args.progress and keep.result is None:
-            sys.stderr.write("\n")  # the bar was not ended; the error goes below it
+        if bar is not None:
+            bar.close()  # no run end comes after Ctrl-C: show it, give the streams back
         raise
     except (ValueError, TypeError) as exc:
         if keep.result is None:  # refused before running: a bad parameter combination
