@@ -124,7 +124,7 @@ def check_call(
     _reject_async(task, fn)
     try:
         sig = inspect.signature(fn)
-    except (TypeError, ValueError):  # no readable signature: accepted unchecked
+    except Exception:  # no readable signature (or a hostile object): accepted unchecked
         sig = None
     if sig is not None:
         _bind(task, fn, sig, pos_deps, kw_deps, args, kwargs)

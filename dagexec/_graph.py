@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from ._bind import BoundCall, KeywordCall, callable_name, check_call
@@ -30,7 +29,36 @@ __all__ = ["Graph", "Task"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
+
+class FrozenKwargs(Mapping[str, Any]):
+    """A task's ``kwargs``: read-only, and hashable when its values are.
+
+    Hashable so that a :class:`Task` stays hashable like any tuple of hashable
+    values (a ``MappingProxyType`` is not).
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        self._items = dict(items)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __repr__(self) -> str:
+        return repr(self._items)
+
+
+_NO_KWARGS: Mapping[str, Any] = FrozenKwargs({})
 
 
 class Task(NamedTuple):
@@ -50,7 +78,7 @@ class Task(NamedTuple):
     fn: Callable[..., Any]
     deps: tuple[Hashable, ...]
     args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = MappingProxyType({})
+    kwargs: Mapping[str, Any] = _NO_KWARGS
     dep_params: tuple[str, ...] = ()
 
 
@@ -148,7 +176,7 @@ class Graph:
             else:
                 call = BoundCall(fn, args, kwargs)
             self._originals[len(self._names)] = Task(
-                name, fn, dep_names, args, MappingProxyType(kwargs), dep_params
+                name, fn, dep_names, args, FrozenKwargs(kwargs), dep_params
             )
         index[name] = len(self._names)
         self._names.append(name)
@@ -435,7 +463,7 @@ def _deps_from_signature(
     """The positional parameters without defaults that args and kwargs leave, in order."""
     try:
         params = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):
+    except Exception:
         raise TypeError(
             f"task {describe(name)}: @g.task cannot read the parameters of "
             f"{callable_name(func)} to find its dependencies; pass deps=[...]"

@@ -120,6 +120,7 @@ class ProgressBar:
         self._quiet = self._stream is None  # no stream, or a write to it failed
         self._swapped: list[tuple[Any, str, Any, _LineSafeStream]] = []
         self._run_thread: threading.Thread | None = None
+        self._running = False  # between a run's start and its end (or close())
         self._showing = False  # a bar line is on screen and not yet ended
         self._partial = False  # a proxied write left the cursor mid-line
         if is_tty:
@@ -146,6 +147,7 @@ class ProgressBar:
     # ------------------------------------------------------------ callbacks
     def on_run_start(self, plan: PlanInfo) -> None:
         self._reset(len(plan.tasks))
+        self._running = True
         if self.is_tty:
             self._run_thread = threading.current_thread()
             if self.keep_logs_apart and not self._quiet:
@@ -153,8 +155,9 @@ class ProgressBar:
             self._draw(self._started_at, final=False)
 
     def _task_started(self, name: Hashable, worker: int) -> None:
-        self._current[worker] = name
-        self._worker_of[name] = worker
+        with self._lock:  # a proxied write (any thread) may be drawing the line
+            self._current[worker] = name
+            self._worker_of[name] = worker
         if worker not in self._drawn_busy:
             # The screen shows this worker idle: either the line was drawn in the
             # moment between two of its tasks (its next start is usually queued
@@ -170,10 +173,11 @@ class ProgressBar:
         self.counts[state] += 1
 
     def _task_ended_drawing(self, name: Hashable, state: TaskState, seconds: float) -> None:
-        self.counts[state] += 1
-        worker = self._worker_of.pop(name, None)
-        if worker is not None and self._current.get(worker) == name:
-            del self._current[worker]
+        with self._lock:  # a proxied write (any thread) may be drawing the line
+            self.counts[state] += 1
+            worker = self._worker_of.pop(name, None)
+            if worker is not None and self._current.get(worker) == name:
+                del self._current[worker]
         self._maybe_draw(self.min_interval)
 
     def on_run_end(self, result: RunResult) -> None:
@@ -185,7 +189,7 @@ class ProgressBar:
         Safe to call at any time and more than once; does nothing when no run is
         showing. The command line calls it when a run is interrupted.
         """
-        if self._showing or self._swapped:
+        if self._running:
             self._finish(interrupted=interrupted)
 
     def _finish(self, *, interrupted: bool) -> None:
@@ -201,6 +205,7 @@ class ProgressBar:
             else:
                 self._write(self.summary(now) + "\n")
             self._showing = False
+            self._running = False
 
     # ------------------------------------------------------ log separation
     def _install(self) -> None:
@@ -240,10 +245,10 @@ class ProgressBar:
             if self._showing and thread is not None and not thread.is_alive():
                 self._finish(interrupted=True)  # the run was abandoned (Ctrl-C)
             if not self._showing or self._quiet:
-                return int(target.write(text))
+                return _count(target.write(text), text)
             if not self._partial:
                 self._write("\r" + _ERASE_TO_EOL, flush=target is not self._stream)
-            written = int(target.write(text))
+            written = _count(target.write(text), text)
             target.flush()
             self._partial = not text.endswith("\n")
             if not self._partial:
@@ -409,6 +414,11 @@ class _LineSafeStream:
 
     def __repr__(self) -> str:
         return f"<dagexec progress-safe stream for {self._target!r}>"
+
+
+def _count(written: Any, text: str) -> int:
+    """What ``write`` returned, or the length written for streams that return None."""
+    return written if isinstance(written, int) else len(text)
 
 
 def _is_tty(stream: Any) -> bool:

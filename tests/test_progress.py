@@ -450,3 +450,17 @@ def test_a_stream_that_fails_makes_the_bar_quiet_not_the_run() -> None:
 def test_progress_bar_is_public() -> None:
     assert dagexec.ProgressBar.__module__ == "dagexec"
     assert "ProgressBar" in dagexec.__all__
+
+
+def test_close_on_a_log_stream_writes_an_interrupted_summary() -> None:
+    out, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(out, clock=clock)
+    bar.close()  # nothing running: nothing to say
+    assert out.getvalue() == ""
+    bar.on_run_start(_plan(3))
+    bar.on_task_end("t0", TaskState.DONE, 0.1)
+    clock.now += 2.0
+    bar.close()
+    assert out.getvalue() == (
+        "dagexec: interrupted: 3 tasks: 1 done, 0 failed, 0 skipped, 0 cancelled in 2.000 s\n"
+    )

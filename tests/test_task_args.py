@@ -298,3 +298,23 @@ def test_hostile_names_do_not_break_error_messages() -> None:
     g.add("a", lambda x: 1, deps=[Hostile()])
     with pytest.raises(MissingDependencyError, match="Hostile name with a failing repr"):
         g.validate()
+
+
+def test_tasks_stay_hashable_when_their_parts_are() -> None:
+    g = dagexec.Graph()
+    g.add("plain", str)
+    g.add("const", load, args=("p",), kwargs={"mode": "w"})
+    assert len({g["plain"], g["const"], g["const"]}) == 2
+
+
+def test_a_callable_whose_attributes_raise_is_accepted_unchecked() -> None:
+    class Hostile:
+        def __call__(self) -> int:
+            return 7
+
+        def __getattr__(self, name: str) -> object:
+            raise RuntimeError(f"no {name}")
+
+    g = dagexec.Graph()
+    g.add("h", Hostile())
+    assert dagexec.run(g)["h"] == 7
