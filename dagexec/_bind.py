@@ -18,12 +18,13 @@ from __future__ import annotations
 import functools
 import inspect
 import types
+import weakref
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from ._errors import describe
 
-__all__ = ["BoundCall", "KeywordCall", "callable_name", "check_call"]
+__all__ = ["BoundCall", "KeywordCall", "callable_name", "check_call", "check_plain_call"]
 
 
 class BoundCall:
@@ -95,10 +96,24 @@ def callable_name(fn: object) -> str:
     return f"<{type(fn).__name__} object>"
 
 
-# Verdicts already reached, by (function shape, call shape). Bounded: a program that
-# builds graphs from more distinct functions than this just reads some signatures again.
-_CHECKED: dict[Hashable, None] = {}
+# Verdicts already reached, by (function shape, call shape); each value keeps its
+# key's objects alive, so the ids in the keys cannot be reused while cached.
+# Bounded: a program that builds graphs from more distinct functions than this
+# just reads some signatures again.
+_CHECKED: dict[Hashable, object] = {}
+# The same, by the function object itself (its id, checked through a weak
+# reference, so the cache never keeps a user's function or its closure alive):
+# the common case, one function added many times, costs one dict look-up.
+_CHECKED_FN: dict[tuple[int, Hashable], weakref.ref[Any]] = {}
 _CHECKED_MAX = 4096
+
+
+def check_plain_call(task: Hashable, fn: Callable[..., Any], deps: tuple[Hashable, ...]) -> None:
+    """:func:`check_call` for a task called as ``fn(*dep_values)``, with a fast path."""
+    ref = _CHECKED_FN.get((id(fn), len(deps)))
+    if ref is not None and ref() is fn:
+        return
+    check_call(task, fn, deps, {}, (), {})
 
 
 def check_call(
@@ -113,14 +128,16 @@ def check_call(
 
     Callables whose signature cannot be read (some builtins) are accepted unchecked.
     """
-    shape = (len(pos_deps), tuple(kw_deps), len(args), tuple(kwargs))
-    key = _shape_key(fn)
-    if key is not None:
-        try:
-            if (key, shape) in _CHECKED:
-                return
-        except Exception:  # a hostile __eq__/__hash__: just check without the cache
-            key = None
+    simple = not (kw_deps or args or kwargs)
+    shape: Hashable = (
+        len(pos_deps) if simple else (len(pos_deps), tuple(kw_deps), len(args), tuple(kwargs))
+    )
+    found = _shape_key(fn)
+    if found is not None:
+        key = (found[0], shape)
+        if key in _CHECKED:
+            _remember(fn, shape)
+            return
     _reject_async(task, fn)
     try:
         sig = inspect.signature(fn)
@@ -128,46 +145,87 @@ def check_call(
         sig = None
     if sig is not None:
         _bind(task, fn, sig, pos_deps, kw_deps, args, kwargs)
-    if key is not None:
+    if found is not None:
         if len(_CHECKED) >= _CHECKED_MAX:
             _CHECKED.clear()
-        _CHECKED[key, shape] = None
+        _CHECKED[found[0], shape] = found[1]
+    _remember(fn, shape)
 
 
-def _shape_key(fn: Any) -> Hashable | None:
-    """What determines ``fn``'s signature, as a cache key; None when unsure.
+def _remember(fn: object, shape: Hashable) -> None:
+    # Only plain functions: they are what a graph adds many times over. Other
+    # callables are often made fresh per task (or cannot be weakly referenced),
+    # and the shape cache serves them.
+    if type(fn) is not types.FunctionType:
+        return
+    ref = weakref.ref(fn)
+    if len(_CHECKED_FN) >= _CHECKED_MAX:
+        _CHECKED_FN.clear()
+    _CHECKED_FN[id(fn), shape] = ref
 
-    Never the object itself when that would keep a user's object (a bound
-    method's ``self``, a callable instance) alive in the cache.
+
+def _shape_key(fn: Any) -> tuple[Hashable, object] | None:
+    """What determines ``fn``'s signature, as a cheap key and an object to keep
+    alive with it; None when unsure.
+
+    Never the user's object itself when that would keep their data alive in the
+    cache (a closure, a bound method's ``self``, a callable instance).
     """
     kind = type(fn)
     if kind is types.FunctionType:
-        if fn.__dict__:  # __wrapped__ or __signature__ may change what it accepts
-            return None
+        if getattr(fn, "__wrapped__", None) is not None or getattr(fn, "__signature__", None):
+            return None  # functools.wraps: the signature is the wrapped function's
+        code = fn.__code__
         defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
         # Every lambda made in a loop shares one code object: one signature read.
-        return (
-            fn.__code__,
-            len(defaults) if defaults else 0,
-            tuple(kwdefaults) if kwdefaults else (),
-        )
+        key = (id(code), len(defaults) if defaults else 0, tuple(kwdefaults or ()))
+        return key, code
     if kind is types.MethodType:
         inner = _shape_key(fn.__func__)
-        return None if inner is None else (kind, inner)
+        return None if inner is None else ((kind, inner[0]), inner[1])
     if kind is functools.partial:
         inner = _shape_key(fn.func)
-        return None if inner is None else (kind, inner, len(fn.args), tuple(fn.keywords))
+        if inner is None:
+            return None
+        return (kind, inner[0], len(fn.args), tuple(fn.keywords)), inner[1]
     if kind is types.BuiltinFunctionType:
         owner = fn.__self__
-        return (kind, fn) if owner is None or type(owner) is types.ModuleType else None
-    if isinstance(fn, type):
-        return (type, fn)
-    try:  # a callable instance: its signature is its class's __call__, unless overridden
-        if hasattr(fn, "__wrapped__") or hasattr(fn, "__signature__"):
-            return None
-    except Exception:
+        if owner is None or type(owner) is types.ModuleType:
+            return (kind, id(fn)), fn
         return None
-    return ("instance", kind)
+    if isinstance(fn, type):
+        return (type, id(fn)), fn
+    # A callable instance: its signature is its class's __call__, unless the
+    # instance says otherwise (__wrapped__, __signature__).
+    if _SLOTTED_PLAIN.get(kind) is None:
+        _SLOTTED_PLAIN[kind] = _attributes_come_from_the_class(kind)
+    if not _SLOTTED_PLAIN[kind]:
+        try:
+            if hasattr(fn, "__wrapped__") or hasattr(fn, "__signature__"):
+                return None
+        except Exception:
+            return None
+    return ("instance", id(kind)), kind
+
+
+# Per class of callable instances: can an instance differ from its class in
+# __wrapped__/__signature__? (A weak map: classes made on the fly may go away.)
+_SLOTTED_PLAIN: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _attributes_come_from_the_class(kind: type) -> bool:
+    """True when instances have no __dict__ and no attribute hooks, and the class
+    defines neither __wrapped__ nor __signature__: all instances look alike."""
+    try:
+        return (
+            kind.__dictoffset__ == 0
+            and getattr(kind, "__getattribute__", None) is object.__getattribute__
+            and not hasattr(kind, "__getattr__")
+            and not hasattr(kind, "__wrapped__")
+            and not hasattr(kind, "__signature__")
+        )
+    except Exception:
+        return False
 
 
 def _reject_async(task: Hashable, fn: Callable[..., Any]) -> None:

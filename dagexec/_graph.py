@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
-from ._bind import BoundCall, KeywordCall, callable_name, check_call
+from ._bind import BoundCall, KeywordCall, callable_name, check_call, check_plain_call
 from ._errors import DuplicateTaskError, MissingDependencyError, describe
 
 if TYPE_CHECKING:
@@ -150,9 +150,9 @@ class Graph:
                 f"task {describe(name)}: fn must be callable, got {type(fn).__name__} "
                 f"{_safe_repr(fn)}"
             )
+        kw_deps: dict[str, Hashable] | None = None
         if type(deps) is tuple:
             dep_names: tuple[Hashable, ...] = deps
-            kw_deps: Mapping[str, Hashable] = _NO_KWARGS
         else:
             dep_names, kw_deps = _check_deps(name, deps)
         try:
@@ -163,13 +163,17 @@ class Graph:
                 f"task {describe(name)}: dependency names must be hashable, got "
                 f"{type(bad).__name__} {_safe_repr(bad)}"
             ) from None
-        args = args if type(args) is tuple else _check_args(name, args)
-        kwargs = _NO_KWARGS if kwargs is None else _check_kwargs(name, kwargs, kw_deps)
-        pos_deps = () if kw_deps else dep_names
-        check_call(name, fn, pos_deps, kw_deps, args, kwargs)
+        if type(args) is not tuple:
+            args = _check_args(name, args)
+        if kwargs is not None:
+            kwargs = _check_kwargs(name, kwargs, kw_deps)
         call = fn
-        if kw_deps or args or kwargs:
-            kwargs = dict(kwargs)
+        if kw_deps is None and not args and not kwargs:  # the common case: fn(*deps)
+            check_plain_call(name, fn, dep_names)
+        else:
+            kwargs = dict(kwargs or ())
+            kw_deps = kw_deps or {}
+            check_call(name, fn, () if kw_deps else dep_names, kw_deps, args, kwargs)
             dep_params = tuple(kw_deps)
             if dep_params:
                 call = KeywordCall(fn, args, kwargs, dep_params)
@@ -361,8 +365,8 @@ def _safe_repr(value: object) -> str:
 
 def _check_deps(
     task: Hashable, deps: object
-) -> tuple[tuple[Hashable, ...], Mapping[str, Hashable]]:
-    """``deps`` as (task names, {parameter: task name} when given as a mapping)."""
+) -> tuple[tuple[Hashable, ...], dict[str, Hashable] | None]:
+    """``deps`` as (task names, {parameter: task name} when given as a mapping, else None)."""
     if isinstance(deps, Mapping):
         bad = [p for p in deps if not isinstance(p, str)]
         if bad:
@@ -400,7 +404,7 @@ def _check_deps(
             f"task {describe(task)}: deps must be a collection of task names, got "
             f"{type(deps).__name__} {_safe_repr(deps)}; write deps=[{_safe_repr(deps)}]"
         )
-    return tuple(deps), _NO_KWARGS
+    return tuple(deps), None
 
 
 def _check_args(task: Hashable, args: object) -> tuple[Any, ...]:
@@ -423,7 +427,7 @@ def _check_args(task: Hashable, args: object) -> tuple[Any, ...]:
 
 
 def _check_kwargs(
-    task: Hashable, kwargs: object, kw_deps: Mapping[str, Hashable]
+    task: Hashable, kwargs: object, kw_deps: Mapping[str, Hashable] | None
 ) -> Mapping[str, Any]:
     if not isinstance(kwargs, Mapping):
         raise TypeError(
@@ -435,7 +439,7 @@ def _check_kwargs(
             raise TypeError(
                 f"task {describe(task)}: kwargs keys are parameter names, got {_safe_repr(key)}"
             )
-        if key in kw_deps:
+        if kw_deps and key in kw_deps:
             raise TypeError(
                 f"task {describe(task)}: parameter {key!r} is given both by deps (the "
                 f"value of {describe(kw_deps[key])}) and by kwargs; drop one of them"

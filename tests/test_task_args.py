@@ -318,3 +318,49 @@ def test_a_callable_whose_attributes_raise_is_accepted_unchecked() -> None:
     g = dagexec.Graph()
     g.add("h", Hostile())
     assert dagexec.run(g)["h"] == 7
+
+
+def test_instances_that_override_their_signature_are_checked_each() -> None:
+    """The class-level cache must not hide an instance's own __signature__."""
+    import inspect
+
+    class Flexible:
+        def __init__(self, sig: inspect.Signature) -> None:
+            self.__signature__ = sig
+
+        def __call__(self, *args: Any) -> int:
+            return len(args)
+
+    one = inspect.Signature([inspect.Parameter("a", inspect.Parameter.POSITIONAL_ONLY)])
+    two = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in "ab"])
+    g = dagexec.Graph()
+    g.add("x", lambda: 1)
+    g.add("one", Flexible(one), deps=["x"])
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        g.add("bad", Flexible(one), deps=["x", "x"])
+    g.add("two", Flexible(two), deps=["x", "x"])
+
+
+def test_functions_wrapped_by_one_decorator_are_checked_by_their_own_signature() -> None:
+    """functools.wraps wrappers share one code object but not one signature."""
+
+    def logged(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    @logged
+    def one(a: int) -> int:
+        return a
+
+    @logged
+    def two(a: int, b: int) -> int:
+        return a + b
+
+    g = dagexec.Graph()
+    g.add("x", lambda: 1)
+    g.add("two", two, deps=["x", "x"])
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        g.add("one", one, deps=["x", "x"])
