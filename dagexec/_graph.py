@@ -226,7 +226,6 @@ class Graph:
                 f"{type(fn).__name__} {_safe_repr(fn)}. To name the task, write "
                 f"@g.task(name={_safe_repr(fn)})"
             )
-        args = args if type(args) is tuple else _check_args(name, args)
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
             if not callable(func):
@@ -235,15 +234,16 @@ class Graph:
                     f"{_safe_repr(func)}"
                 )
             task_name = _name_of(func) if name is None else name
+            task_args = args if type(args) is tuple else _check_args(task_name, args)
             task_deps: Iterable[Hashable] | Mapping[str, Hashable]
             if deps is None:
-                task_deps = _deps_from_signature(task_name, func, args, kwargs)
+                task_deps = _deps_from_signature(task_name, func, task_args, kwargs)
                 if task_deps:
                     self._inferred[len(self._names)] = callable_name(func)
             else:
                 task_deps = deps
             try:
-                self.add(task_name, func, deps=task_deps, args=args, kwargs=kwargs)
+                self.add(task_name, func, deps=task_deps, args=task_args, kwargs=kwargs)
             except BaseException:
                 self._inferred.pop(len(self._names), None)
                 raise

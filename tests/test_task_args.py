@@ -364,3 +364,12 @@ def test_functions_wrapped_by_one_decorator_are_checked_by_their_own_signature()
     g.add("two", two, deps=["x", "x"])
     with pytest.raises(TypeError, match="too many positional arguments"):
         g.add("one", one, deps=["x", "x"])
+
+
+def test_task_decorator_names_the_task_in_a_bad_args_error() -> None:
+    g = dagexec.Graph()
+    with pytest.raises(TypeError, match=r"^task 'scaled': args must be a tuple of values"):
+
+        @g.task(args="x")
+        def scaled(raw: int, factor: str) -> int:
+            return raw
