@@ -1,7 +1,8 @@
 """``python -m dagexec``: run, draw or demo a graph from the command line.
 
-Every failure ends in exactly one line on stderr, ``dagexec: error: ...``, and
-an exit status that says whose fault it was:
+Every failure ends with one line on stderr, ``dagexec: error: ...`` (only a
+failing task's traceback comes before it), and an exit status that says whose
+fault it was:
 
 * 0: the run (or drawing) succeeded;
 * 1: the command was well formed but what it points at is wrong, or the run
@@ -27,17 +28,25 @@ be written bare.
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib.util
 import json
 import os
 import sys
-import traceback
 from collections.abc import Hashable, Sequence
 from typing import Any, NoReturn
 
-from ._draw import display_name
-from ._errors import DagexecError, describe
+from ._cli_io import (
+    Fail,
+    check_output,
+    failure_line,
+    json_values,
+    parse_targets,
+    print_values,
+    resolve_targets,
+    safe_str,
+    write_tracebacks,
+)
+from ._errors import DagexecError
 from ._executor import DEFAULT_QUEUE_CAP
 from ._graph import Graph
 
@@ -46,19 +55,11 @@ __all__ = ["main"]
 PROG = "python -m dagexec"
 
 
-class _Fail(Exception):
-    """A problem to report as one ``dagexec: error:`` line, with its exit status."""
-
-    def __init__(self, message: str, status: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # argparse prints the whole usage block too; one line is easier to read
         # and to grep in a CI log, and --help is one command away.
-        raise _Fail(f"{message} (see '{self.prog} --help')", 2)
+        raise Fail(f"{message} (see '{self.prog} --help')", 2)
 
 
 def _positive_int(text: str) -> int:
@@ -69,82 +70,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
-
-
-class _Target:
-    """One ``--targets`` item: its text, and the literal it parses as (if any)."""
-
-    __slots__ = ("literal", "text")
-
-    def __init__(self, text: str, literal: Hashable | None) -> None:
-        self.text = text
-        self.literal = literal
-
-
-_NOT_LITERAL: Any = object()
-
-
-def _split_top_level(text: str) -> list[str]:
-    """Split at commas that are outside brackets and quotes."""
-    parts, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote and text[i - 1] != "\\":
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [part.strip() for part in parts]
-
-
-def _targets(text: str) -> list[_Target]:
-    items = _split_top_level(text)
-    if not all(items):
-        raise argparse.ArgumentTypeError(f"expected task names separated by commas, got {text!r}")
-    targets = []
-    for item in items:
-        try:
-            literal = ast.literal_eval(item)
-            hash(literal)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            literal = _NOT_LITERAL
-        targets.append(_Target(item, literal))
-    return targets
-
-
-def _resolve_targets(graph: Graph, targets: list[_Target] | None) -> list[Hashable] | None:
-    """The task names the ``--targets`` items mean for this graph (see the module doc)."""
-    if targets is None:
-        return None
-    names: list[Hashable] = []
-    for target in targets:
-        if target.literal is _NOT_LITERAL or (target.literal not in graph and target.text in graph):
-            names.append(target.text)
-        else:
-            names.append(target.literal)
-    return names
-
-
-def _check_output(option: str, path: str | None) -> None:
-    """Fail before the run when an output file could not be written after it."""
-    if not path:
-        return
-    if os.path.isdir(path):
-        raise _Fail(f"{option} {path}: is a directory; give a file name")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise _Fail(f"{option} {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (
-        os.path.exists(path) and not os.access(path, os.W_OK)
-    ):
-        raise _Fail(f"{option} {path}: permission denied")
 
 
 def _spec(text: str) -> tuple[str, str]:
@@ -191,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     run.add_argument("spec", metavar="FILE:VARIABLE", type=_spec, help=spec_help)
-    run.add_argument("--targets", type=_targets, metavar="A,B", help=targets_help)
+    run.add_argument("--targets", type=parse_targets, metavar="A,B", help=targets_help)
     run.add_argument(
         "--workers", type=_positive_int, metavar="N", help="worker threads (default: CPU count)"
     )
@@ -260,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the graph, or the part a run of --targets would execute.",
     )
     show.add_argument("spec", metavar="FILE:VARIABLE", type=_spec, help=spec_help)
-    show.add_argument("--targets", type=_targets, metavar="A,B", help=targets_help)
+    show.add_argument("--targets", type=parse_targets, metavar="A,B", help=targets_help)
     show.add_argument(
         "--format",
         choices=("dot", "mermaid"),
@@ -284,11 +209,11 @@ def load_graph(path: str, variable: str) -> Graph:
     """Run the file at ``path`` as a fresh module and return its Graph ``variable``.
 
     Raises:
-        _Fail: the file is missing or fails to import, or the variable is missing
+        Fail: the file is missing or fails to import, or the variable is missing
             or is not a Graph.
     """
     if not os.path.isfile(path):
-        raise _Fail(f"no such file: {path}")
+        raise Fail(f"no such file: {path}")
     stem = os.path.splitext(os.path.basename(path))[0]
     # A name that cannot clash with a real module: the user's file may well be
     # called json.py, and sys.modules must hold it while it runs (dataclasses,
@@ -296,7 +221,7 @@ def load_graph(path: str, variable: str) -> Graph:
     module_name = "__dagexec_graph_" + "".join(ch if ch.isalnum() else "_" for ch in stem)
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise _Fail(f"cannot load {path}: not a Python source file")
+        raise Fail(f"cannot load {path}: not a Python source file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     # Like `python FILE`: modules next to the file are importable from it.
@@ -304,15 +229,15 @@ def load_graph(path: str, variable: str) -> Graph:
     try:
         spec.loader.exec_module(module)
     except (Exception, SystemExit) as exc:
-        raise _Fail(f"cannot load {path}: {type(exc).__name__}: {_safe_str(exc)}") from exc
+        raise Fail(f"cannot load {path}: {type(exc).__name__}: {safe_str(exc)}") from exc
     value: Any = module
     for part in variable.split("."):
         try:
             value = getattr(value, part)
         except AttributeError:
-            raise _Fail(f"{path} has no variable {variable!r}") from None
+            raise Fail(f"{path} has no variable {variable!r}") from None
     if not isinstance(value, Graph):
-        raise _Fail(f"{path}:{variable} is a {type(value).__name__}, not a dagexec.Graph")
+        raise Fail(f"{path}:{variable} is a {type(value).__name__}, not a dagexec.Graph")
     return value
 
 
@@ -322,7 +247,7 @@ def _check_graph(graph: Graph, targets: Sequence[Hashable] | None) -> None:
     try:
         plan_run(graph._compile(), targets)
     except DagexecError as exc:
-        raise _Fail(str(exc)) from exc
+        raise Fail(str(exc)) from exc
 
 
 def _summary(result: Any) -> str:
@@ -351,105 +276,6 @@ def _summary(result: Any) -> str:
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
 
 
-def _safe_str(exc: BaseException) -> str:
-    """``str(exc)``, or a stand-in when the exception's own ``__str__`` raises."""
-    try:
-        return str(exc)
-    except Exception:
-        return f"<{type(exc).__name__}.__str__ raised an exception>"
-
-
-def _task_label(name: Hashable) -> str:
-    try:
-        return display_name(name)
-    except Exception:
-        return describe(name)
-
-
-def _failure_line(errors: dict[Hashable, BaseException], planned: int) -> str:
-    name, exc = next(iter(errors.items()))
-    what = f"task {_task_label(name)} failed: {type(exc).__name__}: {_safe_str(exc)}"
-    if len(errors) == 1:
-        return what
-    return f"{len(errors)} of {planned} tasks failed; first: {what}"
-
-
-# Frames of a failing task shown without --traceback: enough to see the failing
-# line and its caller, short enough that the error line stays in view.
-_SHORT_FRAMES = 3
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def _write_tracebacks(errors: dict[Hashable, BaseException], full: bool) -> None:
-    """A failed task's traceback on stderr: the first one, short, or all, full."""
-    items = list(errors.items()) if full else list(errors.items())[:1]
-    for name, exc in items:
-        try:
-            if full:
-                lines = traceback.format_exception(exc)
-                head = f"task {_task_label(name)} failed:\n"
-            else:
-                frames = [  # the task's own frames, not dagexec's re-raise
-                    f
-                    for f in traceback.extract_tb(exc.__traceback__)
-                    if not f.filename.startswith(_PACKAGE_DIR)
-                ][-_SHORT_FRAMES:]
-                lines = [
-                    *traceback.format_list(frames),
-                    *traceback.format_exception_only(exc),
-                ]
-                more = "; --traceback shows all" if len(errors) > 1 else ""
-                head = (
-                    f"task {_task_label(name)} failed (last {_SHORT_FRAMES} frames at "
-                    f"most; --traceback for the full traceback{more}):\n"
-                )
-            sys.stderr.write(head + "".join(lines))
-        except Exception:  # a hostile exception must not hide the error line
-            sys.stderr.write(f"task {_task_label(name)} failed (traceback unavailable)\n")
-
-
-def _json_values(result: Any, targets: Sequence[Hashable]) -> tuple[dict[str, Any], str]:
-    """The JSON document for ``--json``, and a note about what it could not hold."""
-    values: dict[str, Any] = {}
-    not_written: dict[str, str] = {}
-    for name in targets:
-        key = name if isinstance(name, str) else _task_label(name)
-        if key in values or key in not_written:
-            key = describe(name)
-        if name not in result:
-            state = result.status.get(name)
-            not_written[key] = f"no value: the task is {getattr(state, 'name', state)}"
-            continue
-        value = result[name]
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError, RecursionError) as exc:
-            not_written[key] = f"JSON cannot hold it: {type(exc).__name__}: {_safe_str(exc)}"
-            continue
-        values[key] = value
-    unheld = [k for k, why in not_written.items() if why.startswith("JSON")]
-    note = ""
-    if unheld:
-        note = (
-            f"{len(unheld)} target value(s) not written to JSON (JSON cannot hold them; "
-            f"see not_written in the file): {', '.join(unheld)}"
-        )
-    return {"values": values, "not_written": not_written}, note
-
-
-def _print_values(result: Any, targets: Sequence[Hashable]) -> None:
-    for name in targets:
-        if name in result:
-            try:
-                text = repr(result[name])
-            except Exception as exc:
-                text = f"<repr failed: {type(exc).__name__}>"
-        else:
-            state = result.status.get(name)
-            text = f"<no value: {getattr(state, 'name', state)}>"
-        print(f"{_task_label(name)} = {text}")
-
-
 class _Keep:
     """Keeps the result even when the run raises, for the summary and the pictures."""
 
@@ -469,16 +295,16 @@ def _write_pictures(result: Any, trace: str | None, gantt: str | None) -> None:
             result.gantt_svg(gantt)
             print(f"timeline written to {gantt}")
     except OSError as exc:
-        raise _Fail(f"cannot write {exc.filename}: {exc.strerror}") from exc
+        raise Fail(f"cannot write {exc.filename}: {exc.strerror}") from exc
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from ._executor import run
 
     for option, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--json", args.json)):
-        _check_output(option, path)
+        check_output(option, path)
     graph = load_graph(*args.spec)
-    targets = _resolve_targets(graph, args.targets)
+    targets = resolve_targets(graph, args.targets)
     _check_graph(graph, targets)
     keep = _Keep()
     callbacks: list[Any] = [keep]
@@ -505,7 +331,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise
     except (ValueError, TypeError) as exc:
         if keep.result is None:  # refused before running: a bad parameter combination
-            raise _Fail(_safe_str(exc)) from exc
+            raise Fail(safe_str(exc)) from exc
     except Exception:
         if keep.result is None:
             raise
@@ -513,29 +339,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # A task's SystemExit (or other BaseException) is a task failure: it must not
         # end the command with the task's exit code, or silently with 0.
         if keep.result is None:
-            raise _Fail(f"{type(exc).__name__}: {_safe_str(exc)}") from exc
+            raise Fail(f"{type(exc).__name__}: {safe_str(exc)}") from exc
     result = keep.result
     print(_summary(result))
     wanted = graph.sinks() if targets is None else targets
     if args.print_values:
-        _print_values(result, wanted)
+        print_values(result, wanted)
     _write_pictures(result, args.trace, args.gantt)
     if args.json:
-        document, note = _json_values(result, wanted)
+        document, note = json_values(result, wanted)
         try:
             with open(args.json, "w", encoding="utf-8") as out:
                 json.dump(document, out, indent=2, allow_nan=False)
                 out.write("\n")
         except OSError as exc:
-            raise _Fail(f"cannot write {exc.filename}: {exc.strerror}") from exc
+            raise Fail(f"cannot write {exc.filename}: {exc.strerror}") from exc
         print(f"target values written to {args.json}")
         if note:
             sys.stdout.flush()
             print(f"dagexec: note: {note}", file=sys.stderr)
     if result.errors:
         sys.stdout.flush()
-        _write_tracebacks(dict(result.errors), args.traceback)
-        raise _Fail(_failure_line(dict(result.errors), result.stats.tasks_planned))
+        write_tracebacks(dict(result.errors), args.traceback)
+        raise Fail(failure_line(dict(result.errors), result.stats.tasks_planned))
     return 0
 
 
@@ -543,7 +369,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from ._draw import to_dot, to_mermaid
 
     graph = load_graph(*args.spec)
-    targets = _resolve_targets(graph, args.targets)
+    targets = resolve_targets(graph, args.targets)
     _check_graph(graph, targets)
     draw = to_dot if args.format == "dot" else to_mermaid
     sys.stdout.write(draw(graph, targets, None))
@@ -556,9 +382,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != "dagexec._demo":
             raise
-        raise _Fail("the demo is not part of this installation") from None
-    _check_output("--trace", args.trace)
-    _check_output("--gantt", args.gantt)
+        raise Fail("the demo is not part of this installation") from None
+    check_output("--trace", args.trace)
+    check_output("--gantt", args.gantt)
     return demo_main(trace_path=args.trace, gantt_path=args.gantt)
 
 
@@ -572,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exc.code if isinstance(exc.code, int) else 0
         command = {"run": _cmd_run, "show": _cmd_show, "demo": _cmd_demo}[args.command]
         return command(args)
-    except _Fail as exc:
+    except Fail as exc:
         sys.stdout.flush()
         # One line, even when an exception's message has several.
         message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())

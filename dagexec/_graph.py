@@ -10,17 +10,30 @@ runs is always validated again.
 Tasks are stored as columns (names, functions, dependency tuples) rather than one
 object per task: a million-task graph then costs a million fewer objects for the
 garbage collector to walk on every full collection, which was half of the time
-it took to build one.
+it took to build one. The engine only ever calls ``fns[i](*dep_values)``: a task
+with constants (``args``, ``kwargs``, keyword deps) is stored as a small
+callable from :mod:`dagexec._bind`, and its options as given in a sparse side
+table, so tasks without constants cost nothing extra. Each option is checked by
+one function in :mod:`dagexec._options`.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from ._bind import BoundCall, KeywordCall, callable_name, check_call, check_plain_call
 from ._errors import DuplicateTaskError, MissingDependencyError, describe
+from ._options import (
+    NO_KWARGS,
+    FrozenKwargs,
+    check_args,
+    check_deps,
+    check_kwargs,
+    deps_from_signature,
+    name_of,
+    safe_repr,
+)
 
 if TYPE_CHECKING:
     from ._validate import CompiledGraph
@@ -28,37 +41,6 @@ if TYPE_CHECKING:
 __all__ = ["Graph", "Task"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class FrozenKwargs(Mapping[str, Any]):
-    """A task's ``kwargs``: read-only, and hashable when its values are.
-
-    Hashable so that a :class:`Task` stays hashable like any tuple of hashable
-    values (a ``MappingProxyType`` is not).
-    """
-
-    __slots__ = ("_items",)
-
-    def __init__(self, items: Mapping[str, Any]) -> None:
-        self._items = dict(items)
-
-    def __getitem__(self, key: str) -> Any:
-        return self._items[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(frozenset(self._items.items()))
-
-    def __repr__(self) -> str:
-        return repr(self._items)
-
-
-_NO_KWARGS: Mapping[str, Any] = FrozenKwargs({})
 
 
 class Task(NamedTuple):
@@ -78,7 +60,7 @@ class Task(NamedTuple):
     fn: Callable[..., Any]
     deps: tuple[Hashable, ...]
     args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = _NO_KWARGS
+    kwargs: Mapping[str, Any] = NO_KWARGS
     dep_params: tuple[str, ...] = ()
 
 
@@ -148,25 +130,25 @@ class Graph:
         if not callable(fn):
             raise TypeError(
                 f"task {describe(name)}: fn must be callable, got {type(fn).__name__} "
-                f"{_safe_repr(fn)}"
+                f"{safe_repr(fn)}"
             )
         kw_deps: dict[str, Hashable] | None = None
         if type(deps) is tuple:
             dep_names: tuple[Hashable, ...] = deps
         else:
-            dep_names, kw_deps = _check_deps(name, deps)
+            dep_names, kw_deps = check_deps(name, deps)
         try:
             hash(dep_names)  # one C call checks every dependency name
         except TypeError:
             bad = next(d for d in dep_names if not _hashable(d))
             raise TypeError(
                 f"task {describe(name)}: dependency names must be hashable, got "
-                f"{type(bad).__name__} {_safe_repr(bad)}"
+                f"{type(bad).__name__} {safe_repr(bad)}"
             ) from None
         if type(args) is not tuple:
-            args = _check_args(name, args)
+            args = check_args(name, args)
         if kwargs is not None:
-            kwargs = _check_kwargs(name, kwargs, kw_deps)
+            kwargs = check_kwargs(name, kwargs, kw_deps)
         call = fn
         if kw_deps is None and not args and not kwargs:  # the common case: fn(*deps)
             check_plain_call(name, fn, dep_names)
@@ -223,21 +205,20 @@ class Graph:
         if fn is not None and not callable(fn):
             raise TypeError(
                 f"g.task takes the function to decorate, or only keyword options; got "
-                f"{type(fn).__name__} {_safe_repr(fn)}. To name the task, write "
-                f"@g.task(name={_safe_repr(fn)})"
+                f"{type(fn).__name__} {safe_repr(fn)}. To name the task, write "
+                f"@g.task(name={safe_repr(fn)})"
             )
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
             if not callable(func):
                 raise TypeError(
-                    f"g.task(...) decorates a function, got {type(func).__name__} "
-                    f"{_safe_repr(func)}"
+                    f"g.task(...) decorates a function, got {type(func).__name__} {safe_repr(func)}"
                 )
-            task_name = _name_of(func) if name is None else name
-            task_args = args if type(args) is tuple else _check_args(task_name, args)
+            task_name = name_of(func) if name is None else name
+            task_args = args if type(args) is tuple else check_args(task_name, args)
             task_deps: Iterable[Hashable] | Mapping[str, Hashable]
             if deps is None:
-                task_deps = _deps_from_signature(task_name, func, task_args, kwargs)
+                task_deps = deps_from_signature(task_name, func, task_args, kwargs)
                 if task_deps:
                     self._inferred[len(self._names)] = callable_name(func)
             else:
@@ -354,142 +335,3 @@ def _hashable(value: object) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _safe_repr(value: object) -> str:
-    try:
-        return repr(value)
-    except Exception:
-        return f"<{type(value).__name__} with a failing repr>"
-
-
-def _check_deps(
-    task: Hashable, deps: object
-) -> tuple[tuple[Hashable, ...], dict[str, Hashable] | None]:
-    """``deps`` as (task names, {parameter: task name} when given as a mapping, else None)."""
-    if isinstance(deps, Mapping):
-        bad = [p for p in deps if not isinstance(p, str)]
-        if bad:
-            raise TypeError(
-                f"task {describe(task)}: a deps mapping goes from parameter name to task "
-                f"name, got the key {_safe_repr(bad[0])}; write deps={{'param': "
-                f"{_safe_repr(bad[0])}}}, or a list for positional dependencies"
-            )
-        return tuple(deps.values()), dict(deps)
-    if isinstance(deps, str):
-        fix = f"write deps=[{deps!r}]"
-        raise TypeError(
-            f"task {describe(task)}: deps must be a collection of task names, got the "
-            f"string {deps!r}; {fix}"
-        )
-    if isinstance(deps, (bytes, bytearray, memoryview)):
-        raise TypeError(
-            f"task {describe(task)}: deps must be a collection of task names, got "
-            f"{type(deps).__name__} {_safe_repr(deps)} (which iterates as integers); "
-            f"write deps=[{_safe_repr(deps)}] for one task named by it"
-        )
-    if deps is None:
-        raise TypeError(
-            f"task {describe(task)}: deps must be a collection of task names, got None; "
-            "write deps=() (the default) for a task without dependencies"
-        )
-    if isinstance(deps, (set, frozenset)):
-        raise TypeError(
-            f"task {describe(task)}: deps must be ordered (dependency values are passed "
-            f"in deps order), got a {type(deps).__name__}; use a list, or a mapping "
-            "{parameter: task} to pass them by keyword"
-        )
-    if not isinstance(deps, Iterable):
-        raise TypeError(
-            f"task {describe(task)}: deps must be a collection of task names, got "
-            f"{type(deps).__name__} {_safe_repr(deps)}; write deps=[{_safe_repr(deps)}]"
-        )
-    return tuple(deps), None
-
-
-def _check_args(task: Hashable, args: object) -> tuple[Any, ...]:
-    if isinstance(args, (str, bytes, bytearray)):
-        raise TypeError(
-            f"task {describe(task)}: args must be a tuple of values, got "
-            f"{type(args).__name__} {args!r}; write args=({args!r},)"
-        )
-    if isinstance(args, Mapping):
-        raise TypeError(
-            f"task {describe(task)}: args takes positional values, got a mapping; "
-            f"pass keyword arguments as kwargs={_safe_repr(args)}"
-        )
-    if not isinstance(args, Iterable):
-        raise TypeError(
-            f"task {describe(task)}: args must be a tuple of values, got "
-            f"{type(args).__name__} {_safe_repr(args)}; write args=({_safe_repr(args)},)"
-        )
-    return tuple(args)
-
-
-def _check_kwargs(
-    task: Hashable, kwargs: object, kw_deps: Mapping[str, Hashable] | None
-) -> Mapping[str, Any]:
-    if not isinstance(kwargs, Mapping):
-        raise TypeError(
-            f"task {describe(task)}: kwargs must be a mapping of parameter name to "
-            f"value, got {type(kwargs).__name__} {_safe_repr(kwargs)}"
-        )
-    for key in kwargs:
-        if not isinstance(key, str):
-            raise TypeError(
-                f"task {describe(task)}: kwargs keys are parameter names, got {_safe_repr(key)}"
-            )
-        if kw_deps and key in kw_deps:
-            raise TypeError(
-                f"task {describe(task)}: parameter {key!r} is given both by deps (the "
-                f"value of {describe(kw_deps[key])}) and by kwargs; drop one of them"
-            )
-    return kwargs
-
-
-def _name_of(func: Callable[..., Any]) -> Hashable:
-    name = getattr(func, "__name__", None)
-    if not isinstance(name, str):
-        raise TypeError(
-            f"@g.task names a task after its function, but {callable_name(func)} has no "
-            "__name__ (a functools.partial or a callable object); write "
-            "g.task(name=..., deps=[...])(fn), or g.add(name, fn, deps=[...])"
-        )
-    return name
-
-
-def _deps_from_signature(
-    name: Hashable,
-    func: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any] | None,
-) -> tuple[str, ...]:
-    """The positional parameters without defaults that args and kwargs leave, in order."""
-    try:
-        params = inspect.signature(func).parameters.values()
-    except Exception:
-        raise TypeError(
-            f"task {describe(name)}: @g.task cannot read the parameters of "
-            f"{callable_name(func)} to find its dependencies; pass deps=[...]"
-        ) from None
-    filled = set(kwargs or ())
-    required: list[str] = []
-    for param in params:
-        if param.kind is param.VAR_POSITIONAL:
-            raise TypeError(
-                f"task {describe(name)}: @g.task cannot tell which tasks "
-                f"*{param.name} of {callable_name(func)} should receive; list them: "
-                f"@g.task(deps=['a', 'b'])"
-            )
-        if param.kind is param.VAR_KEYWORD or param.default is not param.empty:
-            continue
-        if param.name in filled:
-            continue
-        if param.kind is param.KEYWORD_ONLY:
-            raise TypeError(
-                f"task {describe(name)}: keyword-only parameter {param.name!r} has no "
-                "default, but @g.task passes dependency values positionally; give it a "
-                f"default, pass it in kwargs=, or pass deps={{{param.name!r}: 'task'}}"
-            )
-        required.append(param.name)
-    return tuple(required[: max(0, len(required) - len(args))])
