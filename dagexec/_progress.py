@@ -106,6 +106,9 @@ class ProgressBar:
         self.keep_logs_apart = keep_logs_apart
         self._clock = clock
         self._stream: TextIO | None = stream if stream is not None else sys.stderr
+        while isinstance(self._stream, _LineSafeStream):  # another bar's, left by Ctrl-C
+            self._stream._bar._close_if_abandoned()
+            self._stream = self._stream._target
         if self._stream is None:
             is_tty = False
         elif is_tty is None:
@@ -238,12 +241,17 @@ class ProgressBar:
             if getattr(owner, attr, None) is proxy:
                 setattr(owner, attr, original)
 
+    def _close_if_abandoned(self) -> None:
+        """End the line of a run whose scheduler has gone without a run end (Ctrl-C)."""
+        with self._lock:
+            thread = self._run_thread
+            if self._running and thread is not None and not thread.is_alive():
+                self._finish(interrupted=True)
+
     def _proxied_write(self, target: Any, text: str) -> int:
         """A write through a proxy: bar off, text on, bar back below a full line."""
         with self._lock:
-            thread = self._run_thread
-            if self._showing and thread is not None and not thread.is_alive():
-                self._finish(interrupted=True)  # the run was abandoned (Ctrl-C)
+            self._close_if_abandoned()
             if not self._showing or self._quiet:
                 return _count(target.write(text), text)
             if not self._partial:

@@ -464,3 +464,24 @@ def test_close_on_a_log_stream_writes_an_interrupted_summary() -> None:
     assert out.getvalue() == (
         "dagexec: interrupted: 3 tasks: 1 done, 0 failed, 0 skipped, 0 cancelled in 2.000 s\n"
     )
+
+
+def test_a_new_bar_looks_through_a_proxy_an_interrupted_run_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    terminal = FakeTerminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    old = ProgressBar(is_tty=True, min_interval=10.0, clock=FakeClock())
+    thread = threading.Thread(target=old.on_run_start, args=(_plan(1),))
+    thread.start()
+    thread.join()  # interrupted: no run end, the proxy is still in sys.stderr
+    assert sys.stderr is not terminal
+    new = ProgressBar(is_tty=True, min_interval=10.0, clock=FakeClock())
+    assert sys.stderr is terminal  # the abandoned bar was ended and its proxy removed
+    new.on_run_start(_plan(1))
+    new.on_task_end("t0", TaskState.DONE, 0.1)
+    new.on_run_end(None)  # type: ignore[arg-type]
+    assert sys.stderr is terminal
+    first, second = _screen(terminal.getvalue())
+    assert "INTERRUPTED 0/1 done" in first
+    assert second.startswith("dagexec [########################] 1/1")
