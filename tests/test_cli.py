@@ -445,3 +445,45 @@ def test_a_module_calling_sys_exit_is_a_load_error(tmp_path: Path) -> None:
     proc = dagexec("run", f"{path}:graph")
     assert proc.returncode == 1
     assert _error_line(proc) == f"dagexec: error: cannot load {path}: SystemExit: 7"
+
+
+HOLD = """\
+import threading
+from dagexec import Graph
+
+release = threading.Event()
+
+def hold():
+    print("started", flush=True)
+    release.wait(60)  # a running task cannot be interrupted; it is a daemon thread
+
+graph = Graph()
+graph.add("hold", hold)
+graph.add("after", lambda h: h, deps=["hold"])
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
+def test_ctrl_c_with_progress_ends_the_progress_output_and_exits_130(tmp_path: Path) -> None:
+    import signal
+
+    path = tmp_path / "hold.py"
+    path.write_text(HOLD, encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagexec", "run", f"{path}:graph", "--progress"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "started\n"  # the task runs: now interrupt
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    lines = stderr.splitlines()
+    assert lines[0].startswith("dagexec: interrupted: 2 tasks: 0 done"), stderr
+    assert lines[-1] == "dagexec: error: interrupted"
