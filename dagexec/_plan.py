@@ -116,7 +116,7 @@ def _target_ids(compiled: CompiledGraph, requested: tuple[Hashable, ...]) -> tup
     index = compiled.index
     unknown = [t for t in requested if t not in index]
     if unknown:
-        raise UnknownTargetError(unknown)
+        raise UnknownTargetError(unknown, index)
     return tuple(index[t] for t in requested)
 
 
