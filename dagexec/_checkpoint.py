@@ -124,7 +124,7 @@ def describe_safely(name: object) -> str:
     try:
         text = repr(name)
     except Exception:
-        return f"<{type(name).__qualname__} name whose repr() raised>"
+        return f"<{type(name).__name__} name whose repr() raised>"
     if len(text) > _NAME_TEXT_MAX:
         text = text[: _NAME_TEXT_MAX - 3] + "..."
     return text
@@ -141,7 +141,7 @@ def pickle_value(value: Any, name: Hashable) -> bytes:
         return pickle.dumps(value, protocol=_PICKLE_PROTOCOL)
     except Exception as exc:
         raise CheckpointError(
-            f"task {describe_safely(name)} returned a {type(value).__qualname__} that cannot "
+            f"task {describe_safely(name)} returned a {type(value).__name__} that cannot "
             f"be pickled for the checkpoint ({type(exc).__name__}: {exc}); return a "
             "picklable value, or run this graph without a checkpoint",
             task=name,
@@ -203,6 +203,12 @@ class _Writer:
         )
 
     def put(self, item: _Item) -> None:
+        if type(item[0]) is not bytes:
+            # SQLite would accept None as a primary key and store it, unreachable.
+            raise TypeError(
+                f"task {describe_safely(item[1])}: identity must be bytes from "
+                f"dagexec._identity, got {type(item[0]).__name__}"
+            )
         with self.lock:
             if self.closed:
                 raise CheckpointError(

@@ -168,7 +168,7 @@ class _Encoder:
         self, obj: object, what: str, name: Hashable, exc: Exception
     ) -> CheckpointError:
         return CheckpointError(
-            f"task {describe_safely(name)}: {what}, a {type(obj).__qualname__}, cannot be "
+            f"task {describe_safely(name)}: {what}, a {type(obj).__name__}, cannot be "
             f"pickled ({exc}), so the checkpoint cannot tell whether it changed; make it "
             "picklable, or run this graph without a checkpoint",
             task=name,
@@ -331,9 +331,38 @@ def task_identities(
     ids: list[bytes | None] = [None] * count
     visiting = bytearray(count)
     encoder = _Encoder()
+    function = encoder.function
+    strict = encoder.strict
+    digest = _digest
+
+    def identify(i: int) -> bytes:
+        name = names[i]
+        encoder.task = name
+        if type(name) is str:  # the common case, inlined: a third of the time
+            data = name.encode("utf-8", "surrogatepass")
+            parts = [b"s%d:" % len(data), data, function(fns[i])]
+        else:
+            parts = [strict(name, "its name", name), function(fns[i])]
+        a = args[i] if args is not None else None
+        if a:
+            parts.append(b"a" + strict(tuple(a), "its constant arguments", name))
+        k = kwargs[i] if kwargs is not None else None
+        if k:
+            parts.append(b"k" + strict(sorted(k.items()), "its constant keyword arguments", name))
+        parts.append(b"d")
+        for d in deps[i]:
+            parts.append(ids[d])  # type: ignore[arg-type]
+        return digest(b"".join(parts))
+
     roots: Iterable[int] = range(count) if only is None else only
     for root in roots:
         if ids[root] is not None:
+            continue
+        for d in deps[root]:
+            if ids[d] is None:
+                break
+        else:
+            ids[root] = identify(root)  # its dependencies came first: no stack needed
             continue
         stack = [root]
         while stack:  # depth-first, iterative: graphs can be a million tasks deep
@@ -353,19 +382,5 @@ def task_identities(
                         stack.append(d)
                 continue
             stack.pop()
-            name = names[i]
-            encoder.task = name
-            parts = [encoder.strict(name, "its name", name), encoder.function(fns[i])]
-            a = args[i] if args is not None else None
-            if a:
-                parts.append(b"a" + encoder.strict(tuple(a), "its constant arguments", name))
-            k = kwargs[i] if kwargs is not None else None
-            if k:
-                parts.append(
-                    b"k" + encoder.strict(sorted(k.items()), "its constant keyword arguments", name)
-                )
-            parts.append(b"d")
-            for d in deps[i]:
-                parts.append(ids[d])  # type: ignore[arg-type]
-            ids[i] = _digest(b"".join(parts))
+            ids[i] = identify(i)
     return ids

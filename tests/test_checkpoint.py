@@ -169,6 +169,14 @@ def test_another_format_version_is_refused(tmp_path: Path) -> None:
         CheckpointStore(tmp_path / "c.sqlite")
 
 
+def test_an_identity_that_is_not_bytes_is_refused(tmp_path: Path) -> None:
+    with CheckpointStore(tmp_path / "c.sqlite") as store:
+        with pytest.raises(TypeError, match="task 't': identity must be bytes .* got NoneType"):
+            store.save_nowait(None, 1, name="t")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="got str"):
+            store.load_many(["ab"])  # type: ignore[list-item]
+
+
 def test_saving_after_close_is_an_error_and_close_is_idempotent(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path / "c.sqlite")
     store.close()
