@@ -402,11 +402,12 @@ class CheckpointStore:
         self._reader = self._open()
         self._read_lock = threading.Lock()
         self._writer = _Writer(self.path, durable, on_commit, on_error)
-        self._writer.thread.start()
         # Dropped without close(): stop the writer (after it writes what is
         # queued). Also runs at interpreter exit, while the daemon writer is
         # still alive, so nothing queued is lost on a normal exit either.
+        # Registered before the thread starts, so no thread exists without it.
         self._finalizer = weakref.finalize(self, _shutdown, self._writer, self._reader)
+        self._writer.thread.start()
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -487,7 +488,9 @@ class CheckpointStore:
     def close(self) -> None:
         """Write what is queued, stop the writer thread, close the file.
 
-        Idempotent. Blocks until the writer thread has exited.
+        Idempotent. Blocks until the writer thread has exited. If that wait is
+        interrupted (a second Ctrl-C), the writer still finishes what was queued on
+        its own and then exits; the interpreter does not wait for it.
 
         Raises:
             CheckpointError: the first write error, when no ``on_error`` was given.

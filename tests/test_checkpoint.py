@@ -70,6 +70,20 @@ def test_missing_values_are_absent_not_errors(tmp_path: Path) -> None:
         assert store.stored([]) == set()
 
 
+def test_an_uncommitted_row_is_never_read(tmp_path: Path) -> None:
+    """Another writer's open transaction is invisible until it commits."""
+    with CheckpointStore(tmp_path / "c.sqlite") as store:
+        other = sqlite3.connect(tmp_path / "c.sqlite", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        row = (ident(1), "'t'", 1, 0.0, b"0" * 16, pickle.dumps(1))
+        other.execute("INSERT INTO dagexec_values VALUES (?, ?, ?, ?, ?, ?)", row)
+        assert store.stored([ident(1)]) == set()
+        with pytest.raises(KeyError):
+            store.load(ident(1))
+        other.execute("ROLLBACK")
+        other.close()
+
+
 def test_saving_again_replaces_the_value(tmp_path: Path) -> None:
     with CheckpointStore(tmp_path / "c.sqlite") as store:
         store.save_nowait(ident(1), "old", name="t")
