@@ -51,6 +51,7 @@ __all__ = ["task_identities"]
 
 _PERSON = b"dagexec-task-1"  # bump when the encoding changes: old checkpoints then miss
 _PROTOCOL = 5
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set for classes created by a class statement
 _SIMPLE_GLOBALS = (type(None), bool, int, float, complex, str, bytes)
 _pack_d = struct.Struct("<d").pack
 _pack_dd = struct.Struct("<dd").pack
@@ -270,16 +271,23 @@ class _Encoder:
                 self.strict(sorted(fn.keywords.items()), "its partial's keywords", self.task)
             )
         elif isinstance(fn, types.MethodType):
+            owner = fn.__self__
             out += [b"method", self.function(fn.__func__)]
-            out.append(self.strict(fn.__self__, "the object its method is bound to", self.task))
+            if not isinstance(owner, type):  # the rest of its class's code
+                out.append(self.function(type(owner)))
+            out.append(self.strict(owner, "the object its method is bound to", self.task))
         elif isinstance(fn, type):
+            # A class: every method of it and of its bases written in Python, so an
+            # edit to a helper method that __call__ or __init__ uses is seen too.
             out.append(b"class")
             self.value(fn, out)
             for klass in fn.__mro__:
-                for attr in ("__new__", "__init__", "__post_init__"):
-                    method = klass.__dict__.get(attr)
-                    if isinstance(method, (types.FunctionType, staticmethod)):
-                        out.append(self.function(getattr(method, "__func__", method)))
+                if not klass.__flags__ & _HEAPTYPE:
+                    continue  # a class written in C (object, dict): no Python code
+                for attr, member in sorted(vars(klass).items()):
+                    for part in _functions_of(member):
+                        self.value(attr, out)
+                        out.append(self.function(part))
         elif isinstance(fn, types.BuiltinFunctionType):
             out.append(b"builtin")
             self.value(fn.__module__, out)
@@ -290,12 +298,23 @@ class _Encoder:
                     self.strict(owner, "the object its builtin method is bound to", self.task)
                 )
         elif isinstance(getattr(type(fn), "__call__", None), types.FunctionType):  # noqa: B004
-            out += [b"object", self.function(type(fn)), self.function(type(fn).__call__)]
+            out += [b"object", self.function(type(fn))]
             out.append(self.strict(fn, "its callable object", self.task))
         else:
             out.append(b"other")
             out.append(self.strict(fn, "its function", self.task))
         return out
+
+
+def _functions_of(member: object) -> list[types.FunctionType]:
+    """The Python functions behind a class attribute: method, static, class, property."""
+    if isinstance(member, (staticmethod, classmethod)):
+        member = member.__func__
+    if isinstance(member, property):
+        return [
+            f for f in (member.fget, member.fset, member.fdel) if isinstance(f, types.FunctionType)
+        ]
+    return [member] if isinstance(member, types.FunctionType) else []
 
 
 _FUNCTION_TYPES = (

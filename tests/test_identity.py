@@ -187,6 +187,22 @@ def test_partials_methods_objects_and_builtins_are_covered() -> None:
     assert ids([Scale(3)], [()]) == ids([Scale(3)], [()])
 
 
+def test_an_edited_helper_method_of_a_callable_object_is_seen() -> None:
+    template = (
+        "class Scale:\n"
+        "    def __call__(self, x):\n        return self.helper(x)\n"
+        "    def helper(self, x):\n        return x * {}\n"
+        "    @property\n    def size(self):\n        return {}\n"
+    )
+    versions = [template.format(1, 0), template.format(2, 0), template.format(1, 9)]
+    objects = [define(v, "Scale")() for v in versions]
+    found = [ids([obj], [()])[0] for obj in objects]
+    assert len(set(found)) == 3
+    methods = [ids([obj.helper], [()])[0] for obj in objects]
+    assert len(set(methods)) == 3  # a bound method covers its class's other code too
+    assert ids([define(versions[0], "Scale")()], [()])[0] == found[0]
+
+
 @pytest.mark.parametrize(
     ("column", "message"),
     [
