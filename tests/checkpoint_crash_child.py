@@ -3,7 +3,8 @@
 Usage: ``python checkpoint_crash_child.py PATH COUNT DURABLE`` (DURABLE: 1 or 0).
 It prints, one line each, flushed at once so the parent knows how far it got:
 
-* ``START <n>``: opened the store; ``n`` tasks are already in it (skipped);
+* ``START <n>``: opened the store and planned the resume (``dagexec._resume``):
+  ``n`` tasks need not run;
 * ``RAN <identity hex>``: computed a task (it was not in the store);
 * ``COMMITTED <identity hex>``: the store reported the value committed;
 * ``END``: every task is in the store and the store is closed.
@@ -21,6 +22,7 @@ from typing import Any
 
 from dagexec._checkpoint import CheckpointStore
 from dagexec._identity import task_identities
+from dagexec._resume import resume
 
 
 def step(previous: bytes, i: int) -> bytes:
@@ -60,17 +62,15 @@ def main(path: str, count: int, durable: bool) -> None:
             say(f"COMMITTED {identity.hex()}")
 
     with CheckpointStore(path, durable=durable, on_commit=on_commit) as store:
-        done = store.stored(i for i in ids if i is not None)
-        say(f"START {len(done)}")
-        previous = b""
-        for i, identity in enumerate(ids):
+        deps = [()] + [(i - 1,) for i in range(1, count)]
+        run, results = resume(store, ids, deps, [count - 1])
+        say(f"START {count - len(run)}")
+        for i in sorted(run):  # a chain: the tasks to run are a suffix of it
+            identity = ids[i]
             assert identity is not None
-            if identity in done:
-                previous = store.load(identity)  # resume: the chain needs it
-                continue
             say(f"RAN {identity.hex()}")
-            previous = step(previous, i)
-            store.save_nowait(identity, previous, name=f"step-{i}")
+            results[i] = step(results[i - 1] if i else b"", i)
+            store.save_nowait(identity, results[i], name=f"step-{i}")
             if i % 4 == 3:
                 # Bound how far this process runs ahead of the parent reading its
                 # output, so the kills spread over the whole chain; batches of up

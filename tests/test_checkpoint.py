@@ -112,6 +112,25 @@ def test_pickled_bytes_can_be_saved_from_another_thread(tmp_path: Path) -> None:
         assert store.load(ident(1)) == {"v": 1}
 
 
+def test_saving_never_waits_for_a_stuck_writer(tmp_path: Path) -> None:
+    """The scheduler's promise: with the writer held, saves still return at once."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(identities: list[bytes]) -> None:
+        entered.set()
+        assert release.wait(timeout=10)
+
+    with CheckpointStore(tmp_path / "c.sqlite", on_commit=hold) as store:
+        store.save_nowait(ident(0), 0, name=0)
+        assert entered.wait(timeout=10)  # the writer is now stuck in on_commit
+        for i in range(1, 1001):
+            store.save_nowait(ident(i), i, name=i)
+        assert store.committed_count == 1
+        release.set()
+        assert store.flush(timeout=10)
+        assert store.committed_count == 1001
+
+
 def test_many_threads_saving_at_once_lose_nothing(tmp_path: Path) -> None:
     threads, per_thread = 4, 250
     start = threading.Barrier(threads, timeout=10)
