@@ -187,6 +187,7 @@ class _Writer:
         durable: bool,
         on_commit: Callable[[list[bytes]], None] | None,
         on_error: Callable[[CheckpointError], None] | None,
+        max_value: int,
     ) -> None:
         self.path = path
         self.durable = durable
@@ -198,6 +199,8 @@ class _Writer:
         self.committed = 0
         self.failed = 0
         self.errors: list[CheckpointError] = []  # kept for close() when no on_error
+        self.dead = ""  # why the writer thread stopped on its own, if it did
+        self.max_value = max_value  # SQLite's SQLITE_LIMIT_LENGTH for this file
         self.thread = threading.Thread(
             target=self.loop, name="dagexec-checkpoint-writer", daemon=True
         )
@@ -209,12 +212,20 @@ class _Writer:
                 f"task {describe_safely(item[1])}: identity must be bytes from "
                 f"dagexec._identity, got {type(item[0]).__name__}"
             )
+        if len(item[2]) > self.max_value:
+            # Refused here, not by SQLite in the writer: there it would fail its batch.
+            raise CheckpointError(
+                f"task {describe_safely(item[1])}: its pickled value is {len(item[2]):,} "
+                f"bytes, more than the {self.max_value:,} SQLite stores in one value; return "
+                "something smaller (a path to a file you write), or run without a checkpoint",
+                task=item[1],
+                path=self.path,
+            )
         with self.lock:
             if self.closed:
+                why = self.dead or "save before closing it"
                 raise CheckpointError(
-                    f"checkpoint {self.path!r} is closed; save before closing it",
-                    task=item[1],
-                    path=self.path,
+                    f"checkpoint {self.path!r} is closed; {why}", task=item[1], path=self.path
                 )
             self.queue.put(item)
 
@@ -271,6 +282,8 @@ class _Writer:
                 path=self.path,
             )
             error.__cause__ = exc
+            with self.lock:
+                self.dead = f"its writer failed ({type(exc).__name__}: {exc})"
             self.report(error)
         finally:
             with self.lock:
@@ -327,13 +340,17 @@ class _Writer:
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
+            if len(batch) > 1:
+                # One bad value must not cost its batch-mates their place: write
+                # each alone, so every failure names exactly its own task.
+                for item in batch:
+                    self._write(conn, [item])
+                return
             with self.lock:
-                self.failed += len(batch)
-            names = ", ".join(row[1] for row in rows[:3])
-            more = f" and {len(rows) - 3} more" if len(rows) > 3 else ""
+                self.failed += 1
             error = CheckpointError(
-                f"checkpoint {self.path!r}: could not save the values of tasks {names}{more} "
-                f"({type(exc).__name__}: {exc}); they will be computed again on resume",
+                f"checkpoint {self.path!r}: could not save the value of task {rows[0][1]} "
+                f"({type(exc).__name__}: {exc}); it will be computed again on resume",
                 task=batch[0][1],
                 path=self.path,
             )
@@ -401,7 +418,8 @@ class CheckpointStore:
             )
         self._reader = self._open()
         self._read_lock = threading.Lock()
-        self._writer = _Writer(self.path, durable, on_commit, on_error)
+        max_value = self._reader.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+        self._writer = _Writer(self.path, durable, on_commit, on_error, max_value)
         # Dropped without close(): stop the writer (after it writes what is
         # queued). Also runs at interpreter exit, while the daemon writer is
         # still alive, so nothing queued is lost on a normal exit either.

@@ -230,8 +230,74 @@ def test_a_failed_write_reaches_on_error_naming_the_tasks(tmp_path: Path) -> Non
         assert store.committed_count == 0
     assert len(errors) == 1
     assert errors[0].task == "parse"
-    assert "could not save the values of tasks 'parse'" in str(errors[0])
+    assert "could not save the value of task 'parse'" in str(errors[0])
     assert isinstance(errors[0].__cause__, sqlite3.Error)
+
+
+def test_a_value_too_big_for_sqlite_is_refused_at_once(tmp_path: Path) -> None:
+    with CheckpointStore(tmp_path / "c.sqlite") as store:
+        store._writer.max_value = 1000  # SQLite's own limit is about 1 GB
+        with pytest.raises(
+            CheckpointError, match=r"task 'big': its pickled value is 2,0\d\d bytes"
+        ):
+            store.save_nowait(ident(1), b"x" * 2000, name="big")
+
+
+def test_a_value_sqlite_refuses_fails_alone_not_its_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's connection refuses values over 5,000 bytes; the batch is
+    [small, big, small] (held together by a gate); only 'big' is lost."""
+    import dagexec._checkpoint as module
+
+    connect = module._connect
+
+    def small_limit(path: str) -> sqlite3.Connection:
+        conn = connect(path)
+        if threading.current_thread().name == "dagexec-checkpoint-writer":
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 5000)
+        return conn
+
+    monkeypatch.setattr(module, "_connect", small_limit)
+    entered, release = threading.Event(), threading.Event()
+    errors: list[CheckpointError] = []
+
+    def hold(identities: list[bytes]) -> None:
+        entered.set()
+        assert release.wait(timeout=10)
+
+    with CheckpointStore(tmp_path / "c.sqlite", on_commit=hold, on_error=errors.append) as store:
+        store.save_nowait(ident(0), 0, name="first")
+        assert entered.wait(timeout=10)
+        store.save_nowait(ident(1), "small", name="a")
+        store.save_nowait(ident(2), b"x" * 10_000, name="big")
+        store.save_nowait(ident(3), "small", name="b")
+        release.set()
+        store.flush(timeout=10)
+        assert store.stored(ident(i) for i in range(4)) == {ident(0), ident(1), ident(3)}
+    assert [e.task for e in errors] == ["big"]
+
+
+def test_a_writer_that_cannot_start_fails_loudly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dagexec._checkpoint as module
+
+    connect = module._connect
+
+    def refuse_writer(path: str) -> sqlite3.Connection:
+        if threading.current_thread().name == "dagexec-checkpoint-writer":
+            raise sqlite3.OperationalError("disk I/O error")
+        return connect(path)
+
+    monkeypatch.setattr(module, "_connect", refuse_writer)
+    store = CheckpointStore(tmp_path / "c.sqlite")
+    store._writer.thread.join(timeout=10)
+    assert store.flush(timeout=10)  # never hangs on a dead writer
+    with pytest.raises(CheckpointError, match=r"is closed; its writer failed \(OperationalError"):
+        store.save_nowait(ident(1), 1, name="t")
+    with pytest.raises(CheckpointError, match="the writer thread failed .*disk I/O error"):
+        store.close()
 
 
 def test_without_on_error_close_raises_the_first_write_error(tmp_path: Path) -> None:
