@@ -51,6 +51,9 @@ __all__ = ["task_identities"]
 
 _PERSON = b"dagexec-task-1"  # bump when the encoding changes: old checkpoints then miss
 _PROTOCOL = 5
+# Bytes longer than this are encoded by their digest. Lower saves memory on more
+# values but hashes more small ones twice; higher copies large ones into the join.
+_LONG_BYTES = 4096
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set for classes created by a class statement
 _SIMPLE_GLOBALS = (type(None), bool, int, float, complex, str, bytes)
 _pack_d = struct.Struct("<d").pack
@@ -97,8 +100,11 @@ class _Encoder:
         elif t is float:
             out.append(b"f" + _pack_d(obj))
         elif t is bytes:
-            out.append(b"b%d:" % len(obj))
-            out.append(obj)
+            if len(obj) > _LONG_BYTES:  # digest it now: joining a copy would double it
+                out.append(b"B" + hashlib.blake2b(obj, digest_size=32).digest())
+            else:
+                out.append(b"b%d:" % len(obj))
+                out.append(obj)
         elif t is tuple or t is list:
             out.append(b"(" if t is tuple else b"[")
             for item in obj:
@@ -119,6 +125,12 @@ class _Encoder:
             parts.sort()  # iteration order follows str hashes, which vary per process
             out.append(b"<%d:" % len(parts) if t is set else b">%d:" % len(parts))
             out.extend(parts)
+        elif t is pickle.PickleBuffer:  # protocol 5 out-of-band data (numpy arrays)
+            try:
+                view = obj.raw()
+            except BufferError as exc:
+                raise _Unencodable(f"BufferError: {exc}") from exc
+            out.append(b"B" + hashlib.blake2b(view, digest_size=32).digest())
         elif t is complex:
             out.append(b"c" + _pack_dd(obj.real, obj.imag))
         elif isinstance(obj, types.CodeType):

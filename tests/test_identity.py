@@ -153,6 +153,23 @@ def test_constant_arguments_are_covered() -> None:
     assert len({ids([len], [()], args=[a])[0] for a in variants}) == len(variants)
 
 
+def test_large_constants_are_covered_to_the_last_byte() -> None:
+    big = bytes(100_000)
+    edited = big[:-1] + b"\x01"
+    assert ids([len], [()], args=[(big,)]) == ids([len], [()], args=[(bytes(100_000),)])
+    assert ids([len], [()], args=[(big,)]) != ids([len], [()], args=[(edited,)])
+
+
+def test_numpy_arrays_as_arguments() -> None:
+    np = pytest.importorskip("numpy")
+    a = np.arange(10_000, dtype=np.float64)
+    b = a.copy()
+    b[-1] += 1
+    assert ids([len], [()], args=[(a,)]) == ids([len], [()], args=[(a.copy(),)])
+    assert ids([len], [()], args=[(a,)]) != ids([len], [()], args=[(b,)])
+    assert ids([len], [()], args=[(a,)]) != ids([len], [()], args=[(a.astype(np.float32),)])
+
+
 def test_names_and_dependency_order_are_covered() -> None:
     fns = [len, len, max]
     assert ids(fns, [(), (), (0, 1)]) != ids(fns, [(), (), (1, 0)])
