@@ -213,7 +213,7 @@ class _Writer:
                 f"dagexec._identity, got {type(item[0]).__name__}"
             )
         if len(item[2]) > self.max_value:
-            # Refused here, not by SQLite in the writer: there it would fail its batch.
+            # Refused here, so the caller hears of it at once, not later from the writer.
             raise CheckpointError(
                 f"task {describe_safely(item[1])}: its pickled value is {len(item[2]):,} "
                 f"bytes, more than the {self.max_value:,} SQLite stores in one value; return "
@@ -392,9 +392,10 @@ class CheckpointStore:
             right after its ``COMMIT`` returned. Keep it short; it must not call
             ``close()`` or ``flush()``.
         on_error: called on the writer thread with a :class:`CheckpointError`
-            for each batch that could not be written (disk full, file locked by
-            another process). Without it, errors are kept and ``close()`` raises
-            the first.
+            (``.task`` set) for each value that could not be written (disk full,
+            file locked by another process for longer than 30 s); the value is
+            then simply not in the file. Without it, errors are kept and
+            ``close()`` raises the first.
 
     Raises:
         CheckpointError: the file is not a database, is of another format
@@ -487,6 +488,12 @@ class CheckpointStore:
         """How many values this store has committed so far; safe from any thread."""
         with self._writer.lock:
             return self._writer.committed
+
+    @property
+    def failed_count(self) -> int:
+        """How many queued values could not be written (each was reported); any thread."""
+        with self._writer.lock:
+            return self._writer.failed
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every value queued before this call is committed or failed.

@@ -275,6 +275,7 @@ def test_a_value_sqlite_refuses_fails_alone_not_its_batch(
         release.set()
         store.flush(timeout=10)
         assert store.stored(ident(i) for i in range(4)) == {ident(0), ident(1), ident(3)}
+        assert (store.committed_count, store.failed_count) == (3, 1)
     assert [e.task for e in errors] == ["big"]
 
 
