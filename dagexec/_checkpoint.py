@@ -194,12 +194,16 @@ class _Writer:
         self.on_commit = on_commit
         self.on_error = on_error
         self.queue: queue.SimpleQueue[_Item | _Flush | None] = queue.SimpleQueue()
-        self.lock = threading.Lock()  # guards closed, committed, failed, errors
+        self.lock = threading.Lock()  # guards closed, the counters, errors, dead
         self.closed = False  # no more puts once True; the STOP is then in the queue
         self.committed = 0
         self.failed = 0
         self.errors: list[CheckpointError] = []  # kept for close() when no on_error
         self.dead = ""  # why the writer thread stopped on its own, if it did
+        # Pickled bytes queued and not yet written: the backlog the unbounded
+        # queue lets grow when tasks finish faster than the disk takes them.
+        self.pending_bytes = 0
+        self.peak_pending_bytes = 0
         self.max_value = max_value  # SQLite's SQLITE_LIMIT_LENGTH for this file
         self.thread = threading.Thread(
             target=self.loop, name="dagexec-checkpoint-writer", daemon=True
@@ -228,6 +232,9 @@ class _Writer:
                     f"checkpoint {self.path!r} is closed; {why}", task=item[1], path=self.path
                 )
             self.queue.put(item)
+            self.pending_bytes += len(item[2])
+            if self.pending_bytes > self.peak_pending_bytes:
+                self.peak_pending_bytes = self.pending_bytes
 
     def stop(self) -> None:
         """Queue the STOP (once) and wait for the writer, unless called from it.
@@ -251,6 +258,9 @@ class _Writer:
                 return
             if isinstance(item, _Flush):
                 item.done.set()
+            elif item is not _STOP:
+                with self.lock:
+                    self.pending_bytes -= len(item[2])
 
     def report(self, error: CheckpointError) -> None:
         if self.on_error is not None:
@@ -348,6 +358,7 @@ class _Writer:
                 return
             with self.lock:
                 self.failed += 1
+                self.pending_bytes -= rows[0][2]
             error = CheckpointError(
                 f"checkpoint {self.path!r}: could not save the value of task {rows[0][1]} "
                 f"({type(exc).__name__}: {exc}); it will be computed again on resume",
@@ -359,6 +370,7 @@ class _Writer:
             return
         with self.lock:
             self.committed += len(batch)
+            self.pending_bytes -= sum(row[2] for row in rows)
         if self.on_commit is not None:
             try:
                 self.on_commit([identity for identity, _, _ in batch])
@@ -488,6 +500,22 @@ class CheckpointStore:
         """How many values this store has committed so far; safe from any thread."""
         with self._writer.lock:
             return self._writer.committed
+
+    @property
+    def pending_bytes(self) -> int:
+        """Pickled bytes queued but not yet committed or failed; any thread.
+
+        The write queue is unbounded so that no caller ever waits on the disk;
+        this (and ``peak_pending_bytes``) is how to see what that costs in memory.
+        """
+        with self._writer.lock:
+            return self._writer.pending_bytes
+
+    @property
+    def peak_pending_bytes(self) -> int:
+        """The most ``pending_bytes`` has been since the store opened; any thread."""
+        with self._writer.lock:
+            return self._writer.peak_pending_bytes
 
     @property
     def failed_count(self) -> int:

@@ -126,9 +126,13 @@ def test_saving_never_waits_for_a_stuck_writer(tmp_path: Path) -> None:
         for i in range(1, 1001):
             store.save_nowait(ident(i), i, name=i)
         assert store.committed_count == 1
+        backlog = sum(len(pickle_value(i, i)) for i in range(1, 1001))
+        assert store.pending_bytes == backlog  # observable, since it is unbounded
         release.set()
         assert store.flush(timeout=10)
         assert store.committed_count == 1001
+        assert store.pending_bytes == 0
+        assert store.peak_pending_bytes >= backlog
 
 
 def test_many_threads_saving_at_once_lose_nothing(tmp_path: Path) -> None:
@@ -276,6 +280,7 @@ def test_a_value_sqlite_refuses_fails_alone_not_its_batch(
         store.flush(timeout=10)
         assert store.stored(ident(i) for i in range(4)) == {ident(0), ident(1), ident(3)}
         assert (store.committed_count, store.failed_count) == (3, 1)
+        assert store.pending_bytes == 0
     assert [e.task for e in errors] == ["big"]
 
 
