@@ -20,6 +20,7 @@ from ._errors import (
 from ._events import Callback, PlanInfo
 from ._executor import Executor, run
 from ._graph import Graph, Task
+from ._progress import ProgressBar
 from ._result import RunResult, RunStats, StatusMap, TaskState, TraceRecord
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "Graph",
     "MissingDependencyError",
     "PlanInfo",
+    "ProgressBar",
     "RunResult",
     "RunStats",
     "StatusMap",

@@ -1,7 +1,8 @@
 """``python -m dagexec``: run, draw or demo a graph from the command line.
 
-Every failure ends in exactly one line on stderr, ``dagexec: error: ...``, and
-an exit status that says whose fault it was:
+Every failure ends with one line on stderr, ``dagexec: error: ...`` (only a
+failing task's traceback comes before it), and an exit status that says whose
+fault it was:
 
 * 0: the run (or drawing) succeeded;
 * 1: the command was well formed but what it points at is wrong, or the run
@@ -12,20 +13,39 @@ an exit status that says whose fault it was:
   without ``:VARIABLE``); argparse's convention;
 * 130: interrupted with Ctrl-C.
 
-Task names on the command line are strings; a graph whose names are other
-values can be run whole (no ``--targets``) but not by target.
+A task that raises ``SystemExit`` (or any other ``BaseException`` but
+``KeyboardInterrupt``) is a failing task like any other: status 1, naming it.
+A failing task's traceback goes to stderr before the error line: its last
+frames by default, all of it (for every failed task) with ``--traceback``.
+
+``--targets`` items are separated by commas outside brackets and quotes; each
+item that parses as a Python literal (``1``, ``('load', 'a.csv')``, ``'1'``) is
+that value, anything else is the text itself. When a literal is not a task of
+the graph but its text is, the text wins, so a string task named ``2024`` can
+be written bare.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Hashable, Sequence
 from typing import Any, NoReturn
 
-from ._draw import display_name
+from ._cli_io import (
+    Fail,
+    check_output,
+    failure_line,
+    json_values,
+    parse_targets,
+    print_values,
+    resolve_targets,
+    safe_str,
+    write_tracebacks,
+)
 from ._errors import DagexecError
 from ._executor import DEFAULT_QUEUE_CAP
 from ._graph import Graph
@@ -35,19 +55,11 @@ __all__ = ["main"]
 PROG = "python -m dagexec"
 
 
-class _Fail(Exception):
-    """A problem to report as one ``dagexec: error:`` line, with its exit status."""
-
-    def __init__(self, message: str, status: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # argparse prints the whole usage block too; one line is easier to read
         # and to grep in a CI log, and --help is one command away.
-        raise _Fail(f"{message} (see '{self.prog} --help')", 2)
+        raise Fail(f"{message} (see '{self.prog} --help')", 2)
 
 
 def _positive_int(text: str) -> int:
@@ -58,13 +70,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
-
-
-def _targets(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",")]
-    if not all(names):
-        raise argparse.ArgumentTypeError(f"expected task names separated by commas, got {text!r}")
-    return names
 
 
 def _spec(text: str) -> tuple[str, str]:
@@ -97,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     targets_help = (
         "comma-separated task names to compute, with everything they need and nothing "
-        "else (default: every task nothing depends on)"
+        "else (default: every task nothing depends on). An item that parses as a Python "
+        "literal names that value, e.g. 1 or \"('load', 'a.csv')\"; other items are "
+        "strings; quote a string that looks like a literal: \"'1'\""
     )
 
     run = commands.add_parser(
@@ -109,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     run.add_argument("spec", metavar="FILE:VARIABLE", type=_spec, help=spec_help)
-    run.add_argument("--targets", type=_targets, metavar="A,B", help=targets_help)
+    run.add_argument("--targets", type=parse_targets, metavar="A,B", help=targets_help)
     run.add_argument(
         "--workers", type=_positive_int, metavar="N", help="worker threads (default: CPU count)"
     )
@@ -148,6 +155,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--gantt", metavar="OUT.svg", help="write an SVG timeline, one lane per worker"
     )
+    run.add_argument(
+        "--print",
+        action="store_true",
+        dest="print_values",
+        help="print each target's value (its repr) after the summary",
+    )
+    run.add_argument(
+        "--json",
+        metavar="OUT.json",
+        help=(
+            'write the targets\' values as JSON: {"values": {name: value}, "not_written": '
+            "{name: reason}} (values JSON cannot hold, and targets without a value, are "
+            "listed under not_written with the reason, and noted on stderr)"
+        ),
+    )
+    run.add_argument(
+        "--traceback",
+        action="store_true",
+        help=(
+            "print the full traceback of every failed task (default: the last frames "
+            "of the first failure)"
+        ),
+    )
 
     show = commands.add_parser(
         "show",
@@ -155,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the graph, or the part a run of --targets would execute.",
     )
     show.add_argument("spec", metavar="FILE:VARIABLE", type=_spec, help=spec_help)
-    show.add_argument("--targets", type=_targets, metavar="A,B", help=targets_help)
+    show.add_argument("--targets", type=parse_targets, metavar="A,B", help=targets_help)
     show.add_argument(
         "--format",
         choices=("dot", "mermaid"),
@@ -179,11 +209,11 @@ def load_graph(path: str, variable: str) -> Graph:
     """Run the file at ``path`` as a fresh module and return its Graph ``variable``.
 
     Raises:
-        _Fail: the file is missing or fails to import, or the variable is missing
+        Fail: the file is missing or fails to import, or the variable is missing
             or is not a Graph.
     """
     if not os.path.isfile(path):
-        raise _Fail(f"no such file: {path}")
+        raise Fail(f"no such file: {path}")
     stem = os.path.splitext(os.path.basename(path))[0]
     # A name that cannot clash with a real module: the user's file may well be
     # called json.py, and sys.modules must hold it while it runs (dataclasses,
@@ -191,23 +221,23 @@ def load_graph(path: str, variable: str) -> Graph:
     module_name = "__dagexec_graph_" + "".join(ch if ch.isalnum() else "_" for ch in stem)
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise _Fail(f"cannot load {path}: not a Python source file")
+        raise Fail(f"cannot load {path}: not a Python source file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     # Like `python FILE`: modules next to the file are importable from it.
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
-        raise _Fail(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:
+        raise Fail(f"cannot load {path}: {type(exc).__name__}: {safe_str(exc)}") from exc
     value: Any = module
     for part in variable.split("."):
         try:
             value = getattr(value, part)
         except AttributeError:
-            raise _Fail(f"{path} has no variable {variable!r}") from None
+            raise Fail(f"{path} has no variable {variable!r}") from None
     if not isinstance(value, Graph):
-        raise _Fail(f"{path}:{variable} is a {type(value).__name__}, not a dagexec.Graph")
+        raise Fail(f"{path}:{variable} is a {type(value).__name__}, not a dagexec.Graph")
     return value
 
 
@@ -217,7 +247,7 @@ def _check_graph(graph: Graph, targets: Sequence[Hashable] | None) -> None:
     try:
         plan_run(graph._compile(), targets)
     except DagexecError as exc:
-        raise _Fail(str(exc)) from exc
+        raise Fail(str(exc)) from exc
 
 
 def _summary(result: Any) -> str:
@@ -246,14 +276,6 @@ def _summary(result: Any) -> str:
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
 
 
-def _failure_line(errors: dict[Hashable, BaseException], planned: int) -> str:
-    name, exc = next(iter(errors.items()))
-    what = f"task {display_name(name)!s} failed: {type(exc).__name__}: {exc}"
-    if len(errors) == 1:
-        return what
-    return f"{len(errors)} of {planned} tasks failed; first: {what}"
-
-
 class _Keep:
     """Keeps the result even when the run raises, for the summary and the pictures."""
 
@@ -273,42 +295,73 @@ def _write_pictures(result: Any, trace: str | None, gantt: str | None) -> None:
             result.gantt_svg(gantt)
             print(f"timeline written to {gantt}")
     except OSError as exc:
-        raise _Fail(f"cannot write {exc.filename}: {exc.strerror}") from exc
+        raise Fail(f"cannot write {exc.filename}: {exc.strerror}") from exc
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from ._executor import run
 
+    for option, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--json", args.json)):
+        check_output(option, path)
     graph = load_graph(*args.spec)
-    _check_graph(graph, args.targets)
+    targets = resolve_targets(graph, args.targets)
+    _check_graph(graph, targets)
     keep = _Keep()
+    callbacks: list[Any] = [keep]
+    bar = None
+    if args.progress:
+        from ._progress import ProgressBar
+
+        bar = ProgressBar()
+        callbacks.append(bar)
     try:
         run(
             graph,
-            args.targets,
+            targets,
             workers=args.workers,
             queue_cap=args.queue_cap,
             max_in_flight=args.max_in_flight,
             on_error=args.on_error,
-            callbacks=[keep],
+            callbacks=callbacks,
             trace=bool(args.trace or args.gantt),
-            progress=args.progress,
         )
     except KeyboardInterrupt:
-        if args.progress and keep.result is None:
-            sys.stderr.write("\n")  # the bar was not ended; the error goes below it
+        if bar is not None:
+            bar.close()  # no run end comes after Ctrl-C: show it, give the streams back
         raise
     except (ValueError, TypeError) as exc:
         if keep.result is None:  # refused before running: a bad parameter combination
-            raise _Fail(str(exc)) from exc
+            raise Fail(safe_str(exc)) from exc
     except Exception:
         if keep.result is None:
             raise
+    except BaseException as exc:
+        # A task's SystemExit (or other BaseException) is a task failure: it must not
+        # end the command with the task's exit code, or silently with 0.
+        if keep.result is None:
+            raise Fail(f"{type(exc).__name__}: {safe_str(exc)}") from exc
     result = keep.result
     print(_summary(result))
+    wanted = graph.sinks() if targets is None else targets
+    if args.print_values:
+        print_values(result, wanted)
     _write_pictures(result, args.trace, args.gantt)
+    if args.json:
+        document, note = json_values(result, wanted)
+        try:
+            with open(args.json, "w", encoding="utf-8") as out:
+                json.dump(document, out, indent=2, allow_nan=False)
+                out.write("\n")
+        except OSError as exc:
+            raise Fail(f"cannot write {exc.filename}: {exc.strerror}") from exc
+        print(f"target values written to {args.json}")
+        if note:
+            sys.stdout.flush()
+            print(f"dagexec: note: {note}", file=sys.stderr)
     if result.errors:
-        raise _Fail(_failure_line(dict(result.errors), result.stats.tasks_planned))
+        sys.stdout.flush()
+        write_tracebacks(dict(result.errors), args.traceback)
+        raise Fail(failure_line(dict(result.errors), result.stats.tasks_planned))
     return 0
 
 
@@ -316,9 +369,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from ._draw import to_dot, to_mermaid
 
     graph = load_graph(*args.spec)
-    _check_graph(graph, args.targets)
+    targets = resolve_targets(graph, args.targets)
+    _check_graph(graph, targets)
     draw = to_dot if args.format == "dot" else to_mermaid
-    sys.stdout.write(draw(graph, args.targets, None))
+    sys.stdout.write(draw(graph, targets, None))
     return 0
 
 
@@ -328,7 +382,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != "dagexec._demo":
             raise
-        raise _Fail("the demo is not part of this installation") from None
+        raise Fail("the demo is not part of this installation") from None
+    check_output("--trace", args.trace)
+    check_output("--gantt", args.gantt)
     return demo_main(trace_path=args.trace, gantt_path=args.gantt)
 
 
@@ -336,10 +392,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help and --version end here with status 0
+            return exc.code if isinstance(exc.code, int) else 0
         command = {"run": _cmd_run, "show": _cmd_show, "demo": _cmd_demo}[args.command]
         return command(args)
-    except _Fail as exc:
+    except Fail as exc:
         sys.stdout.flush()
         # One line, even when an exception's message has several.
         message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
@@ -349,5 +408,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         print("dagexec: error: interrupted", file=sys.stderr)
         return 130
-    except SystemExit as exc:  # --help and --version end here with status 0
-        return exc.code if isinstance(exc.code, int) else 0

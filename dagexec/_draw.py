@@ -19,7 +19,7 @@ from ._result import TaskState
 if TYPE_CHECKING:
     from ._graph import Graph
 
-__all__ = ["STATE_FILL", "display_name", "to_dot", "to_mermaid"]
+__all__ = ["STATE_FILL", "STATE_MEANING", "display_name", "to_dot", "to_mermaid"]
 
 # Light fills keep black label text readable; the same hues as the Gantt chart.
 STATE_FILL: dict[TaskState, str] = {
@@ -28,6 +28,16 @@ STATE_FILL: dict[TaskState, str] = {
     TaskState.SKIPPED: "#fff3c4",
     TaskState.CANCELLED: "#e0e0e0",
 }
+
+
+# What each fill means, for the legend drawn with a result.
+STATE_MEANING: dict[TaskState, str] = {
+    TaskState.DONE: "done",
+    TaskState.FAILED: "failed",
+    TaskState.SKIPPED: "skipped: an upstream task failed",
+    TaskState.CANCELLED: "cancelled: never started, the run stopped",
+}
+_TARGET_MEANING = "thick border: a target"
 
 
 def display_name(name: Hashable) -> str:
@@ -90,6 +100,22 @@ def to_dot(graph: Graph, targets: Iterable[Hashable] | None = None, result: Any 
         lines.append(f"  n{i} [{', '.join(attrs)}];")
     for dep, task in _edges(plan):
         lines.append(f"  n{dep} -> n{task};")
+    if result is not None:
+        # A legend, so a picture shared without this text still says what the fills
+        # mean; its ids cannot clash with the tasks' n0, n1, ...
+        lines.append('  subgraph cluster_legend { label="legend"; fontname="Helvetica";')
+        previous = None
+        for state, meaning in STATE_MEANING.items():
+            node = f"legend_{state.value}"
+            lines.append(
+                f'    {node} [label={_dot_string(meaning)}, fillcolor="{STATE_FILL[state]}"];'
+            )
+            if previous is not None:  # invisible edges keep the legend in one column
+                lines.append(f"    {previous} -> {node} [style=invis];")
+            previous = node
+        lines.append(f"    legend_target [label={_dot_string(_TARGET_MEANING)}, penwidth=2];")
+        lines.append(f"    {previous} -> legend_target [style=invis];")
+        lines.append("  }")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -123,12 +149,20 @@ def to_mermaid(graph: Graph, targets: Iterable[Hashable] | None = None, result: 
     for dep, task in _edges(plan):
         lines.append(f"  n{dep} --> n{task}")
     if result is not None:
+        lines.append("  subgraph legend [legend]")
+        for state, meaning in STATE_MEANING.items():
+            lines.append(f"    legend_{state.value}[{_mermaid_string(meaning)}]")
+        lines.append(f"    legend_target[{_mermaid_string(_TARGET_MEANING)}]")
+        lines.append("  end")
         for state, fill in STATE_FILL.items():
             members = [f"n{i}" for i, s in enumerate(states) if s is state]
-            if members:
-                lines.append(f"  classDef {state.value} fill:{fill}")
-                lines.append(f"  class {','.join(members)} {state.value}")
-    if plan.targets:
+            members.append(f"legend_{state.value}")
+            lines.append(f"  classDef {state.value} fill:{fill}")
+            lines.append(f"  class {','.join(members)} {state.value}")
+    if plan.targets or result is not None:
         lines.append("  classDef target stroke-width:3px")
-        lines.append(f"  class {','.join(f'n{t}' for t in sorted(plan.targets))} target")
+        members = [f"n{t}" for t in sorted(plan.targets)]
+        if result is not None:
+            members.append("legend_target")
+        lines.append(f"  class {','.join(members)} target")
     return "\n".join(lines) + "\n"

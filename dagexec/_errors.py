@@ -9,7 +9,8 @@ program can react to it and a person can fix it from the message alone.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import difflib
+from collections.abc import Collection, Hashable, Iterable, Sequence
 
 __all__ = [
     "CycleError",
@@ -17,13 +18,67 @@ __all__ = [
     "DuplicateTaskError",
     "MissingDependencyError",
     "UnknownTargetError",
+    "close_names",
     "describe",
 ]
 
+# "Did you mean" compares the misspelled name with at most this many names (those
+# sharing its first character first, then those of the most similar lengths):
+# about 0.2 s on the error path of a million-task graph, where comparing with
+# every name would take seconds. A larger value finds matches in more crowded
+# graphs and costs proportionally more.
+_SUGGEST_MAX_CANDIDATES = 20_000
+
 
 def describe(name: Hashable) -> str:
-    """Render a task name for a message: ``repr`` keeps ``'1'`` apart from ``1``."""
-    return repr(name)
+    """Render a task name for a message: ``repr`` keeps ``'1'`` apart from ``1``.
+
+    Never raises: a name whose ``repr`` fails is described by its type, so an
+    error about a hostile name is still reported.
+    """
+    try:
+        return repr(name)
+    except Exception:
+        return f"<{type(name).__name__} name with a failing repr>"
+
+
+def close_names(word: Hashable, known: Iterable[Hashable], n: int = 3) -> tuple[str, ...]:
+    """Up to ``n`` string names in ``known`` that look like ``word`` (difflib ratio >= 0.6).
+
+    Only for error messages: it walks ``known`` once, so it costs time only when
+    an error is being raised. Non-string names are not compared.
+    """
+    if not isinstance(word, str) or not word:
+        return ()
+    size, first = len(word), word[0]
+    slack = max(2, size // 3)
+    # Names sharing the first character, then closest in length, are compared first:
+    # typos rarely hit the first character, and difflib's ratio needs similar lengths.
+    buckets: dict[tuple[bool, int], list[str]] = {}
+    for name in known:
+        if type(name) is str and name and name != word:
+            gap = abs(len(name) - size)
+            if gap <= slack:
+                buckets.setdefault((name[0] != first, gap), []).append(name)
+    candidates: list[str] = []
+    for key in sorted(buckets):
+        candidates += buckets[key][: _SUGGEST_MAX_CANDIDATES - len(candidates)]
+        if len(candidates) >= _SUGGEST_MAX_CANDIDATES:
+            break
+    return tuple(difflib.get_close_matches(word, candidates, n=n))
+
+
+def _did_you_mean(suggestions: dict[Hashable, tuple[str, ...]]) -> str:
+    parts = []
+    for missing, names in suggestions.items():
+        if names:
+            options = " or ".join(repr(x) for x in names)
+            parts.append(
+                f"did you mean {options}?"
+                if len(suggestions) == 1
+                else f"for {describe(missing)}, did you mean {options}?"
+            )
+    return " ".join(parts) + " " if parts else ""
 
 
 def _path_item(name: Hashable) -> str:
@@ -52,16 +107,39 @@ class CycleError(DagexecError, ValueError):
 
 
 class MissingDependencyError(DagexecError, ValueError):
-    """A task depends on names that are not in the graph."""
+    """A task depends on names that are not in the graph.
 
-    def __init__(self, task: Hashable, missing: Sequence[Hashable]) -> None:
+    With ``known`` (the graph's task names), ``suggestions`` maps each missing name
+    to the closest existing ones, and the message asks "did you mean". With
+    ``inferred_from`` (a function name), the dependencies were read from that
+    function's parameter names by ``@g.task``, and the message says so.
+    """
+
+    def __init__(
+        self,
+        task: Hashable,
+        missing: Sequence[Hashable],
+        *,
+        known: Iterable[Hashable] | None = None,
+        inferred_from: str | None = None,
+    ) -> None:
         self.task = task
         self.missing: tuple[Hashable, ...] = tuple(missing)
+        self.suggestions: dict[Hashable, tuple[str, ...]] = {}
+        if known is not None:
+            known = known if isinstance(known, Collection) else list(known)
+            self.suggestions = {m: close_names(m, known) for m in self.missing}
         names = ", ".join(describe(m) for m in self.missing)
         which = "which is" if len(self.missing) == 1 else "which are"
+        if inferred_from is None:
+            fix = "add the missing task or drop the dependency"
+        else:
+            params = "parameter" if len(self.missing) == 1 else "parameters"
+            names += f" (read by @g.task from the {params} {names} of {inferred_from}())"
+            fix = "rename the parameter to the task it needs, or pass deps=[...] to @g.task"
         super().__init__(
             f"task {describe(task)} depends on {names}, {which} not in the graph; "
-            "add the missing task or drop the dependency"
+            f"{_did_you_mean(self.suggestions)}{fix}"
         )
 
 
@@ -76,14 +154,25 @@ class DuplicateTaskError(DagexecError, ValueError):
 
 
 class UnknownTargetError(DagexecError, KeyError):
-    """A requested target is not a task of the graph."""
+    """A requested target is not a task of the graph.
 
-    def __init__(self, targets: Sequence[Hashable]) -> None:
+    With ``known`` (the graph's task names), ``suggestions`` maps each unknown
+    target to the closest existing names, and the message asks "did you mean".
+    """
+
+    def __init__(
+        self, targets: Sequence[Hashable], known: Iterable[Hashable] | None = None
+    ) -> None:
         self.targets: tuple[Hashable, ...] = tuple(targets)
         self.target = self.targets[0]
+        self.suggestions: dict[Hashable, tuple[str, ...]] = {}
+        if known is not None:
+            known = known if isinstance(known, Collection) else list(known)
+            self.suggestions = {t: close_names(t, known) for t in self.targets}
         names = ", ".join(describe(t) for t in self.targets)
         noun = "target" if len(self.targets) == 1 else "targets"
-        self.message = f"unknown {noun} {names}: not a task of this graph; check the spelling"
+        hint = _did_you_mean(self.suggestions) or "check the spelling"
+        self.message = f"unknown {noun} {names}: not a task of this graph; {hint.strip()}"
         super().__init__(self.message)
 
     def __str__(self) -> str:

@@ -10,13 +10,14 @@ start notices, and without any hook the scheduler makes no calls at all.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._plan import Plan
     from ._result import RunResult, TaskState
 
-__all__ = ["Callback", "Hooks", "PlanInfo"]
+__all__ = ["Callback", "Hooks", "PlanInfo", "callback_list"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,10 @@ class PlanInfo:
     queue_cap: int
     max_in_flight: int
     effective_cap: int
+    # The run's plan, for dagexec.testing.InFlightRecorder, which must know which
+    # tasks a dispatch hands over together (a unit, see Plan.chain_next) to count
+    # in flight what the scheduler counts. Private: not part of the protocol.
+    _plan: Plan | None = field(default=None, repr=False, compare=False)
 
 
 class Callback:
@@ -64,6 +69,64 @@ class Callback:
 
 
 _HOOK_NAMES = ("on_run_start", "on_task_dispatch", "on_task_start", "on_task_end", "on_run_end")
+
+
+def _is_callback(obj: object) -> bool:
+    return any(getattr(obj, name, None) is not None for name in _HOOK_NAMES)
+
+
+def _shown(value: object) -> str:
+    """A value for a message: plain data as its repr, any other object by its type."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes, bytearray)):
+        return f"{type(value).__name__} {value!r}"
+    return f"{type(value).__name__} instance"
+
+
+def callback_list(callbacks: object) -> list[object]:
+    """``callbacks`` as a list, read exactly once, each item checked to be a callback.
+
+    An object with any of the hooks is one callback, even if it is also iterable:
+    ``callbacks=cb`` is refused with the fix (``callbacks=[cb]``) rather than
+    iterated. A class instead of an instance, and an item with none of the hooks,
+    are refused too: either would make the run fail later, or do nothing silently.
+
+    Raises:
+        TypeError: naming the parameter, the value and the fix.
+    """
+    if type(callbacks) is tuple or type(callbacks) is list:  # the usual case: no probing
+        items: list[object] = list(callbacks)
+    else:
+        items = _as_list(callbacks)
+    for cb in items:
+        if isinstance(cb, type):
+            name = cb.__qualname__
+            raise TypeError(
+                f"callbacks: got the class {name}, not a callback object; write {name}()"
+            )
+        if not _is_callback(cb):
+            raise TypeError(
+                f"callbacks: {_shown(cb)} has none of the hooks {', '.join(_HOOK_NAMES)}; "
+                "pass objects implementing some of them (see dagexec.Callback)"
+            )
+    return items
+
+
+def _as_list(callbacks: object) -> list[object]:
+    expected = "callbacks must be a list of callback objects"
+    if isinstance(callbacks, type):
+        name = callbacks.__qualname__
+        raise TypeError(f"{expected}, got the class {name}; write callbacks=[{name}()]")
+    if _is_callback(callbacks):
+        raise TypeError(f"{expected}, got one callback ({_shown(callbacks)}); write callbacks=[cb]")
+    if isinstance(callbacks, (str, bytes, bytearray)):
+        raise TypeError(f"{expected}, got {_shown(callbacks)}")
+    try:
+        items: list[object] = list(callbacks)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(
+            f"{expected}, got {_shown(callbacks)}; write callbacks=[cb, ...], or () for none"
+        ) from None
+    return items
 
 
 class Hooks:

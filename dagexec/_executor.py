@@ -16,21 +16,23 @@ that blocks it cannot delay the caller's Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import math
 import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Hashable, Iterable, Mapping
 from types import TracebackType
 from typing import Literal
 
-from ._events import Hooks
+from ._events import Hooks, callback_list
 from ._graph import Graph
 from ._inbox import Inbox
 from ._messages import STOP, Item
-from ._plan import check_resources, plan_run
+from ._plan import Plan, check_resources, plan_run
 from ._result import RunResult
 from ._scheduler import Run
 from ._worker import worker_loop
@@ -71,6 +73,18 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def _check_on_error(on_error: object) -> OnError:
+    if on_error not in ("raise", "continue"):
+        raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
+    return on_error
+
+
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
 def _check_capacity(name: str, resources: object) -> dict[str, float]:
     """Capacities as a fresh dict; each a number >= 0 (``math.inf``: unlimited)."""
     if resources is None:
@@ -99,10 +113,31 @@ def _check_capacity(name: str, resources: object) -> dict[str, float]:
     return capacity
 
 
-def _check_on_error(on_error: object) -> OnError:
-    if on_error not in ("raise", "continue"):
-        raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
-    return on_error
+def _prepare(
+    graph: object,
+    targets: Iterable[Hashable] | None,
+    on_error: object,
+    callbacks: object,
+    trace: object,
+    progress: object,
+) -> tuple[Plan, Hooks, OnError, bool]:
+    """Check a run's parameters and plan it; starts no thread, reads targets once.
+
+    Shared by :func:`run` and :meth:`Executor.run`, so that both accept and refuse
+    the same things, and ``run`` refuses them before it starts any thread.
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
+    checked_on_error = _check_on_error(on_error)
+    checked_trace = _check_flag("trace", trace)
+    callback_objects = callback_list(callbacks)
+    if _check_flag("progress", progress):
+        from ._progress import ProgressBar
+
+        callback_objects.append(ProgressBar())
+    hooks = Hooks(callback_objects)
+    plan = plan_run(graph._compile(), targets)
+    return plan, hooks, checked_on_error, checked_trace
 
 
 class Executor:
@@ -121,7 +156,9 @@ class Executor:
 
     At most ``min(max_in_flight, workers * (queue_cap + 1))`` tasks are ever queued
     or running; that number is ``RunStats.effective_cap``. Use as a context manager,
-    or call :meth:`shutdown`; the workers are daemon threads either way.
+    or call :meth:`shutdown`. The workers are daemon threads and hold no reference
+    to the executor: one dropped without ``shutdown()`` tells them to exit when it
+    is garbage collected, as :class:`~concurrent.futures.ThreadPoolExecutor` does.
     """
 
     def __init__(
@@ -154,20 +191,50 @@ class Executor:
             )
             for i, inbox in enumerate(self._inboxes)
         ]
-        # Runs for the scheduler thread, one at a time; None tells it to exit.
-        self._runs: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
-        self._scheduler = threading.Thread(
-            target=_scheduler_loop, args=(self._runs,), name="dagexec-scheduler", daemon=True
-        )
         # Held for a whole run and for shutdown: runs are serialised.
         self._run_lock = threading.Lock()
         self._closed = False
-        # An interrupted run and its scheduler, which may still be waiting for
-        # its running tasks.
-        self._abandoned: tuple[threading.Thread, Run] | None = None
-        for t in self._threads:
-            t.start()
-        self._scheduler.start()
+        # Runs for the scheduler thread, one at a time; None tells it to exit.
+        self._runs: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
+        # The scheduler thread, shared by every run. It holds only the queue, not
+        # the executor, so a dropped executor still becomes unreachable.
+        self._scheduler = threading.Thread(
+            target=_scheduler_loop, args=(self._runs,), name="dagexec-scheduler", daemon=True
+        )
+        # Ends the workers: called by shutdown, or when this executor is garbage
+        # collected without one (the workers hold no reference to it), like
+        # ThreadPoolExecutor's workers exit. Runs once; not at interpreter exit,
+        # where a daemon thread may still be running on this executor and the
+        # daemon workers die anyway.
+        self._stopper = _Stopper(self._inboxes, [*self._threads, self._scheduler], self._runs)
+        finalizer = weakref.finalize(self, self._stopper)
+        finalizer.atexit = False
+        try:
+            for t in self._threads:
+                t.start()
+            self._scheduler.start()
+        except BaseException:
+            # Ctrl-C while starting: tell every worker already started (or whose
+            # start() was interrupted after the thread began) to exit.
+            self._stop_workers()
+            raise
+
+    def _stop_workers(self) -> None:
+        """Tell the workers to exit (once); finish the job if an interrupt cuts it short."""
+        try:
+            self._stopper()
+        finally:
+            self._stopper()  # a no-op once the STOPs are in or handed to a thread
+
+    @property
+    def _abandoned(self) -> tuple[threading.Thread, Run] | None:
+        """An interrupted run and its scheduler, which may still be waiting for its
+        running tasks (or, if the interrupt hit Thread.start, about to run)."""
+        return self._stopper.abandoned
+
+    @_abandoned.setter
+    def _abandoned(self, value: tuple[threading.Thread, Run] | None) -> None:
+        self._stopper.abandoned = value
 
     def run(
         self,
@@ -187,16 +254,21 @@ class Executor:
 
         Args:
             graph: the graph to run.
-            targets: names whose values the result holds; a collection, not a string.
+            targets: names whose values the result holds; any iterable (read
+                once), not a single string or bytes.
             on_error: ``"raise"`` stops at the first failure and raises it;
                 ``"continue"`` runs everything not downstream of a failure and
                 returns, with failures in ``result.errors``.
-            callbacks: objects with any of the :class:`dagexec.Callback` hooks.
-            trace: record per-task timings in ``result.trace``.
-            progress: show a progress line on stderr when it is a terminal.
+            callbacks: a list of objects, each with some of the
+                :class:`dagexec.Callback` hooks. An object with a hook is one
+                callback even if it is iterable: pass ``[cb]``, not ``cb``.
+            trace: ``True`` to record per-task timings in ``result.trace``.
+            progress: ``True`` to show a progress line on stderr when it is a terminal.
             resources: capacities for this run, over the executor's, by name.
 
         Raises:
+            TypeError, ValueError: a parameter is of the wrong type or value; the
+                message names it, the value and the fix. Nothing has run.
             CycleError, MissingDependencyError: the graph is invalid.
             UnknownTargetError: a target is not in the graph.
             ValueError: a task needs a resource with no capacity, or more than it.
@@ -205,26 +277,27 @@ class Executor:
                 is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is
                 raised in either mode.
         """
-        if not isinstance(graph, Graph):
-            raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
-        on_error = _check_on_error(on_error)
-        callbacks = list(callbacks)
-        if progress:
-            from ._progress import ProgressBar
+        prepared = _prepare(graph, targets, on_error, callbacks, trace, progress)
+        capacity = self.resources
+        if resources is not None:
+            capacity = {**capacity, **_check_capacity("resources", resources)}
+        check_resources(prepared[0], capacity)
+        return self._run_prepared(*prepared, capacity)
 
-            callbacks.append(ProgressBar())
-        hooks = Hooks(callbacks)
-        plan = plan_run(graph._compile(), targets)
+    def _run_prepared(
+        self,
+        plan: Plan,
+        hooks: Hooks,
+        on_error: OnError,
+        trace: bool,
+        capacity: Mapping[str, float],
+    ) -> RunResult:
+        """Run a checked plan; :meth:`run` without the checks."""
         # Tasks see the caller's contextvars, as with asyncio.to_thread and dask's
         # threads; an empty context costs the tasks nothing (see worker_loop).
         caller = contextvars.copy_context()
         context = caller if len(caller) else None
-        capacity = self.resources
-        if resources is not None:
-            capacity = {**capacity, **_check_capacity("resources", resources)}
-        check_resources(plan, capacity)
-        here = threading.current_thread()
-        if here is self._scheduler or here in self._threads:
+        if self._on_own_thread():
             # The outer run holds the run lock and waits for this very thread.
             raise RuntimeError(
                 "Executor.run called from one of this executor's own tasks or callbacks, "
@@ -274,6 +347,20 @@ class Executor:
         assert outcome.result is not None
         return outcome.result
 
+    def _on_own_thread(self) -> bool:
+        """Whether the calling thread is one a run or a shutdown of this executor waits for.
+
+        That is a worker (a task), or the scheduler of the current run or of an
+        interrupted one still finishing (a callback).
+        """
+        here = threading.current_thread()
+        abandoned = self._abandoned
+        return (
+            here is self._scheduler
+            or here in self._threads
+            or (abandoned is not None and here is abandoned[0])
+        )
+
     def _wait_for_abandoned(self) -> None:
         """Let an interrupted run's running tasks finish, so bounds hold across runs."""
         if self._abandoned is not None:
@@ -286,43 +373,27 @@ class Executor:
         Safe to call more than once. Without ``wait`` (what an interrupted ``with``
         block does), tasks still running from an interrupted run finish in the
         background and their threads exit afterwards.
+
+        Raises:
+            RuntimeError: called from one of this executor's own tasks or callbacks.
+                The run in progress holds the executor until it is over, and this
+                thread is one it waits for, so even ``wait=False`` would hang.
         """
+        if self._on_own_thread():
+            raise RuntimeError(
+                "Executor.shutdown called from one of this executor's own tasks or "
+                "callbacks, which would wait for itself forever; shut it down from the "
+                "thread that called run, after run returns (a `with` block does that)"
+            )
         with self._run_lock:
             if not self._closed:
                 self._closed = True
-                self._runs.put(None)  # after every run: the scheduler exits once idle
-                abandoned = self._abandoned
-                if abandoned is None or abandoned[1].cancelled.is_set():
-                    self._post_stops()
-                else:
-                    # An interrupted run may still put tasks into the inboxes
-                    # until it has taken its queued ones back; STOPs go in after
-                    # that, so the scheduler stays the inboxes' only producer while
-                    # it could produce (the shutdown itself does not wait).
-                    threading.Thread(
-                        target=self._post_stops,
-                        args=abandoned,
-                        name="dagexec-stop",
-                        daemon=True,
-                    ).start()
+                self._stop_workers()
         if wait:
             self._wait_for_abandoned()
             for t in self._threads:
                 t.join()
             self._scheduler.join()
-
-    def _post_stops(
-        self, scheduler: threading.Thread | None = None, run: Run | None = None
-    ) -> None:
-        """Put a STOP in every inbox, after ``run`` (if any) took its tasks back.
-
-        Each inbox is empty by then (every run is over or has cancelled what it
-        queued), so the non-blocking put always has room.
-        """
-        if scheduler is not None and run is not None:
-            _wait_unless_never_started(scheduler, run, "cancelled")
-        for inbox in self._inboxes:
-            inbox.put_nowait(STOP)
 
     def __enter__(self) -> Executor:
         return self
@@ -344,10 +415,83 @@ class Executor:
         )
 
 
+class _Stopper:
+    """Puts the STOPs that end an executor's workers, once no run can put tasks.
+
+    Shared by the executor and its finalizer, so it must not refer to the executor:
+    an executor dropped without ``shutdown()`` must become unreachable. Calling it
+    again after an interrupted call puts only the STOPs still missing; once they
+    are all in (or a helper thread will put them), calling it does nothing.
+    """
+
+    __slots__ = ("abandoned", "done", "inboxes", "posted", "runs", "workers")
+
+    def __init__(
+        self,
+        inboxes: list[queue.Queue[Item | None]],
+        workers: list[threading.Thread],
+        runs: queue.SimpleQueue[Run | None],
+    ) -> None:
+        self.inboxes = inboxes
+        self.workers = workers  # and the scheduler thread
+        self.runs = runs
+        self.abandoned: tuple[threading.Thread, Run] | None = None
+        self.posted = 0  # inboxes[:posted] have their STOP
+        self.done = False
+
+    def __call__(self) -> None:
+        if self.done:
+            return
+        abandoned = self.abandoned
+        if abandoned is None or abandoned[1].cancelled.is_set():
+            if threading.current_thread() not in self.workers:
+                _post_stops(self)
+                return
+            # Only as the finalizer, run by a garbage collection on one of our
+            # own workers, which might hold its inbox's (non-reentrant) lock at
+            # this moment: post from another thread.
+            abandoned = None
+        # An interrupted run may still put tasks into the inboxes until it has
+        # taken its queued ones back; STOPs go in after that, so the scheduler
+        # stays the inboxes' only producer while it could produce (the caller
+        # does not wait).
+        threading.Thread(
+            target=_post_stops,
+            args=(self, *(abandoned or ())),
+            name="dagexec-stop",
+            daemon=True,
+        ).start()
+        self.done = True
+
+
+def _post_stops(
+    stopper: _Stopper, scheduler: threading.Thread | None = None, run: Run | None = None
+) -> None:
+    """Put a STOP in every inbox still without one, after ``run`` (if any) took its tasks back.
+
+    Each inbox is empty by then (every run is over or has cancelled what it
+    queued), so the non-blocking put has room, unless an interrupted earlier call
+    already put this very STOP.
+    """
+    if scheduler is not None and run is not None:
+        _wait_unless_never_started(scheduler, run, "cancelled")
+    inboxes = stopper.inboxes
+    while stopper.posted < len(inboxes):
+        with contextlib.suppress(queue.Full):  # see above: this STOP is in already
+            inboxes[stopper.posted].put_nowait(STOP)
+        stopper.posted += 1
+    if stopper.posted == len(inboxes):
+        # The scheduler thread exits once idle (after an abandoned run's end). A
+        # second None, after an interrupted call, finds it gone and is harmless.
+        stopper.runs.put(None)
+        stopper.posted += 1
+    stopper.done = True
+
+
 def _scheduler_loop(runs: queue.SimpleQueue[Run | None]) -> None:
     """The scheduler thread: drive each run handed over, until None.
 
-    It holds no reference to the executor between runs, only to the queue.
+    It holds no reference to the executor, only to the queue.
     """
     while True:
         run = runs.get()
@@ -389,24 +533,26 @@ def run(
     Arguments are those of :class:`Executor` and :meth:`Executor.run`. The graph
     and the parameters are all checked before any thread starts.
     """
-    if not isinstance(graph, Graph):
-        raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
-    _check_on_error(on_error)
-    # Validate before starting threads: a bad graph costs no thread.
+    # Everything is checked, and targets are read (once), before any thread
+    # starts: a bad graph or parameter costs no thread. Executor() checks the
+    # bounds before it starts its workers.
+    prepared = _prepare(graph, targets, on_error, callbacks, trace, progress)
     capacity = _check_capacity("resources", resources)
-    check_resources(plan_run(graph._compile(), targets), capacity)
-    ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight, resources=capacity)
+    check_resources(prepared[0], capacity)
+    ex: Executor | None = None
     try:
-        result = ex.run(
-            graph,
-            targets,
-            on_error=on_error,
-            callbacks=callbacks,
-            trace=trace,
-            progress=progress,
-        )
+        # Inside the try: a Ctrl-C just after the executor started its workers
+        # must still stop them (one during its __init__ is handled there).
+        ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight, resources=capacity)
+        result = ex._run_prepared(*prepared, capacity)
+        ex.shutdown()  # inside the try too: a Ctrl-C here must not skip the STOPs
     except BaseException as exc:
-        ex.shutdown(wait=isinstance(exc, Exception))
+        if ex is not None:
+            try:
+                ex.shutdown(wait=isinstance(exc, Exception))
+            finally:
+                # Nobody else runs on this executor, so the STOPs may go in now
+                # even if a second Ctrl-C cut the shutdown short (a no-op if not).
+                ex._stop_workers()
         raise
-    ex.shutdown()
     return result

@@ -204,8 +204,8 @@ def gantt_svg(result: RunResult, *, width: int = _WIDTH, aggregate: bool | None 
     if span <= 0:
         span = 1e-6
     scale = plot_w / span
+    narrow = sum(1 for r in trace if (r.ended - r.started) * scale < 1)
     if aggregate is None:
-        narrow = sum(1 for r in trace if (r.ended - r.started) * scale < 1)
         aggregate = len(trace) > MAX_BARS or (
             narrow >= _MIN_NARROW_TO_AGGREGATE and 2 * narrow > len(trace)
         )
@@ -222,6 +222,11 @@ def gantt_svg(result: RunResult, *, width: int = _WIDTH, aggregate: bool | None 
         if aggregate
         else "one bar per task; hover a bar for its name and timings"
     )
+    if narrow:
+        tasks = "task was" if narrow == 1 else "tasks were"
+        mode += f"; {narrow} {tasks} too short to draw to scale (under a pixel): " + (
+            "merged into the columns" if aggregate else "each drawn 1 px wide"
+        )
     headline = (
         f"dagexec run: {stats.tasks_run} tasks ran on {workers} workers in "
         f"{_fmt_seconds(stats.wall_seconds)}"

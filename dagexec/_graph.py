@@ -10,17 +10,31 @@ runs is always validated again.
 Tasks are stored as columns (names, functions, dependency tuples) rather than one
 object per task: a million-task graph then costs a million fewer objects for the
 garbage collector to walk on every full collection, which was half of the time
-it took to build one.
+it took to build one. The engine only ever calls ``fns[i](*dep_values)``: a task
+with constants (``args``, ``kwargs``, keyword deps) is stored as a small
+callable from :mod:`dagexec._bind`, and its options as given in a sparse side
+table, so tasks without constants cost nothing extra. Each option is checked by
+one function in :mod:`dagexec._options`.
 """
 
 from __future__ import annotations
 
-import inspect
-import math
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
-from ._errors import DuplicateTaskError, describe
+from ._bind import BoundCall, KeywordCall, callable_name, check_call, check_plain_call
+from ._errors import DuplicateTaskError, MissingDependencyError, describe
+from ._options import (
+    NO_KWARGS,
+    FrozenKwargs,
+    check_args,
+    check_deps,
+    check_kwargs,
+    check_resources,
+    deps_from_signature,
+    name_of,
+    safe_repr,
+)
 
 if TYPE_CHECKING:
     from ._validate import CompiledGraph
@@ -31,16 +45,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Task(NamedTuple):
-    """One node: ``fn(*results_of(deps))`` produces the value named ``name``.
+    """One node: ``fn(*results_of(deps), *args, **kwargs)`` produces the value ``name``.
 
-    A named tuple rather than a frozen dataclass: it is created once per ``add``,
-    and a million-task graph must build in about a second (a frozen dataclass's
-    ``__init__`` alone costs three times as much).
+    When ``deps`` was given as a mapping, ``dep_params`` holds the parameter each
+    dependency's value is passed to (``dep_params[i]`` receives ``deps[i]``), and
+    the call is ``fn(*args, **{dep_params[i]: result_of(deps[i])}, **kwargs)``.
+    ``fn``, ``args`` and ``kwargs`` are what you passed: constants stay inspectable.
+
+    A named tuple rather than a frozen dataclass: a million-task graph must build
+    in about a second (a frozen dataclass's ``__init__`` alone costs three times
+    as much).
     """
 
     name: Hashable
     fn: Callable[..., Any]
     deps: tuple[Hashable, ...]
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = NO_KWARGS
+    dep_params: tuple[str, ...] = ()
 
 
 class Graph:
@@ -57,8 +79,10 @@ class Graph:
         "_deps",
         "_fns",
         "_index",
+        "_inferred",
         "_maps",
         "_names",
+        "_originals",
         "_priority",
         "_resources",
     )
@@ -66,12 +90,18 @@ class Graph:
     def __init__(self) -> None:
         self._index: dict[Hashable, int] = {}  # name -> position in the columns below
         self._names: list[Hashable] = []
+        # What the engine calls with the dependency values: the user's function, or
+        # a BoundCall/KeywordCall adding the task's constants.
         self._fns: list[Callable[..., Any]] = []
         self._deps: list[tuple[Hashable, ...]] = []
-        # Sparse, by position: only tasks given a priority or resources.
+        # Sparse: only tasks with constants or keyword deps, by position.
+        self._originals: dict[int, Task] = {}
+        # Sparse: tasks whose deps @g.task read from parameter names -> function name.
+        self._inferred: dict[int, str] = {}
+        # Sparse, by position: only tasks given a priority or resources; g.map tasks.
         self._priority: dict[int, int] = {}
         self._resources: dict[int, tuple[tuple[str, float], ...]] = {}
-        self._maps: set[int] = set()  # positions of g.map tasks
+        self._maps: set[int] = set()
         self._compiled: CompiledGraph | None = None
 
     def add(
@@ -79,21 +109,29 @@ class Graph:
         name: Hashable,
         fn: Callable[..., Any],
         *,
-        deps: Iterable[Hashable] = (),
+        deps: Iterable[Hashable] | Mapping[str, Hashable] = (),
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
         priority: int = 0,
         resources: Mapping[str, float] | None = None,
     ) -> Hashable:
-        """Add task ``name`` computing ``fn(*[result of d for d in deps])``; return ``name``.
+        """Add task ``name`` computing ``fn(*dep_values, *args, **kwargs)``; return ``name``.
 
         ``priority``: among tasks ready at the same time, higher runs first.
         ``resources``: what the task holds from dispatch until it ends, e.g.
         ``{"gpu": 1}``; the run's capacities (``resources=`` of the executor or the
         run) bound the sum over tasks out at once.
 
+        ``deps`` is an ordered collection of task names whose values are passed
+        positionally, or a mapping ``{parameter: task name}`` passing them by
+        keyword. The call is checked against ``fn``'s signature now (when it can be
+        read), so a task that could never be called fails here, not mid-run.
+
         Raises:
             DuplicateTaskError: ``name`` is already a task of this graph.
-            TypeError: ``name`` is unhashable, ``fn`` is not callable, or ``deps`` is a
-                single string instead of a collection of names.
+            TypeError: ``name`` is unhashable, ``fn`` is not callable or is an async
+                function, ``deps``/``args``/``kwargs`` have the wrong type, or ``fn``
+                cannot accept the dependency values and constants.
         """
         index = self._index
         try:
@@ -106,29 +144,47 @@ class Graph:
             raise DuplicateTaskError(name)
         if not callable(fn):
             raise TypeError(
-                f"task {describe(name)}: fn must be callable, got {type(fn).__name__} {fn!r}"
+                f"task {describe(name)}: fn must be callable, got {type(fn).__name__} "
+                f"{safe_repr(fn)}"
             )
-        if type(deps) is not tuple:
-            if isinstance(deps, (str, bytes)):
-                raise TypeError(
-                    f"task {describe(name)}: deps must be a collection of task names, got "
-                    f"the string {deps!r}; write deps=[{deps!r}]"
-                )
-            deps = tuple(deps)
+        kw_deps: dict[str, Hashable] | None = None
+        if type(deps) is tuple:
+            dep_names: tuple[Hashable, ...] = deps
+        else:
+            dep_names, kw_deps = check_deps(name, deps)
         try:
-            hash(deps)  # one C call checks every dependency name
+            hash(dep_names)  # one C call checks every dependency name
         except TypeError:
-            bad = next(d for d in deps if not _hashable(d))
+            bad = next(d for d in dep_names if not _hashable(d))
             raise TypeError(
                 f"task {describe(name)}: dependency names must be hashable, got "
-                f"{type(bad).__name__} {bad!r}"
+                f"{type(bad).__name__} {safe_repr(bad)}"
             ) from None
+        if type(args) is not tuple:
+            args = check_args(name, args)
+        if kwargs is not None:
+            kwargs = check_kwargs(name, kwargs, kw_deps)
+        call = fn
+        if kw_deps is None and not args and not kwargs:  # the common case: fn(*deps)
+            check_plain_call(name, fn, dep_names)
+        else:
+            kwargs = dict(kwargs or ())
+            kw_deps = kw_deps or {}
+            check_call(name, fn, () if kw_deps else dep_names, kw_deps, args, kwargs)
+            dep_params = tuple(kw_deps)
+            if dep_params:
+                call = KeywordCall(fn, args, kwargs, dep_params)
+            else:
+                call = BoundCall(fn, args, kwargs)
+            self._originals[len(self._names)] = Task(
+                name, fn, dep_names, args, FrozenKwargs(kwargs), dep_params
+            )
         if priority or resources:  # plain tasks store nothing here
             self._set_options(len(self._names), name, priority, resources)
         index[name] = len(self._names)
         self._names.append(name)
-        self._fns.append(fn)
-        self._deps.append(deps)
+        self._fns.append(call)
+        self._deps.append(dep_names)
         self._compiled = None
         return name
 
@@ -136,9 +192,9 @@ class Graph:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise TypeError(
                 f"task {describe(name)}: priority must be an int, got "
-                f"{type(priority).__name__} {priority!r}"
+                f"{type(priority).__name__} {safe_repr(priority)}"
             )
-        needs = _check_resources(name, resources) if resources else ()
+        needs = check_resources(name, resources) if resources else ()
         if priority:
             self._priority[i] = priority
         if needs:
@@ -167,10 +223,10 @@ class Graph:
             The errors of :meth:`add`.
         """
         if type(deps) is not tuple:
-            if isinstance(deps, (str, bytes)):
+            if isinstance(deps, (str, bytes, bytearray)) or not isinstance(deps, Iterable):
                 raise TypeError(
                     f"map {describe(name)}: deps must be a collection of task names, got "
-                    f"the string {deps!r}; write deps=[{deps!r}]"
+                    f"{type(deps).__name__} {safe_repr(deps)}; write deps=[...]"
                 )
             deps = tuple(deps)
         position = len(self._names)
@@ -187,7 +243,9 @@ class Graph:
         /,
         *,
         name: Hashable | None = None,
-        deps: Iterable[Hashable] | None = None,
+        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
         priority: int = 0,
         resources: Mapping[str, float] | None = None,
     ) -> Callable[[F], F]: ...
@@ -198,20 +256,53 @@ class Graph:
         /,
         *,
         name: Hashable | None = None,
-        deps: Iterable[Hashable] | None = None,
+        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
         priority: int = 0,
         resources: Mapping[str, float] | None = None,
     ) -> Any:
         """Decorator form of :meth:`add`; the function is returned unchanged.
 
-        Without ``name`` the task is named after the function; without ``deps`` its
-        dependencies are its positional parameters that have no default, in order.
+        Without ``name`` the task is named after the function. Without ``deps``
+        its dependencies are its positional parameters that have no default and
+        that ``args`` and ``kwargs`` do not fill (``args`` fill the last of them,
+        since dependency values come first).
         """
+        if fn is not None and not callable(fn):
+            raise TypeError(
+                f"g.task takes the function to decorate, or only keyword options; got "
+                f"{type(fn).__name__} {safe_repr(fn)}. To name the task, write "
+                f"@g.task(name={safe_repr(fn)})"
+            )
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
-            task_name = func.__name__ if name is None else name
-            task_deps = _deps_from_signature(task_name, func) if deps is None else deps
-            self.add(task_name, func, deps=task_deps, priority=priority, resources=resources)
+            if not callable(func):
+                raise TypeError(
+                    f"g.task(...) decorates a function, got {type(func).__name__} {safe_repr(func)}"
+                )
+            task_name = name_of(func) if name is None else name
+            task_args = args if type(args) is tuple else check_args(task_name, args)
+            task_deps: Iterable[Hashable] | Mapping[str, Hashable]
+            if deps is None:
+                task_deps = deps_from_signature(task_name, func, task_args, kwargs)
+                if task_deps:
+                    self._inferred[len(self._names)] = callable_name(func)
+            else:
+                task_deps = deps
+            try:
+                self.add(
+                    task_name,
+                    func,
+                    deps=task_deps,
+                    args=task_args,
+                    kwargs=kwargs,
+                    priority=priority,
+                    resources=resources,
+                )
+            except BaseException:
+                self._inferred.pop(len(self._names), None)
+                raise
             return func
 
         if fn is not None:
@@ -235,11 +326,26 @@ class Graph:
         if compiled is None:
             from ._validate import compile_graph
 
-            compiled = compile_graph(
-                self._names, self._fns, self._deps, self._priority, self._resources, self._maps
-            )
+            try:
+                compiled = compile_graph(
+                    self._names,
+                    self._fns,
+                    self._deps,
+                    self._priority,
+                    self._resources,
+                    self._maps,
+                )
+            except MissingDependencyError as exc:
+                raise self._explain(exc) from None
             self._compiled = compiled
         return compiled
+
+    def _explain(self, exc: MissingDependencyError) -> MissingDependencyError:
+        """The same error, with "did you mean" and where @g.task found the names."""
+        inferred = self._inferred.get(self._index[exc.task])
+        return MissingDependencyError(
+            exc.task, exc.missing, known=self._names, inferred_from=inferred
+        )
 
     @property
     def tasks(self) -> Mapping[Hashable, Task]:
@@ -280,7 +386,8 @@ class Graph:
 
     def __getitem__(self, name: Hashable) -> Task:
         i = self._index[name]
-        return Task(name, self._fns[i], self._deps[i])
+        task = self._originals.get(i)
+        return Task(name, self._fns[i], self._deps[i]) if task is None else task
 
     def __repr__(self) -> str:
         return f"<dagexec.Graph with {len(self._names)} tasks>"
@@ -304,54 +411,9 @@ class _TaskView(Mapping[Hashable, Task]):
         return len(self._graph)
 
 
-def _check_resources(name: Hashable, resources: object) -> tuple[tuple[str, float], ...]:
-    """``resources`` as sorted (name, amount) pairs, amounts positive and finite."""
-    if not isinstance(resources, Mapping):
-        raise TypeError(
-            f"task {describe(name)}: resources must be a mapping of resource name to "
-            f"amount, like {{'gpu': 1}}; got {type(resources).__name__} {resources!r}"
-        )
-    needs = []
-    for key, amount in resources.items():
-        if not isinstance(key, str):
-            raise TypeError(
-                f"task {describe(name)}: resource names must be strings, got "
-                f"{type(key).__name__} {key!r}"
-            )
-        if (
-            isinstance(amount, bool)
-            or not isinstance(amount, (int, float))
-            or not 0 < amount < math.inf
-        ):
-            raise ValueError(
-                f"task {describe(name)}: resources[{key!r}] must be a positive finite "
-                f"number, got {amount!r}; leave the resource out if the task needs none"
-            )
-        needs.append((key, amount))
-    return tuple(sorted(needs))
-
-
 def _hashable(value: object) -> bool:
     try:
         hash(value)
     except TypeError:
         return False
     return True
-
-
-def _deps_from_signature(name: Hashable, func: Callable[..., Any]) -> tuple[str, ...]:
-    """Positional parameters without defaults name the dependencies, in order."""
-    deps: list[str] = []
-    for param in inspect.signature(func).parameters.values():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        if param.default is not param.empty:
-            continue
-        if param.kind is param.KEYWORD_ONLY:
-            raise TypeError(
-                f"task {describe(name)}: keyword-only parameter {param.name!r} has no "
-                "default, but dependency results are passed positionally; give it a "
-                "default or make it positional"
-            )
-        deps.append(param.name)
-    return tuple(deps)

@@ -49,6 +49,7 @@ def announce(run: Run) -> None:
             queue_cap=run.queue_cap,
             max_in_flight=run.max_in_flight,
             effective_cap=run.cap,
+            _plan=plan,
         )
         run.observer.call(run.hooks.run_start, info)
 
@@ -94,4 +95,5 @@ def build_result(run: Run, wall: float) -> RunResult:
     )
     recorder = run.observer.recorder
     trace = recorder.records(status, codes) if recorder is not None else ()
-    return RunResult(values, status, errors, stats, trace)
+    targets = tuple(names[t] for t in plan.targets)
+    return RunResult(values, status, errors, stats, trace, targets)

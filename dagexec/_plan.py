@@ -1,14 +1,17 @@
-"""Pruning a validated graph to what a run needs. Pure: no threads, no state.
+"""Pruning a validated graph to what a run needs. Pure, apart from a locked cache.
 
 A run asked for some targets executes exactly those targets and their ancestors,
 so the plan is built from the targets backwards and costs time proportional to
 the part that runs, not to the whole graph. Plans are cached on the compiled
 graph (which the graph drops on every change), so asking for the same outputs
-again costs a dictionary look-up.
+again costs a dictionary look-up. Several threads may run one graph at once (on
+one executor or on several), so the caches are guarded by :data:`_plans_lock`;
+plans themselves are immutable and built outside it.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +19,16 @@ from typing import Any
 from ._errors import UnknownTargetError, describe
 from ._validate import CompiledGraph
 
-__all__ = ["Plan", "check_resources", "plan_run"]
+__all__ = ["Plan", "check_resources", "normalise_targets", "plan_run"]
 
 # Plans kept per compiled graph. Each costs memory proportional to its size; a
 # program alternating between more target sets than this just rebuilds some.
 _PLAN_CACHE_SIZE = 16
+
+# Must be held while reading or changing any CompiledGraph.plans. One lock for
+# every graph: it is held for a dictionary look-up or insertion only, never while
+# a plan is built.
+_plans_lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -72,32 +80,62 @@ def plan_run(compiled: CompiledGraph, targets: Iterable[Hashable] | None) -> Pla
         TypeError: ``targets`` is a single string or not iterable.
         UnknownTargetError: a target is not a task of the graph.
     """
-    key = None if targets is None else _target_ids(compiled, targets)
-    plan = compiled.plans.get(key)
-    if plan is None:
-        plan = _whole_plan(compiled) if key is None else _partial_plan(compiled, key)
-        if len(compiled.plans) >= _PLAN_CACHE_SIZE:
-            del compiled.plans[next(iter(compiled.plans))]
-        compiled.plans[key] = plan
+    key = None if targets is None else _target_ids(compiled, normalise_targets(targets))
+    plans = compiled.plans
+    with _plans_lock:
+        plan = plans.get(key)
+    if plan is not None:
+        return plan
+    # Two threads may both build this plan; they are equal, and the first one in wins.
+    plan = _whole_plan(compiled) if key is None else _partial_plan(compiled, key)
+    with _plans_lock:
+        cached = plans.get(key)
+        if cached is not None:
+            return cached
+        if len(plans) >= _PLAN_CACHE_SIZE:
+            del plans[next(iter(plans))]
+        plans[key] = plan
     return plan
 
 
-def _target_ids(compiled: CompiledGraph, targets: Iterable[Hashable]) -> tuple[int, ...]:
-    if isinstance(targets, (str, bytes)):
+def normalise_targets(targets: Iterable[Hashable]) -> tuple[Hashable, ...]:
+    """``targets`` as a tuple of distinct names in the order given, read exactly once.
+
+    Callers that check the targets before a run and then run must pass this tuple
+    on, not the original: a generator or any other one-shot iterable would be
+    empty the second time.
+
+    Raises:
+        TypeError: ``targets`` is a single string or not iterable.
+    """
+    expected = "targets must be a collection of task names"
+    if isinstance(targets, str):
+        raise TypeError(f"{expected}, got the string {targets!r}; write targets=[{targets!r}]")
+    if isinstance(targets, bytes):
         raise TypeError(
-            f"targets must be a collection of task names, got the string {targets!r}; "
-            f"write targets=[{targets!r}]"
+            f"{expected}, got bytes {targets!r}, which would be read as the integers "
+            f"{', '.join(map(str, targets[:3]))}{', ...' if len(targets) > 3 else ''}; "
+            f"for the one name, write targets=[{targets!r}]"
+        )
+    if isinstance(targets, (bytearray, memoryview)):
+        name = bytes(targets)
+        raise TypeError(
+            f"{expected}, got {type(targets).__name__} {targets!r}, which would be read as "
+            f"integers; for the one name, write targets=[{name!r}] (bytes: hashable)"
         )
     try:
-        requested = list(dict.fromkeys(targets))
+        return tuple(dict.fromkeys(targets))
     except TypeError:
         raise TypeError(
             f"targets must be a collection of task names, got {type(targets).__name__} {targets!r}"
         ) from None
+
+
+def _target_ids(compiled: CompiledGraph, requested: tuple[Hashable, ...]) -> tuple[int, ...]:
     index = compiled.index
     unknown = [t for t in requested if t not in index]
     if unknown:
-        raise UnknownTargetError(unknown)
+        raise UnknownTargetError(unknown, index)
     return tuple(index[t] for t in requested)
 
 

@@ -130,7 +130,7 @@ class RunResult(Mapping[Hashable, Any]):
     bounds and ``trace`` per-task timings (empty unless the run had ``trace=True``).
     """
 
-    __slots__ = ("_values", "errors", "stats", "status", "trace")
+    __slots__ = ("_targets", "_values", "errors", "stats", "status", "trace")
 
     def __init__(
         self,
@@ -139,8 +139,12 @@ class RunResult(Mapping[Hashable, Any]):
         errors: dict[Hashable, BaseException],
         stats: RunStats,
         trace: tuple[TraceRecord, ...] = (),
+        targets: tuple[Hashable, ...] | None = None,
     ) -> None:
         self._values = values
+        # The run's targets, only for explaining a missing value; None: the
+        # values' keys (every target produced one).
+        self._targets = targets
         self.status: Mapping[Hashable, TaskState] = status
         self.errors: Mapping[Hashable, BaseException] = errors
         self.stats = stats
@@ -150,13 +154,35 @@ class RunResult(Mapping[Hashable, Any]):
         try:
             return self._values[name]
         except KeyError:
-            state = self.status.get(name)
-            if state is None:
-                raise KeyError(name) from None
-            raise KeyError(
-                f"target {describe(name)} has no value: it is {state.name} "
-                "(see result.status and result.errors)"
-            ) from None
+            raise KeyError(self._why_no_value(name)) from None
+
+    def _why_no_value(self, name: Hashable) -> str:
+        """Why ``name`` has no value here, and what to do about it."""
+        what = describe(name)
+        state = self.status.get(name)
+        if state is None:
+            return (
+                f"{what} is not a task of this run: it is not in the graph, or not "
+                "needed by the run's targets; check the spelling, or pass it in targets=[...]"
+            )
+        why = {
+            TaskState.FAILED: f"it raised; the exception is result.errors[{what}]",
+            TaskState.SKIPPED: "a task it depends on failed (see result.errors)",
+            TaskState.CANCELLED: "the run stopped before it started (see result.errors)",
+        }.get(state, "see result.status and result.errors")
+        targets = self._values.keys() if self._targets is None else self._targets
+        if name in targets:
+            return f"target {what} has no value: it is {state.name}: {why}"
+        if state is TaskState.DONE:
+            return (
+                f"{what} is not a target of this run: it ran, as an ancestor of a target, "
+                f"but only targets keep their values; pass it in targets=[..., {what}] "
+                "to get its value"
+            )
+        return (
+            f"{what} is not a target of this run, and has no value anyway: "
+            f"it is {state.name}: {why}"
+        )
 
     def __iter__(self) -> Iterator[Hashable]:
         return iter(self._values)

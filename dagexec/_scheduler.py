@@ -201,16 +201,19 @@ class Run:
         running, so once all have answered, nothing of this run runs any more.
         After an abort that already cancelled the queued tasks, STOPs may follow
         in the inboxes and a probe behind one would never be answered; then the
-        in-flight count is all there is to wait on.
+        items still on workers are all there is to wait on.
         """
         try:
             self.stop.set()  # chains stop between members
             results = self.results
             if self.cancelled.is_set():
-                while self.state.in_flight > 0:
+                # The balancer's per-worker counts drop before a report reaches
+                # the state machine, so they are right even if it failed mid-way.
+                held = self.balance.held
+                while sum(held) > 0:
                     msg = results.get()
                     if msg is not ABORT and msg[2] in (DONE, FAILED, CHAIN):
-                        self.state.in_flight -= 1
+                        held[msg[0]] -= 1
                 return
             for inbox in self.inboxes:
                 while True:

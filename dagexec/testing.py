@@ -25,10 +25,14 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
+from ._events import PlanInfo
 from ._graph import Graph
 from ._result import RunResult, TaskState
+
+if TYPE_CHECKING:
+    from ._plan import Plan
 
 __all__ = [
     "ConcurrencyProbe",
@@ -174,22 +178,49 @@ class InFlightRecorder:
     Pass it in ``callbacks=[...]``; from another thread, :meth:`wait_for_in_flight`
     blocks until the scheduler has that many tasks out, which is how a test knows
     the cap was reached before it releases a :class:`Gate`.
+
+    A linear run of tasks dispatched as one unit counts once (``on_task_dispatch``
+    names its first task only) until its *last* member has ended, as in the
+    scheduler's ``peak_in_flight``; the recorder learns the units from the plan
+    it gets in ``on_run_start``.
     """
 
     def __init__(self) -> None:
         self._count = _Counter()
-        self._out: set[Hashable] = set()  # scheduler thread only
+        self._plan: Plan | None = None  # scheduler thread only
+        # Each dispatched, unfinished task -> [members of its unit not yet ended].
+        self._out: dict[Hashable, list[int]] = {}  # scheduler thread only
         self.dispatched: list[tuple[Hashable, int]] = []
 
+    def on_run_start(self, plan: PlanInfo) -> None:
+        self._plan = plan._plan
+
     def on_task_dispatch(self, name: Hashable, worker: int) -> None:
-        self._out.add(name)
+        members = self._unit(name)
+        left = [len(members)]  # shared by the unit's members
+        for member in members:
+            self._out[member] = left
         self.dispatched.append((name, worker))
         self._count.add(1)
 
     def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
-        if name in self._out:
-            self._out.discard(name)
-            self._count.add(-1)
+        left = self._out.pop(name, None)
+        if left is not None:
+            left[0] -= 1
+            if not left[0]:  # the unit's last member: the scheduler's slot is free
+                self._count.add(-1)
+
+    def _unit(self, name: Hashable) -> list[Hashable]:
+        """The tasks handed over together when ``name`` is dispatched, in order."""
+        plan = self._plan
+        if plan is None or name not in plan.index:
+            return [name]
+        members = [name]
+        follower = plan.chain_next[plan.index[name]]
+        while follower >= 0:
+            members.append(plan.names[follower])
+            follower = plan.chain_next[follower]
+        return members
 
     @property
     def in_flight(self) -> int:
@@ -304,6 +335,21 @@ def run_in_thread(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Futu
     return future
 
 
+def _join_started(thread: threading.Thread, timeout: float) -> None:
+    """``thread.join(timeout)``, also for a thread still inside its ``start()``.
+
+    ``threading.enumerate()`` lists a thread as soon as ``start()`` begins, and
+    ``join`` refuses one that has not signalled it runs yet: a ``start()``
+    interrupted by Ctrl-C leaves exactly that (the thread runs a moment later).
+    """
+    deadline = time.monotonic() + timeout
+    started = getattr(thread, "_started", None)  # CPython's "it runs" event
+    if isinstance(started, threading.Event):
+        started.wait(timeout)
+    with contextlib.suppress(RuntimeError):  # never started after all
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
 @contextlib.contextmanager
 def no_leaked_threads(timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
     """Fail if a thread started inside the block is still alive ``timeout`` s after it."""
@@ -311,6 +357,6 @@ def no_leaked_threads(timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
     yield
     deadline = time.monotonic() + timeout
     for thread in set(threading.enumerate()) - before:
-        thread.join(max(0.0, deadline - time.monotonic()))
+        _join_started(thread, max(0.0, deadline - time.monotonic()))
     leaked = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
     assert not leaked, f"threads still running after the test: {sorted(leaked)}"

@@ -67,6 +67,16 @@ def _error_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+def _task_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The last line of a task failure's stderr; a short traceback comes before it."""
+    lines = proc.stderr.splitlines()
+    assert lines[-1].startswith("dagexec: error: task "), proc.stderr
+    assert lines[0].startswith("task "), proc.stderr
+    assert "--traceback for the full traceback" in lines[0], proc.stderr
+    assert sum(line.startswith("dagexec: error:") for line in lines) == 1, proc.stderr
+    return lines[-1]
+
+
 @pytest.fixture
 def pipeline(tmp_path: Path) -> Path:
     path = tmp_path / "pipeline.py"
@@ -140,16 +150,18 @@ def test_run_progress_on_a_pipe_prints_one_summary_line(pipeline: Path) -> None:
 def test_task_failure_exits_1_naming_the_task(failing: Path) -> None:
     proc = dagexec("run", f"{failing}:graph", "--workers", "1")
     assert proc.returncode == 1
-    assert _error_line(proc) == (
+    assert _task_error_line(proc) == (
         "dagexec: error: task explode failed: ValueError: bad input on two lines"
     )
+    assert 'raise ValueError("bad input\\non two lines")' in proc.stderr  # the failing line
+    assert "_executor.py" not in proc.stderr  # the task's frames only
     assert _table(proc.stdout)["failed"] == "1"
 
 
 def test_continue_runs_the_rest_and_still_exits_1(failing: Path) -> None:
     proc = dagexec("run", f"{failing}:graph", "--on-error", "continue", "--workers", "2")
     assert proc.returncode == 1
-    assert "task explode failed" in _error_line(proc)
+    assert "task explode failed" in _task_error_line(proc)
     rows = _table(proc.stdout)
     assert (rows["done"], rows["failed"], rows["skipped"]) == ("2", "1", "1")
 
@@ -292,3 +304,188 @@ def test_demo_writes_trace_and_gantt(tmp_path: Path) -> None:
         el for el in root.iter("{http://www.w3.org/2000/svg}rect") if "task" in el.get("class", "")
     ]
     assert len(bars) == len(slices) > 0
+
+
+VALUES = """\
+from dagexec import Graph
+
+graph = Graph()
+graph.add("n", lambda: 21)
+graph.add("double", lambda n: {"twice": n * 2}, deps=["n"])
+graph.add("blob", lambda: b"bytes")
+graph.add(("load", "a.csv"), lambda: [1, 2])
+graph.add(2024, lambda: "int name")
+graph.add("2025", lambda: "str name")
+graph.add("1", lambda: "the string one")
+graph.add(1, lambda: "the int one")
+"""
+
+
+@pytest.fixture
+def values(tmp_path: Path) -> Path:
+    path = tmp_path / "values.py"
+    path.write_text(VALUES, encoding="utf-8")
+    return path
+
+
+def test_print_shows_each_target_value(values: Path) -> None:
+    proc = dagexec("run", f"{values}:graph", "--targets", "double,blob", "--print")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == ["double = {'twice': 42}", "blob = b'bytes'"]
+
+
+def test_json_writes_what_json_holds_and_notes_the_rest(values: Path, tmp_path: Path) -> None:
+    out = tmp_path / "values.json"
+    proc = dagexec("run", f"{values}:graph", "--targets", "double,blob", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert document["values"] == {"double": {"twice": 42}}
+    assert document["not_written"]["blob"].startswith("JSON cannot hold it: TypeError")
+    assert proc.stderr == (
+        "dagexec: note: 1 target value(s) not written to JSON (JSON cannot hold them; "
+        "see not_written in the file): blob\n"
+    )
+
+
+def test_targets_are_python_literals_when_they_parse(values: Path) -> None:
+    proc = dagexec(
+        "run", f"{values}:graph", "--targets", "('load', 'a.csv'), 2024, 2025, '1', 1", "--print"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-5:] == [
+        "('load', 'a.csv') = [1, 2]",
+        "2024 = 'int name'",  # the literal 2024 is a task
+        "2025 = 'str name'",  # the int 2025 is not, the string '2025' is: the text wins
+        "1 = 'the string one'",
+        "1 = 'the int one'",
+    ]
+    shown = dagexec("show", f"{values}:graph", "--targets", "('load', 'a.csv')")
+    assert shown.returncode == 0 and "('load', 'a.csv')" in shown.stdout
+
+
+@pytest.mark.parametrize("option", ["--trace", "--gantt", "--json"])
+def test_output_paths_are_checked_before_the_run(option: str, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "g.py"
+    path.write_text(
+        "from pathlib import Path\nfrom dagexec import Graph\ngraph = Graph()\n"
+        f"graph.add('t', lambda: Path({str(marker)!r}).write_text('x'))\n",
+        encoding="utf-8",
+    )
+    for bad, message in [
+        (tmp_path, "is a directory; give a file name"),
+        (tmp_path / "no" / "such" / "out", "does not exist"),
+    ]:
+        proc = dagexec("run", f"{path}:graph", option, bad)
+        assert proc.returncode == 1
+        assert message in _error_line(proc)
+        assert not marker.exists()  # nothing ran
+        assert proc.stdout == ""
+
+
+SYSTEM_EXIT = """\
+import sys
+from dagexec import Graph
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no str for you")
+
+def leave(code):
+    sys.exit(code)
+
+def unprintable():
+    raise Unprintable()
+
+graph = Graph()
+graph.add("message", leave, args=("goodbye",))
+graph.add("zero", leave, args=(0,))
+graph.add("three", leave, args=(3,))
+graph.add("unprintable", unprintable)
+"""
+
+
+@pytest.mark.parametrize(
+    ("target", "line"),
+    [
+        ("message", "dagexec: error: task message failed: SystemExit: goodbye"),
+        ("zero", "dagexec: error: task zero failed: SystemExit: 0"),
+        ("three", "dagexec: error: task three failed: SystemExit: 3"),
+        (
+            "unprintable",
+            "dagexec: error: task unprintable failed: Unprintable: "
+            "<Unprintable.__str__ raised an exception>",
+        ),
+    ],
+)
+def test_system_exit_and_unprintable_errors_are_task_failures(
+    target: str, line: str, tmp_path: Path
+) -> None:
+    """Issue 8 items 8 and 13: exit 1 with the one-line error, never 0 or the task's code."""
+    path = tmp_path / "g.py"
+    path.write_text(SYSTEM_EXIT, encoding="utf-8")
+    for on_error in ("raise", "continue"):
+        proc = dagexec("run", f"{path}:graph", "--targets", target, "--on-error", on_error)
+        assert proc.returncode == 1, proc.stderr
+        assert _task_error_line(proc) == line
+
+
+def test_traceback_option_prints_every_full_traceback(failing: Path) -> None:
+    proc = dagexec("run", f"{failing}:graph", "--traceback", "--on-error", "continue")
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "task explode failed:"
+    assert lines[1] == "Traceback (most recent call last):"
+    assert lines[-1] == "dagexec: error: task explode failed: ValueError: bad input on two lines"
+
+
+def test_a_module_calling_sys_exit_is_a_load_error(tmp_path: Path) -> None:
+    path = tmp_path / "g.py"
+    path.write_text("import sys\nsys.exit(7)\n", encoding="utf-8")
+    proc = dagexec("run", f"{path}:graph")
+    assert proc.returncode == 1
+    assert _error_line(proc) == f"dagexec: error: cannot load {path}: SystemExit: 7"
+
+
+HOLD = """\
+import threading
+from dagexec import Graph
+
+release = threading.Event()
+
+def hold():
+    print("started", flush=True)
+    release.wait(60)  # a running task cannot be interrupted; it is a daemon thread
+
+graph = Graph()
+graph.add("hold", hold)
+graph.add("after", lambda h: h, deps=["hold"])
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
+def test_ctrl_c_with_progress_ends_the_progress_output_and_exits_130(tmp_path: Path) -> None:
+    import signal
+
+    path = tmp_path / "hold.py"
+    path.write_text(HOLD, encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagexec", "run", f"{path}:graph", "--progress"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "started\n"  # the task runs: now interrupt
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    # The logger's WARNING about the interrupt may come first (no handler configured:
+    # logging's last resort prints it); the bar's own end line must be there.
+    lines = [line for line in stderr.splitlines() if line.startswith("dagexec: ")]
+    assert lines[0].startswith("dagexec: interrupted: 2 tasks: 0 done"), stderr
+    assert lines[-1] == "dagexec: error: interrupted"

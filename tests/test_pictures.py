@@ -262,8 +262,7 @@ def test_result_colours_states(failing_graph: Graph) -> None:
         '  n3 [label="ok", fillcolor="#c8e6c9", tooltip="done", penwidth=2];\n'
         "  n0 -> n1;\n"
         "  n1 -> n2;\n"
-        "  n0 -> n3;\n"
-        "}\n"
+        "  n0 -> n3;\n" + DOT_LEGEND + "}\n"
     )
     assert g.to_mermaid(result=result) == (
         "flowchart LR\n"
@@ -274,22 +273,48 @@ def test_result_colours_states(failing_graph: Graph) -> None:
         "  n0 --> n1\n"
         "  n1 --> n2\n"
         "  n0 --> n3\n"
+        "  subgraph legend [legend]\n"
+        '    legend_done["done"]\n'
+        '    legend_failed["failed"]\n'
+        '    legend_skipped["skipped: an upstream task failed"]\n'
+        '    legend_cancelled["cancelled: never started, the run stopped"]\n'
+        '    legend_target["thick border: a target"]\n'
+        "  end\n"
         "  classDef done fill:#c8e6c9\n"
-        "  class n0,n3 done\n"
+        "  class n0,n3,legend_done done\n"
         "  classDef failed fill:#ffcdd2\n"
-        "  class n1 failed\n"
+        "  class n1,legend_failed failed\n"
         "  classDef skipped fill:#fff3c4\n"
-        "  class n2 skipped\n"
+        "  class n2,legend_skipped skipped\n"
+        "  classDef cancelled fill:#e0e0e0\n"
+        "  class legend_cancelled cancelled\n"
         "  classDef target stroke-width:3px\n"
-        "  class n2,n3 target\n"
+        "  class n2,n3,legend_target target\n"
     )
+
+
+DOT_LEGEND = (
+    '  subgraph cluster_legend { label="legend"; fontname="Helvetica";\n'
+    '    legend_done [label="done", fillcolor="#c8e6c9"];\n'
+    '    legend_failed [label="failed", fillcolor="#ffcdd2"];\n'
+    "    legend_done -> legend_failed [style=invis];\n"
+    '    legend_skipped [label="skipped: an upstream task failed", fillcolor="#fff3c4"];\n'
+    "    legend_failed -> legend_skipped [style=invis];\n"
+    '    legend_cancelled [label="cancelled: never started, the run stopped", '
+    'fillcolor="#e0e0e0"];\n'
+    "    legend_skipped -> legend_cancelled [style=invis];\n"
+    '    legend_target [label="thick border: a target", penwidth=2];\n'
+    "    legend_cancelled -> legend_target [style=invis];\n"
+    "  }\n"
+)
+"""The legend a drawing coloured by a result carries: what each fill means."""
 
 
 def test_awkward_names_are_escaped_and_ids_stay_safe() -> None:
     g = Graph()
     g.add('say "hi"\\now', lambda: 1)
     g.add(("tuple", 1), lambda x: x, deps=['say "hi"\\now'])
-    g.add("a\nb <#&`>", lambda x: x, deps=[("tuple", 1), ("tuple", 1)])
+    g.add("a\nb <#&`>", lambda x, y: x, deps=[("tuple", 1), ("tuple", 1)])
     dot = g.to_dot()
     assert 'n0 [label="say \\"hi\\"\\\\now"];' in dot
     assert "n1 [label=\"('tuple', 1)\"];" in dot
@@ -309,3 +334,33 @@ def test_drawing_a_cyclic_graph_raises_cycle_error() -> None:
         g.to_dot()
     with pytest.raises(dagexec.UnknownTargetError):
         _diamond().to_mermaid(targets=["zzz"])
+
+
+def _svg_text(svg: str) -> str:
+    return " ".join(t.text or "" for t in ET.fromstring(svg).iter() if t.text)
+
+
+def test_gantt_says_how_many_tasks_were_too_short_to_draw() -> None:
+    """10 tasks, 3 of them far under a pixel: drawn 1 px wide, and counted in the note."""
+    records = [
+        TraceRecord(f"t{i}", 0, TaskState.DONE, 0.0, 0.0, float(i), i + (1e-9 if i < 3 else 1.0))
+        for i in range(10)
+    ]
+    text = _svg_text(gantt_svg(_synthetic(records, workers=1, wall=10.0)))
+    assert "3 tasks were too short to draw to scale (under a pixel): each drawn 1 px wide" in text
+    wide = [TraceRecord(f"t{i}", 0, TaskState.DONE, 0.0, 0.0, float(i), i + 1.0) for i in range(10)]
+    assert "too short" not in _svg_text(gantt_svg(_synthetic(wide, workers=1, wall=10.0)))
+
+
+def test_aggregated_gantt_counts_the_merged_tasks() -> None:
+    records = [
+        TraceRecord(f"t{i}", 0, TaskState.DONE, 0.0, 0.0, i * 1e-4, i * 1e-4 + 5e-5)
+        for i in range(1000)
+    ]
+    text = _svg_text(gantt_svg(_synthetic(records, workers=1, wall=0.1)))
+    assert "1000 tasks were too short to draw to scale (under a pixel): merged into" in text
+
+
+def test_a_drawing_without_a_result_has_no_legend() -> None:
+    assert "legend" not in _diamond().to_dot()
+    assert "legend" not in _diamond().to_mermaid()

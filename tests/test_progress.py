@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import io
+import logging
+import sys
 import threading
 
 import pytest
 
 import dagexec
-from dagexec import Graph, PlanInfo, TaskState
-from dagexec._progress import ProgressBar, format_duration
+from dagexec import Graph, PlanInfo, ProgressBar, TaskState
+from dagexec._progress import format_duration
 
 
 class FakeClock:
@@ -111,8 +113,8 @@ def test_tty_final_draw_and_newline() -> None:
     assert text.endswith("\n")
     assert text.count("\n") == 1
     final = _lines(text)[-1]
-    assert "2/2" in final
-    assert "[########################]" in final
+    # Not a full bar: one of two tasks was cancelled, so the run stopped short.
+    assert "[############------------] STOPPED 1/2 done" in final
     assert "cancelled 1" in final
     assert "in 0:01" in final
     assert "ETA" not in final
@@ -181,7 +183,8 @@ def test_run_with_continue_counts_failures_and_skips() -> None:
         callbacks=[ProgressBar(out, is_tty=True, min_interval=0.0)],
     )
     final = _lines(out.getvalue())[-1]
-    assert "6/6" in final
+    assert "FAILED 3/6 done" in final
+    assert "[############xxxxxxxxxxxx]" in final  # 3 done, 3 failed or skipped
     assert "failed 1" in final
     assert "skipped 2" in final
     assert out.getvalue().endswith("\n")
@@ -279,3 +282,206 @@ def test_a_worker_drawn_idle_is_redrawn_at_its_next_start() -> None:
     assert "running 2" in _lines(out.getvalue())[-1]
     bar.on_task_start("t4", 0)  # corrected once, not at every start
     assert out.getvalue().count("\r") == draws + 1
+
+
+class FakeTerminal(io.StringIO):
+    """A StringIO that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _screen(text: str) -> list[str]:
+    """The lines a terminal shows after ``text``: handles \\r, erase-to-end and \\n."""
+    lines: list[str] = []
+    line: list[str] = []
+    cursor = 0
+    i = 0
+    while i < len(text):
+        if text.startswith("\x1b[K", i):
+            del line[cursor:]
+            i += 3
+            continue
+        ch = text[i]
+        if ch == "\r":
+            cursor = 0
+        elif ch == "\n":
+            lines.append("".join(line))
+            line, cursor = [], 0
+        else:
+            if cursor < len(line):
+                line[cursor] = ch
+            else:
+                line.append(ch)
+            cursor += 1
+        i += 1
+    if line:
+        lines.append("".join(line))
+    return lines
+
+
+def test_log_lines_from_tasks_stay_whole_above_the_bar(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    terminal = FakeTerminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    handler = logging.StreamHandler(terminal)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("test_progress.tasks")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+
+        def work(i: int) -> int:
+            logger.warning("log line from task %d", i)
+            print(f"printed by task {i}", file=sys.stderr)
+            return i
+
+        g = Graph()
+        for i in range(30):
+            g.add(i, work, args=(i,))
+        bar = ProgressBar(is_tty=True, min_interval=0.0)
+        dagexec.run(g, workers=2, callbacks=[bar])
+        assert handler.stream is terminal  # the proxies are gone after the run
+        assert sys.stderr is terminal
+    finally:
+        logger.removeHandler(handler)
+    screen = _screen(terminal.getvalue())
+    expected = {f"log line from task {i}" for i in range(30)}
+    expected |= {f"printed by task {i}" for i in range(30)}
+    assert set(screen[:-1]) == expected  # every write is a whole line, no bar in it
+    assert len(screen) == 61
+    assert screen[-1].startswith("dagexec [########################] 30/30")
+
+
+def test_a_partial_line_from_a_task_is_not_overwritten() -> None:
+    terminal = FakeTerminal()
+    clock = FakeClock()
+    bar = ProgressBar(terminal, is_tty=True, min_interval=0.0, clock=clock)
+    handler = logging.StreamHandler(terminal)
+    logging.getLogger().addHandler(handler)
+    try:
+        bar.on_run_start(_plan(1))
+        assert handler.stream is not terminal  # a proxy while the run shows
+        handler.stream.write("no newline yet")
+        bar.on_task_end("t0", TaskState.DONE, 0.1)
+        bar.on_run_end(None)  # type: ignore[arg-type]
+        assert handler.stream is terminal
+    finally:
+        logging.getLogger().removeHandler(handler)
+    screen = _screen(terminal.getvalue())
+    assert screen[0] == "no newline yet"
+    assert screen[1].startswith("dagexec [")
+
+
+def test_keep_logs_apart_false_leaves_streams_alone() -> None:
+    terminal = FakeTerminal()
+    handler = logging.StreamHandler(terminal)
+    logging.getLogger().addHandler(handler)
+    try:
+        bar = ProgressBar(terminal, is_tty=True, keep_logs_apart=False)
+        bar.on_run_start(_plan(1))
+        assert handler.stream is terminal
+        bar.on_run_end(None)  # type: ignore[arg-type]
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+def test_close_after_an_interrupt_shows_it_and_restores_the_streams(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    terminal = FakeTerminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    bar = ProgressBar(is_tty=True, min_interval=10.0, clock=FakeClock())
+    bar.on_run_start(_plan(4))
+    assert sys.stderr is not terminal
+    bar.on_task_end("t0", TaskState.DONE, 0.1)
+    bar.close()  # what the command line does on Ctrl-C
+    assert sys.stderr is terminal
+    final = _screen(terminal.getvalue())[-1]
+    assert "INTERRUPTED 1/4 done" in final and "[######------------------]" in final
+    bar.close()  # a second close does nothing
+    assert _screen(terminal.getvalue())[-1] == final
+
+
+def test_an_abandoned_run_is_ended_by_the_next_write() -> None:
+    """After Ctrl-C no hook runs; the first write through a proxy notices instead."""
+    terminal = FakeTerminal()
+    bar = ProgressBar(terminal, is_tty=True, min_interval=10.0, clock=FakeClock())
+    handler = logging.StreamHandler(terminal)
+    logging.getLogger().addHandler(handler)
+    try:
+        thread = threading.Thread(target=bar.on_run_start, args=(_plan(2),))
+        thread.start()
+        thread.join()  # the "scheduler" has gone without on_run_end
+        handler.stream.write("after the interrupt\n")
+        assert handler.stream is terminal
+    finally:
+        logging.getLogger().removeHandler(handler)
+    screen = _screen(terminal.getvalue())
+    assert "INTERRUPTED 0/2 done" in screen[0]
+    assert screen[1] == "after the interrupt"
+
+
+def test_progress_true_without_stderr_never_fails_a_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 8 item 11: pythonw and services have sys.stderr None."""
+    monkeypatch.setattr("sys.stderr", None)
+    g = Graph()
+    g.add("a", lambda: 1)
+    assert dagexec.run(g, workers=1, progress=True)["a"] == 1
+    bar = ProgressBar(is_tty=True)  # forcing a terminal cannot make it write to None
+    assert dagexec.run(g, workers=1, callbacks=[bar])["a"] == 1
+
+
+def test_a_stream_that_fails_makes_the_bar_quiet_not_the_run() -> None:
+    class Broken(FakeTerminal):
+        def write(self, text: str) -> int:
+            raise OSError(5, "Input/output error")
+
+    g = Graph()
+    g.add("a", lambda: 1)
+    for tty in (True, False):
+        bar = ProgressBar(Broken(), is_tty=tty, min_interval=0.0)
+        assert dagexec.run(g, workers=1, callbacks=[bar])["a"] == 1
+
+
+def test_progress_bar_is_public() -> None:
+    assert dagexec.ProgressBar.__module__ == "dagexec"
+    assert "ProgressBar" in dagexec.__all__
+
+
+def test_close_on_a_log_stream_writes_an_interrupted_summary() -> None:
+    out, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(out, clock=clock)
+    bar.close()  # nothing running: nothing to say
+    assert out.getvalue() == ""
+    bar.on_run_start(_plan(3))
+    bar.on_task_end("t0", TaskState.DONE, 0.1)
+    clock.now += 2.0
+    bar.close()
+    assert out.getvalue() == (
+        "dagexec: interrupted: 3 tasks: 1 done, 0 failed, 0 skipped, 0 cancelled in 2.000 s\n"
+    )
+
+
+def test_a_new_bar_looks_through_a_proxy_an_interrupted_run_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    terminal = FakeTerminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    old = ProgressBar(is_tty=True, min_interval=10.0, clock=FakeClock())
+    thread = threading.Thread(target=old.on_run_start, args=(_plan(1),))
+    thread.start()
+    thread.join()  # interrupted: no run end, the proxy is still in sys.stderr
+    assert sys.stderr is not terminal
+    new = ProgressBar(is_tty=True, min_interval=10.0, clock=FakeClock())
+    assert sys.stderr is terminal  # the abandoned bar was ended and its proxy removed
+    new.on_run_start(_plan(1))
+    new.on_task_end("t0", TaskState.DONE, 0.1)
+    new.on_run_end(None)  # type: ignore[arg-type]
+    assert sys.stderr is terminal
+    first, second = _screen(terminal.getvalue())
+    assert "INTERRUPTED 0/1 done" in first
+    assert second.startswith("dagexec [########################] 1/1")

@@ -222,7 +222,7 @@ def test_a_big_task_is_not_starved_by_a_stream_of_small_ones() -> None:
     g = Graph()
     g.add("big", lambda: None)
     for i in range(200):
-        g.add(i, lambda: None, deps=[i - 2] if i >= 2 else [])
+        g.add(i, lambda *a: None, deps=[i - 2] if i >= 2 else [])
     plan = plan_run(g._compile(), None)
     needs = ((("gpu", 2.0),),) + ((("gpu", 1.0),),) * 200
     priority = (0,) + (1,) * 200
