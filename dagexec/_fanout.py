@@ -166,3 +166,17 @@ class Fanout:
                 if not consumers[t]:
                     values[t] = None
         run.finish(m, DONE, value)
+
+    def skipped(self, task: int) -> None:
+        """A map over a map, skipped before it expanded, will never read the items
+        it was counted for: let their values go."""
+        if task not in self.maps or task in self.span:
+            return
+        source = self.span.get(self.run.deps[task][0])
+        if source is None:
+            return
+        values, consumers, is_target = self.run.values, self.run.consumers, self.run.is_target
+        for t in source:
+            consumers[t] -= 1
+            if not consumers[t] and not is_target[t]:
+                values[t] = None

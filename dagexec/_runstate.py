@@ -399,6 +399,8 @@ class RunState:
                     consumers[p] -= 1
                     if not consumers[p] and not is_target[p]:
                         values[p] = None
+                if self.fanout is not None:
+                    self.fanout.skipped(task)
             if events is not None:
                 events.append(Event(END, task, -1, outcome))
 

@@ -183,3 +183,47 @@ def test_readme_fanout_example_runs_as_written(capsys: pytest.CaptureFixture[str
     [block] = re.findall(r"```python\n(.*?)```", section, re.S)
     exec(compile(block, "README.md", "exec"), {})
     assert capsys.readouterr().out == "21 TaskState.DONE\n"
+
+
+def test_a_skipped_chained_map_lets_the_items_it_would_read_go() -> None:
+    """a's items are counted for b (a map over a); when b is skipped (its other
+    dependency failed) before it expands, their values must not stay alive."""
+    import gc
+    import weakref
+
+    class Big:
+        pass
+
+    refs: list[weakref.ref[Big]] = []
+    gate = Gate()
+
+    def make(x: int) -> Big:
+        big = Big()
+        refs.append(weakref.ref(big))
+        return big
+
+    def fail_later() -> None:
+        gate.wait()
+        raise ValueError("extra fails")
+
+    g = Graph()
+    g.add("xs", lambda: range(3))
+    g.map("a", make, over="xs")
+    g.add("extra", fail_later)
+    g.map("b", lambda big, extra: big, over="a", deps=["extra"])
+    seen: list[int] = []
+    items_done: list[object] = []
+
+    class Check:
+        def on_task_end(self, name: object, state: TaskState, seconds: float) -> None:
+            if isinstance(name, tuple) and name[0] == "a":
+                items_done.append(name)
+                if len(items_done) == 3:
+                    gate.open()  # every item of a is done: now let 'extra' fail
+            if name == "b":
+                gc.collect()
+                seen.append(sum(r() is not None for r in refs))
+
+    result = dagexec.run(g, ["b"], workers=2, on_error="continue", callbacks=[Check()])
+    assert result.status["b"] is TaskState.SKIPPED
+    assert seen == [0]
