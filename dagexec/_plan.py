@@ -1,14 +1,21 @@
-"""Pruning a validated graph to what a run needs. Pure: no threads, no state.
+"""Pruning a validated graph to what a run needs. Pure but for the plan cache.
 
 A run asked for some targets executes exactly those targets and their ancestors,
 so the plan is built from the targets backwards and costs time proportional to
 the part that runs, not to the whole graph. Plans are cached on the compiled
 graph (which the graph drops on every change), so asking for the same outputs
 again costs a dictionary look-up.
+
+Several threads may plan runs of one graph at once (``dagexec.run`` from two
+threads, a shared graph in a server). The cache look-up is one dict operation;
+the eviction (iterate, delete, insert) is three, so it takes ``_CACHE_LOCK``:
+without it two threads evicted the same key (``KeyError``) or iterated a dict
+another thread was growing (``RuntimeError``), with or without the GIL.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +28,9 @@ __all__ = ["Plan", "plan_run"]
 # Plans kept per compiled graph. Each costs memory proportional to its size; a
 # program alternating between more target sets than this just rebuilds some.
 _PLAN_CACHE_SIZE = 16
+# Guards every change to a ``CompiledGraph.plans`` dict (one lock for all graphs:
+# it is taken only when a plan is built, never on a cache hit).
+_CACHE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -54,12 +64,16 @@ def plan_run(compiled: CompiledGraph, targets: Iterable[Hashable] | None) -> Pla
         UnknownTargetError: a target is not a task of the graph.
     """
     key = None if targets is None else _target_ids(compiled, targets)
-    plan = compiled.plans.get(key)
+    plans = compiled.plans
+    plan = plans.get(key)
     if plan is None:
+        # Built outside the lock (it can take a while on a large graph); two
+        # threads may both build it, and both plans are equal.
         plan = _whole_plan(compiled) if key is None else _partial_plan(compiled, key)
-        if len(compiled.plans) >= _PLAN_CACHE_SIZE:
-            del compiled.plans[next(iter(compiled.plans))]
-        compiled.plans[key] = plan
+        with _CACHE_LOCK:
+            if key not in plans and len(plans) >= _PLAN_CACHE_SIZE:
+                del plans[next(iter(plans))]
+            plans[key] = plan
     return plan
 
 
