@@ -7,6 +7,7 @@ docs/thread-safety.md for the audit these tests pin.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -145,3 +146,11 @@ def test_importing_dagexec_and_test_tools_keeps_the_gil_off() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.skipif(not FREE_THREADED_BUILD, reason="needs a free-threaded (3.13t+) build")
+def test_the_gil_stays_off_in_this_test_session() -> None:
+    # Every plugin and module the suite imported is loaded by now.
+    if os.environ.get("PYTHON_GIL") == "1" or sys._xoptions.get("gil") == "1":
+        pytest.skip("the GIL was turned on on purpose (PYTHON_GIL=1 or -X gil=1)")
+    assert not sys._is_gil_enabled()
