@@ -153,8 +153,14 @@ class Check:
 def bench(
     spec: Spec, entries: list[tuple[str, Impl, Spec]], repeat: int, memory: bool = False
 ) -> dict[str, Any]:
-    """Time each (label, impl, spec); assert equal results; optionally trace memory."""
+    """Time each (label, impl, spec); assert equal results; optionally trace memory.
+
+    Every implementation is prepared and checked first; then the timed runs go
+    round-robin (one run of each per round), so that a busy moment on a shared
+    machine slows every implementation alike instead of whichever ran then.
+    """
     rows: dict[str, Any] = {}
+    calls: dict[str, Callable[[], Any]] = {}
     reference: dict[str, Any] | None = None
     for label, impl, own_spec in entries:
         call = partial(impl.run, impl.prepare(own_spec))
@@ -169,17 +175,19 @@ def bench(
         assert count is None or count == own_spec.tasks_run, (
             f"{spec.name}: {label} ran {count} tasks, expected {own_spec.tasks_run}"
         )
-        n = DASK_MAX_REPEAT if isinstance(impl, Dask) else repeat
-        times = [timed(call)[0] for _ in range(min(n, repeat))]
-        row = {
-            "first_s": first,
-            "times_s": times,
-            "median_s": statistics.median(times),
-            "min_s": min(times),
-            "tasks": own_spec.tasks_run,
-        }
+        calls[label] = call
+        rows[label] = {"first_s": first, "times_s": [], "tasks": own_spec.tasks_run}
+    for round_ in range(repeat):
+        for label, impl, _ in entries:
+            if isinstance(impl, Dask) and round_ >= DASK_MAX_REPEAT:
+                continue
+            rows[label]["times_s"].append(timed(calls[label])[0])
+    for label, impl, _ in entries:
+        row = rows[label]
+        row["median_s"] = statistics.median(row["times_s"])
+        row["min_s"] = min(row["times_s"])
         if memory:
-            row["peak_traced_bytes"] = traced_peak(call)
+            row["peak_traced_bytes"] = traced_peak(calls[label])
         if isinstance(impl, Dagexec) and impl.last_stats is not None:
             s = impl.last_stats
             row["stats"] = {
@@ -188,8 +196,7 @@ def bench(
                 "peak_queue_depth": list(s.peak_queue_depth),
                 "tasks_per_worker": list(s.tasks_per_worker),
             }
-        rows[label] = row
-        del call  # drop this implementation's graph before building the next
+    calls.clear()
     return rows
 
 
