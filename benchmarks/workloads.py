@@ -98,6 +98,18 @@ def digest_all(*digests: bytes) -> str:
     return hashlib.sha256(b"".join(digests)).hexdigest()
 
 
+def crunch(loops: int, seed: int, *prev: int) -> int:
+    """Pure-Python integer arithmetic: holds the GIL all along (unless there is none)."""
+    x = seed + sum(prev)
+    for i in range(loops):
+        x = (x * 1103515245 + 12345 + i) & 0xFFFFFFFF
+    return x
+
+
+def fold(*ends: int) -> int:
+    return sum(ends) & 0xFFFFFFFF
+
+
 def make_big(size: int) -> bytes:
     return bytes(size)
 
@@ -163,6 +175,32 @@ def cpu(chains: int = 8, length: int = 25, buf_mib: int = 4) -> Spec:
     tasks["digest"] = (digest_all, tuple(ends))
     notes = f"{chains} chains of {length} sha256 tasks over {buf_mib} MiB, then a fan-in"
     return Spec("cpu", tasks, notes=notes)
+
+
+PYCPU_LOOPS = 25_000
+"""Iterations per ``pycpu`` task: ~2.5 ms on CPython 3.11, ~3 ms on 3.13t (2-core VM)."""
+
+
+def pycpu(chains: int = 8, length: int = 25, loops: int = PYCPU_LOOPS) -> Spec:
+    """Like ``cpu``, but each task is pure-Python arithmetic instead of hashing.
+
+    With a GIL no thread pool can speed this up; on free-threaded CPython the
+    chains really run in parallel. ``extra`` describes the chains for the bare
+    thread baseline (:class:`peers.BareThreads`).
+    """
+    tasks: dict[str, TaskDef] = {}
+    chain_names = []
+    for c in range(chains):
+        names = [f"py{c}_{i}" for i in range(length)]
+        for i, name in enumerate(names):
+            tasks[name] = (partial(crunch, loops, c * 1000 + i), (names[i - 1],) if i else ())
+        chain_names.append(names)
+    tasks["fold"] = (fold, tuple(names[-1] for names in chain_names))
+    notes = (
+        f"{chains} chains of {length} pure-Python tasks ({loops:,} loop iterations each), "
+        "then a fan-in"
+    )
+    return Spec("pycpu", tasks, notes=notes, extra={"chains": chain_names, "sink": "fold"})
 
 
 def partial_request(n: int = 20_000, layers: int = 100, seed: int = 2) -> Spec:
@@ -264,6 +302,7 @@ WORKLOADS: dict[str, Callable[[bool], Spec]] = {
     "chain": lambda quick: chain(2_000 if quick else 10_000),
     "layered": lambda quick: layered(4_000 if quick else 20_000, 20 if quick else 100),
     "cpu": lambda quick: cpu(8, 6 if quick else 25, 1 if quick else 4),
+    "pycpu": lambda quick: pycpu(8, 6 if quick else 25),
     "partial": lambda quick: partial_request(4_000 if quick else 20_000, 20 if quick else 100),
     "skewed": lambda quick: skewed(4, 25 if quick else 50),
     "memory": lambda quick: memory(20 if quick else 100),

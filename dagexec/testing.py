@@ -78,6 +78,15 @@ class _Counter:
         with self._cond:
             return self._cond.wait_for(predicate, timeout)
 
+    def read(self) -> tuple[int, int, int]:
+        """``(current, peak, total)``, read together under the lock.
+
+        Taking the lock orders this read after every ``add`` that finished before
+        it, on any build: the free-threaded build gives no other guarantee.
+        """
+        with self._cond:
+            return self.current, self.peak, self.total
+
 
 class ConcurrencyProbe:
     """Counts how many tasks are inside it at once; thread-safe.
@@ -108,15 +117,15 @@ class ConcurrencyProbe:
 
     @property
     def active(self) -> int:
-        return self._count.current
+        return self._count.read()[0]
 
     @property
     def peak(self) -> int:
-        return self._count.peak
+        return self._count.read()[1]
 
     @property
     def entered(self) -> int:
-        return self._count.total
+        return self._count.read()[2]
 
     def wait_for_active(self, n: int, timeout: float = DEFAULT_TIMEOUT) -> bool:
         """Block until exactly ``n`` tasks are inside; False if that did not happen in time."""
@@ -155,7 +164,7 @@ class Gate:
     @property
     def waiting(self) -> int:
         """How many tasks are blocked at the gate right now."""
-        return self._waiting.current
+        return self._waiting.read()[0]
 
     def wait_for_waiting(self, n: int, timeout: float = DEFAULT_TIMEOUT) -> bool:
         """Block until ``n`` tasks are held at the gate; False if not in time."""
@@ -190,6 +199,7 @@ class InFlightRecorder:
         self._plan: Plan | None = None  # scheduler thread only
         # Each dispatched, unfinished task -> [members of its unit not yet ended].
         self._out: dict[Hashable, list[int]] = {}  # scheduler thread only
+        # Appended on the scheduler thread; read it after the run (its join orders it).
         self.dispatched: list[tuple[Hashable, int]] = []
 
     def on_run_start(self, plan: PlanInfo) -> None:
@@ -224,11 +234,11 @@ class InFlightRecorder:
 
     @property
     def in_flight(self) -> int:
-        return self._count.current
+        return self._count.read()[0]
 
     @property
     def peak(self) -> int:
-        return self._count.peak
+        return self._count.read()[1]
 
     def wait_for_in_flight(self, n: int, timeout: float = DEFAULT_TIMEOUT) -> bool:
         """Block until exactly ``n`` tasks are in flight; False if not in time."""

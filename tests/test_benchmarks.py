@@ -1,0 +1,72 @@
+"""The benchmark peers compute the right values and run exactly the tasks needed.
+
+A benchmark is only honest if every implementation does the same work: these
+run each peer of ``benchmarks/peers.py`` on small versions of the workloads and
+check its values against the serial loop and its own count of task calls
+against the number the request needs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench() -> Iterator[tuple[Any, Any]]:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import peers
+        import workloads
+
+        yield peers, workloads
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+SPECS = {
+    "wide": lambda w: w.wide(60),
+    "layered": lambda w: w.layered(300, 10),
+    "chain": lambda w: w.chain(50),
+    "pycpu": lambda w: w.pycpu(3, 4, loops=10),
+    "partial": lambda w: w.partial_request(400, 10),
+    "memory": lambda w: w.memory(5, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_every_peer_returns_the_serial_values_and_counts_its_tasks(
+    bench: tuple[Any, Any], name: str
+) -> None:
+    peers, workloads = bench
+    spec = SPECS[name](workloads)
+    impls = [
+        peers.Serial(),
+        peers.Dagexec(2),
+        peers.GraphlibTPE(2),
+        peers.CappedGraphlibTPE(2, per_worker=1),  # a cap of 2: the backlog is used
+    ]
+    if name == "pycpu":
+        impls.append(peers.BareThreads(2))
+    for module, cls in (("dagron", "Dagron"), ("traversal", "Traversal")):
+        if importlib.util.find_spec(module) is not None:
+            impls.append(getattr(peers, cls)(2))
+    reference = None
+    for impl in impls:
+        result = impl.run(impl.prepare(spec))
+        reference = result if reference is None else reference
+        assert result == reference, impl.name
+        assert impl.last_count == spec.tasks_run, impl.name
+
+
+def test_partial_spec_needs_fewer_tasks_than_the_graph(bench: tuple[Any, Any]) -> None:
+    _, workloads = bench
+    spec = SPECS["partial"](workloads)
+    assert 0 < spec.tasks_run < len(spec.tasks)
