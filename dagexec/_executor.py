@@ -5,32 +5,37 @@ waits until the first run has finished. The bounds are a property of the
 executor's workers and inboxes, so letting two runs share them would make the
 bounds of each meaningless.
 
-The calling thread never touches run state. It starts the run's scheduler
-thread and waits for it with a timeout, so a ``KeyboardInterrupt`` is seen
-within :data:`_INTERRUPT_POLL_SECONDS` even when it was raised with
-``_thread.interrupt_main()``, which does not wake a thread blocked on a lock.
+The calling thread never touches run state. It hands the run to the executor's
+scheduler thread (one per executor, started with the workers: starting a thread
+per run cost more than a whole small run) and waits for it with a timeout, so a
+``KeyboardInterrupt`` is seen within :data:`_INTERRUPT_POLL_SECONDS` even when
+it was raised with ``_thread.interrupt_main()``, which does not wake a thread
+blocked on a lock. The scheduler thread stays free of the caller: a callback
+that blocks it cannot delay the caller's Ctrl-C.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import os
 import queue
 import threading
 import time
 import weakref
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from types import TracebackType
 from typing import Literal
 
 from ._events import Hooks, callback_list
 from ._graph import Graph
 from ._inbox import Inbox
-from ._plan import Plan, plan_run
+from ._messages import STOP, Item
+from ._plan import Plan, check_resources, plan_run
 from ._result import RunResult
 from ._scheduler import Run
-from ._worker import STOP, WorkItem, worker_loop
+from ._worker import worker_loop
 
 __all__ = ["Executor", "run"]
 
@@ -80,6 +85,34 @@ def _check_flag(name: str, value: object) -> bool:
     return value
 
 
+def _check_capacity(name: str, resources: object) -> dict[str, float]:
+    """Capacities as a fresh dict; each a number >= 0 (``math.inf``: unlimited)."""
+    if resources is None:
+        return {}
+    if not isinstance(resources, Mapping):
+        raise TypeError(
+            f"{name} must be a mapping of resource name to capacity, like {{'gpu': 2}}; "
+            f"got {type(resources).__name__} {resources!r}"
+        )
+    capacity: dict[str, float] = {}
+    for key, amount in resources.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"{name}: resource names must be strings, got {type(key).__name__} {key!r}"
+            )
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, (int, float))
+            or math.isnan(amount)
+            or amount < 0
+        ):
+            raise ValueError(
+                f"{name}[{key!r}] must be a number >= 0 (math.inf for no limit), got {amount!r}"
+            )
+        capacity[key] = amount
+    return capacity
+
+
 def _prepare(
     graph: object,
     targets: Iterable[Hashable] | None,
@@ -117,6 +150,9 @@ class Executor:
         max_in_flight: most tasks queued or running at once across all workers;
             default ``workers * (queue_cap + 1)``, all the inboxes can hold. Set it
             lower to bound how many tasks' arguments are alive at once.
+        resources: capacities, ``{"gpu": 2, "mem": 8e9}``: the tasks out at once
+            never hold more than these (see ``Graph.add(resources=...)``); the
+            default for every run, which ``run(resources=...)`` overrides by name.
 
     At most ``min(max_in_flight, workers * (queue_cap + 1))`` tasks are ever queued
     or running; that number is ``RunStats.effective_cap``. Use as a context manager,
@@ -131,6 +167,7 @@ class Executor:
         *,
         queue_cap: int = DEFAULT_QUEUE_CAP,
         max_in_flight: int | None = None,
+        resources: Mapping[str, float] | None = None,
     ) -> None:
         if workers is None:
             workers = os.cpu_count() or 1
@@ -140,8 +177,9 @@ class Executor:
             max_in_flight = self.workers * (self.queue_cap + 1)
         self.max_in_flight = _check_int("max_in_flight", max_in_flight, 1)
         self.effective_cap = min(self.max_in_flight, self.workers * (self.queue_cap + 1))
+        self.resources = _check_capacity("resources", resources)
         # maxsize >= 1 was checked above: Queue(maxsize=0) would be unbounded.
-        self._inboxes: list[queue.Queue[WorkItem | None]] = [
+        self._inboxes: list[queue.Queue[Item | None]] = [
             Inbox(maxsize=self.queue_cap) for _ in range(self.workers)
         ]
         self._threads = [
@@ -156,19 +194,25 @@ class Executor:
         # Held for a whole run and for shutdown: runs are serialised.
         self._run_lock = threading.Lock()
         self._closed = False
-        # The scheduler of the run in progress, if any.
-        self._scheduler: threading.Thread | None = None
+        # Runs for the scheduler thread, one at a time; None tells it to exit.
+        self._runs: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
+        # The scheduler thread, shared by every run. It holds only the queue, not
+        # the executor, so a dropped executor still becomes unreachable.
+        self._scheduler = threading.Thread(
+            target=_scheduler_loop, args=(self._runs,), name="dagexec-scheduler", daemon=True
+        )
         # Ends the workers: called by shutdown, or when this executor is garbage
         # collected without one (the workers hold no reference to it), like
         # ThreadPoolExecutor's workers exit. Runs once; not at interpreter exit,
         # where a daemon thread may still be running on this executor and the
         # daemon workers die anyway.
-        self._stopper = _Stopper(self._inboxes, self._threads)
+        self._stopper = _Stopper(self._inboxes, [*self._threads, self._scheduler], self._runs)
         finalizer = weakref.finalize(self, self._stopper)
         finalizer.atexit = False
         try:
             for t in self._threads:
                 t.start()
+            self._scheduler.start()
         except BaseException:
             # Ctrl-C while starting: tell every worker already started (or whose
             # start() was interrupted after the thread began) to exit.
@@ -201,6 +245,7 @@ class Executor:
         callbacks: Iterable[object] = (),
         trace: bool = False,
         progress: bool = False,
+        resources: Mapping[str, float] | None = None,
     ) -> RunResult:
         """Run ``targets`` (every sink if None) and their ancestors; nothing else runs.
 
@@ -219,21 +264,34 @@ class Executor:
                 callback even if it is iterable: pass ``[cb]``, not ``cb``.
             trace: ``True`` to record per-task timings in ``result.trace``.
             progress: ``True`` to show a progress line on stderr when it is a terminal.
+            resources: capacities for this run, over the executor's, by name.
 
         Raises:
             TypeError, ValueError: a parameter is of the wrong type or value; the
                 message names it, the value and the fix. Nothing has run.
             CycleError, MissingDependencyError: the graph is invalid.
             UnknownTargetError: a target is not in the graph.
+            ValueError: a task needs a resource with no capacity, or more than it.
             BaseException: with ``on_error="raise"``, the first failing task's own
                 exception, with a note naming the task; any ``BaseException`` that
                 is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is
                 raised in either mode.
         """
         prepared = _prepare(graph, targets, on_error, callbacks, trace, progress)
-        return self._run_prepared(*prepared)
+        capacity = self.resources
+        if resources is not None:
+            capacity = {**capacity, **_check_capacity("resources", resources)}
+        check_resources(prepared[0], capacity)
+        return self._run_prepared(*prepared, capacity)
 
-    def _run_prepared(self, plan: Plan, hooks: Hooks, on_error: OnError, trace: bool) -> RunResult:
+    def _run_prepared(
+        self,
+        plan: Plan,
+        hooks: Hooks,
+        on_error: OnError,
+        trace: bool,
+        capacity: Mapping[str, float],
+    ) -> RunResult:
         """Run a checked plan; :meth:`run` without the checks."""
         # Tasks see the caller's contextvars, as with asyncio.to_thread and dask's
         # threads; an empty context costs the tasks nothing (see worker_loop).
@@ -257,14 +315,13 @@ class Executor:
                 on_error=on_error,
                 hooks=hooks,
                 trace=trace,
+                capacity=capacity,
                 context=context,
             )
-            scheduler = threading.Thread(target=run.main, name="dagexec-scheduler", daemon=True)
-            self._scheduler = scheduler
             try:
-                # start() inside the try: the first task may raise SIGINT at once,
+                # put() inside the try: the first task may raise SIGINT at once,
                 # and the interrupt must then find the run already covered here.
-                scheduler.start()
+                self._runs.put(run)
                 while not run.finished.wait(_INTERRUPT_POLL_SECONDS):
                     pass
             except BaseException:
@@ -273,14 +330,14 @@ class Executor:
                 # running tasks to finish in the background. Recorded first, so a
                 # second Ctrl-C during the wait below cannot let the next run
                 # start beside this one.
-                self._abandoned = (scheduler, run)
+                self._abandoned = (self._scheduler, run)
                 run.abort()
-                if scheduler.ident is not None:  # started: wait for it to let go
-                    run.cancelled.wait(_CANCEL_WAIT_SECONDS)
+                # The interrupt may have come before the put above: queue it again
+                # (a run that already began ignores the second call), so that it
+                # surely ends, cancelling everything at once.
+                self._runs.put(run)
+                run.cancelled.wait(_CANCEL_WAIT_SECONDS)
                 raise
-            finally:
-                self._scheduler = None
-            scheduler.join()
         outcome = run.outcome
         assert outcome is not None
         if outcome.error is not None:
@@ -336,6 +393,7 @@ class Executor:
             self._wait_for_abandoned()
             for t in self._threads:
                 t.join()
+            self._scheduler.join()
 
     def __enter__(self) -> Executor:
         return self
@@ -366,13 +424,17 @@ class _Stopper:
     are all in (or a helper thread will put them), calling it does nothing.
     """
 
-    __slots__ = ("abandoned", "done", "inboxes", "posted", "workers")
+    __slots__ = ("abandoned", "done", "inboxes", "posted", "runs", "workers")
 
     def __init__(
-        self, inboxes: list[queue.Queue[WorkItem | None]], workers: list[threading.Thread]
+        self,
+        inboxes: list[queue.Queue[Item | None]],
+        workers: list[threading.Thread],
+        runs: queue.SimpleQueue[Run | None],
     ) -> None:
         self.inboxes = inboxes
-        self.workers = workers
+        self.workers = workers  # and the scheduler thread
+        self.runs = runs
         self.abandoned: tuple[threading.Thread, Run] | None = None
         self.posted = 0  # inboxes[:posted] have their STOP
         self.done = False
@@ -418,7 +480,25 @@ def _post_stops(
         with contextlib.suppress(queue.Full):  # see above: this STOP is in already
             inboxes[stopper.posted].put_nowait(STOP)
         stopper.posted += 1
+    if stopper.posted == len(inboxes):
+        # The scheduler thread exits once idle (after an abandoned run's end). A
+        # second None, after an interrupted call, finds it gone and is harmless.
+        stopper.runs.put(None)
+        stopper.posted += 1
     stopper.done = True
+
+
+def _scheduler_loop(runs: queue.SimpleQueue[Run | None]) -> None:
+    """The scheduler thread: drive each run handed over, until None.
+
+    It holds no reference to the executor, only to the queue.
+    """
+    while True:
+        run = runs.get()
+        if run is None:
+            return
+        run.main()
+        del run  # do not keep a finished run's values alive while idle
 
 
 def _wait_unless_never_started(scheduler: threading.Thread, run: Run, event: str) -> None:
@@ -446,6 +526,7 @@ def run(
     callbacks: Iterable[object] = (),
     trace: bool = False,
     progress: bool = False,
+    resources: Mapping[str, float] | None = None,
 ) -> RunResult:
     """Run a graph on a fresh :class:`Executor` and shut it down afterwards.
 
@@ -456,12 +537,14 @@ def run(
     # starts: a bad graph or parameter costs no thread. Executor() checks the
     # bounds before it starts its workers.
     prepared = _prepare(graph, targets, on_error, callbacks, trace, progress)
+    capacity = _check_capacity("resources", resources)
+    check_resources(prepared[0], capacity)
     ex: Executor | None = None
     try:
         # Inside the try: a Ctrl-C just after the executor started its workers
         # must still stop them (one during its __init__ is handled there).
-        ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)
-        result = ex._run_prepared(*prepared)
+        ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight, resources=capacity)
+        result = ex._run_prepared(*prepared, capacity)
         ex.shutdown()  # inside the try too: a Ctrl-C here must not skip the STOPs
     except BaseException as exc:
         if ex is not None:

@@ -30,6 +30,7 @@ from ._options import (
     check_args,
     check_deps,
     check_kwargs,
+    check_resources,
     deps_from_signature,
     name_of,
     safe_repr,
@@ -79,8 +80,11 @@ class Graph:
         "_fns",
         "_index",
         "_inferred",
+        "_maps",
         "_names",
         "_originals",
+        "_priority",
+        "_resources",
     )
 
     def __init__(self) -> None:
@@ -94,6 +98,10 @@ class Graph:
         self._originals: dict[int, Task] = {}
         # Sparse: tasks whose deps @g.task read from parameter names -> function name.
         self._inferred: dict[int, str] = {}
+        # Sparse, by position: only tasks given a priority or resources; g.map tasks.
+        self._priority: dict[int, int] = {}
+        self._resources: dict[int, tuple[tuple[str, float], ...]] = {}
+        self._maps: set[int] = set()
         self._compiled: CompiledGraph | None = None
 
     def add(
@@ -104,8 +112,15 @@ class Graph:
         deps: Iterable[Hashable] | Mapping[str, Hashable] = (),
         args: Iterable[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
+        priority: int = 0,
+        resources: Mapping[str, float] | None = None,
     ) -> Hashable:
         """Add task ``name`` computing ``fn(*dep_values, *args, **kwargs)``; return ``name``.
+
+        ``priority``: among tasks ready at the same time, higher runs first.
+        ``resources``: what the task holds from dispatch until it ends, e.g.
+        ``{"gpu": 1}``; the run's capacities (``resources=`` of the executor or the
+        run) bound the sum over tasks out at once.
 
         ``deps`` is an ordered collection of task names whose values are passed
         positionally, or a mapping ``{parameter: task name}`` passing them by
@@ -164,11 +179,59 @@ class Graph:
             self._originals[len(self._names)] = Task(
                 name, fn, dep_names, args, FrozenKwargs(kwargs), dep_params
             )
+        if priority or resources:  # plain tasks store nothing here
+            self._set_options(len(self._names), name, priority, resources)
         index[name] = len(self._names)
         self._names.append(name)
         self._fns.append(call)
         self._deps.append(dep_names)
         self._compiled = None
+        return name
+
+    def _set_options(self, i: int, name: Hashable, priority: object, resources: object) -> None:
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(
+                f"task {describe(name)}: priority must be an int, got "
+                f"{type(priority).__name__} {safe_repr(priority)}"
+            )
+        needs = check_resources(name, resources) if resources else ()
+        if priority:
+            self._priority[i] = priority
+        if needs:
+            self._resources[i] = needs
+
+    def map(
+        self,
+        name: Hashable,
+        fn: Callable[..., Any],
+        *,
+        over: Hashable,
+        deps: Iterable[Hashable] = (),
+        priority: int = 0,
+        resources: Mapping[str, float] | None = None,
+    ) -> Hashable:
+        """Add ``name``: ``fn(item, *[result of d for d in deps])`` for each item of ``over``.
+
+        When ``over`` ends, its value is iterated once and each item becomes a
+        task of its own, named ``(name, i)`` in status, trace and callbacks, with
+        this task's ``priority`` and ``resources``. A task depending on ``name``
+        receives the list of results, in order. When ``over`` is itself a map,
+        ``(name, i)`` runs as soon as ``(over, i)`` is done, without waiting for
+        the whole of ``over``.
+
+        Raises:
+            The errors of :meth:`add`.
+        """
+        if type(deps) is not tuple:
+            if isinstance(deps, (str, bytes, bytearray)) or not isinstance(deps, Iterable):
+                raise TypeError(
+                    f"map {describe(name)}: deps must be a collection of task names, got "
+                    f"{type(deps).__name__} {safe_repr(deps)}; write deps=[...]"
+                )
+            deps = tuple(deps)
+        position = len(self._names)
+        self.add(name, fn, deps=(over, *deps), priority=priority, resources=resources)
+        self._maps.add(position)
         return name
 
     @overload
@@ -183,6 +246,8 @@ class Graph:
         deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
         args: Iterable[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
+        priority: int = 0,
+        resources: Mapping[str, float] | None = None,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -194,6 +259,8 @@ class Graph:
         deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
         args: Iterable[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
+        priority: int = 0,
+        resources: Mapping[str, float] | None = None,
     ) -> Any:
         """Decorator form of :meth:`add`; the function is returned unchanged.
 
@@ -224,7 +291,15 @@ class Graph:
             else:
                 task_deps = deps
             try:
-                self.add(task_name, func, deps=task_deps, args=task_args, kwargs=kwargs)
+                self.add(
+                    task_name,
+                    func,
+                    deps=task_deps,
+                    args=task_args,
+                    kwargs=kwargs,
+                    priority=priority,
+                    resources=resources,
+                )
             except BaseException:
                 self._inferred.pop(len(self._names), None)
                 raise
@@ -252,7 +327,14 @@ class Graph:
             from ._validate import compile_graph
 
             try:
-                compiled = compile_graph(self._names, self._fns, self._deps)
+                compiled = compile_graph(
+                    self._names,
+                    self._fns,
+                    self._deps,
+                    self._priority,
+                    self._resources,
+                    self._maps,
+                )
             except MissingDependencyError as exc:
                 raise self._explain(exc) from None
             self._compiled = compiled

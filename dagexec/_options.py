@@ -9,6 +9,7 @@ here and one more line in ``Graph.add``.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "check_args",
     "check_deps",
     "check_kwargs",
+    "check_resources",
     "deps_from_signature",
     "name_of",
     "safe_repr",
@@ -195,3 +197,31 @@ def deps_from_signature(
             )
         required.append(param.name)
     return tuple(required[: max(0, len(required) - len(args))])
+
+
+def check_resources(name: Hashable, resources: object) -> tuple[tuple[str, float], ...]:
+    """``resources`` as sorted (name, amount) pairs, amounts positive and finite."""
+    if not isinstance(resources, Mapping):
+        raise TypeError(
+            f"task {describe(name)}: resources must be a mapping of resource name to "
+            f"amount, like {{'gpu': 1}}; got {type(resources).__name__} {safe_repr(resources)}"
+        )
+    needs = []
+    for key, amount in resources.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"task {describe(name)}: resource names must be strings, got "
+                f"{type(key).__name__} {safe_repr(key)}"
+            )
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, (int, float))
+            or not 0 < amount < math.inf
+        ):
+            raise ValueError(
+                f"task {describe(name)}: resources[{key!r}] must be a positive finite "
+                f"number, got {safe_repr(amount)}; leave the resource out if the task "
+                "needs none"
+            )
+        needs.append((key, amount))
+    return tuple(sorted(needs))

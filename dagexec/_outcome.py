@@ -1,60 +1,99 @@
-"""Turning a finished run's state into the RunResult the caller gets. Pure.
+"""A run's start and end as the outside sees them: logs, run hooks, the RunResult.
 
-Kept apart from the scheduler loop: this runs once per run, after every worker
-is idle, and only reads what the scheduler thread left behind.
+Kept apart from the scheduler loop: this runs twice per run, and the end only
+after every worker is idle, reading what the scheduler thread left behind.
 """
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from typing import TYPE_CHECKING
 
-from ._result import DONE, RunResult, RunStats, StatusMap, TraceRecord
+from ._events import PlanInfo
+from ._result import DONE, RunResult, RunStats, StatusMap
 
 if TYPE_CHECKING:
     from ._scheduler import Run
 
-__all__ = ["build_result"]
+__all__ = ["Outcome", "announce", "build_result", "conclude"]
+
+log = logging.getLogger("dagexec")
+
+
+class Outcome:
+    """What the scheduler hands the caller: the result, and what to raise if anything."""
+
+    __slots__ = ("error", "result")
+
+    def __init__(self, result: RunResult | None, error: BaseException | None) -> None:
+        self.result = result
+        self.error = error
+
+
+def announce(run: Run) -> None:
+    """Log the run's start and call ``on_run_start``."""
+    plan, workers = run.plan, len(run.inboxes)
+    log.info(
+        "run start: %d tasks, %d targets, %d workers, effective cap %d",
+        len(plan),
+        len(plan.targets),
+        workers,
+        run.cap,
+    )
+    if run.hooks.run_start:
+        info = PlanInfo(
+            tasks=plan.names,
+            targets=tuple(plan.names[t] for t in plan.targets),
+            workers=workers,
+            queue_cap=run.queue_cap,
+            max_in_flight=run.max_in_flight,
+            effective_cap=run.cap,
+            _plan=plan,
+        )
+        run.observer.call(run.hooks.run_start, info)
+
+
+def conclude(run: Run, wall: float) -> Outcome:
+    """The outcome of a finished run; logs its end and calls ``on_run_end``."""
+    result = build_result(run, wall)
+    if log.isEnabledFor(logging.INFO):
+        counts = Counter(s.name.lower() for s in result.status.values())
+        log.info(
+            "run end: %s in %.3f s; peak in flight %d of %d",
+            ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
+            result.stats.wall_seconds,
+            run.state.peak_in_flight,
+            run.cap,
+        )
+    if run.hooks.run_end:
+        run.observer.call(run.hooks.run_end, result)
+    return Outcome(result, run.state.first_error)
 
 
 def build_result(run: Run, wall: float) -> RunResult:
     """The result of ``run``: target values, every task's state, errors, stats, trace."""
-    plan, state = run.plan, run.state
-    names = plan.names
-    values = {names[t]: run.values[t] for t in plan.targets if state[t] == DONE}
-    status = StatusMap(names, plan.index, state)
-    errors = {names[t]: e for t, e in run.errors.items()}
+    state = run.state
+    plan, codes = run.plan, state.state
+    names = tuple(state.names)  # the plan's, and the items of its maps
+    values = {names[t]: state.values[t] for t in plan.targets if codes[t] == DONE}
+    status = StatusMap(names, state.index, codes)
+    errors = {names[t]: e for t, e in state.errors.items()}
     stats = RunStats(
         tasks_planned=len(plan),
-        tasks_run=sum(run.ran_on),
+        tasks_run=sum(state.ran_on),
         wall_seconds=wall,
         workers=len(run.inboxes),
         queue_cap=run.queue_cap,
         max_in_flight=run.max_in_flight,
         effective_cap=run.cap,
-        peak_in_flight=run.peak_in_flight,
+        peak_in_flight=state.peak_in_flight,
         peak_queue_depth=tuple(run.balance.peak_depth),
-        tasks_per_worker=tuple(run.ran_on),
+        tasks_per_worker=tuple(state.ran_on),
+        resources=run.capacity,
+        peak_resources=state.peak_resources(run.capacity),
     )
+    recorder = run.observer.recorder
+    trace = recorder.records(status, codes) if recorder is not None else ()
     targets = tuple(names[t] for t in plan.targets)
-    return RunResult(values, status, errors, stats, _trace(run, status), targets)
-
-
-def _trace(run: Run, status: StatusMap) -> tuple[TraceRecord, ...]:
-    if run.times is None:
-        return ()
-    names, state = run.plan.names, run.state
-    records = [
-        TraceRecord(
-            name=names[task],
-            worker=int(t[4]),
-            state=status.state_of(state[task]),
-            ready=t[0],
-            dispatched=t[1],
-            started=t[2],
-            ended=t[3],
-        )
-        for task, t in run.times.items()
-        if len(t) == 5  # ready, dispatched, started, ended, worker: the task ran
-    ]
-    records.sort(key=lambda r: r.started)
-    return tuple(records)
+    return RunResult(values, status, errors, stats, trace, targets)

@@ -16,10 +16,10 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import UnknownTargetError
+from ._errors import UnknownTargetError, describe
 from ._validate import CompiledGraph
 
-__all__ = ["Plan", "normalise_targets", "plan_run"]
+__all__ = ["Plan", "check_resources", "normalise_targets", "plan_run"]
 
 # Plans kept per compiled graph. Each costs memory proportional to its size; a
 # program alternating between more target sets than this just rebuilds some.
@@ -49,6 +49,25 @@ class Plan:
     targets: tuple[int, ...]
     roots: tuple[int, ...]
     chain_next: tuple[int, ...]
+    # Per task, or None when no task of the plan has one (the common case, which
+    # then costs the scheduler nothing).
+    priority: tuple[int, ...] | None = None
+    needs: tuple[tuple[tuple[str, float], ...], ...] | None = None
+    maps: frozenset[int] | None = None  # g.map tasks: expanded at run time
+    # Per-run counters start as copies of these (a C-level copy per run, not a
+    # Python loop): dependencies per task, users per task, 1 for each target.
+    dep_counts: tuple[int, ...] = ()
+    use_counts: tuple[int, ...] = ()
+    target_mask: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.dep_counts and self.names:
+            mask = bytearray(len(self.names))
+            for t in self.targets:
+                mask[t] = 1
+            object.__setattr__(self, "dep_counts", tuple(map(len, self.deps)))
+            object.__setattr__(self, "use_counts", tuple(map(len, self.dependents)))
+            object.__setattr__(self, "target_mask", bytes(mask))
 
     def __len__(self) -> int:
         return len(self.names)
@@ -132,6 +151,8 @@ def _chain_links(
     deps: tuple[tuple[int, ...], ...],
     dependents: tuple[tuple[int, ...], ...],
     targets: tuple[int, ...],
+    needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
+    maps: frozenset[int] | None = None,
 ) -> tuple[int, ...]:
     """Link each task to the one that can follow it in a single hand-off, or -1.
 
@@ -148,6 +169,18 @@ def _chain_links(
             links[i] = users[0]
     for t in targets:  # a target's value is wanted: it must come back on its own
         links[t] = -1
+    if maps is not None:
+        # A map's value is assembled by the scheduler from its items: it is never
+        # part of a chain, either end.
+        for i, j in enumerate(links):
+            if j >= 0 and (i in maps or j in maps):
+                links[i] = -1
+    if needs is not None:
+        # A task holding resources is dispatched on its own: what it holds is
+        # then held exactly while it is out, not for a whole chain.
+        for i, j in enumerate(links):
+            if j >= 0 and (needs[i] or needs[j]):
+                links[i] = -1
     return tuple(links)
 
 
@@ -162,7 +195,10 @@ def _whole_plan(compiled: CompiledGraph) -> Plan:
         dependents=dependents,
         targets=compiled.sinks,
         roots=tuple(i for i, d in enumerate(deps) if not d),
-        chain_next=_chain_links(deps, dependents, compiled.sinks),
+        chain_next=_chain_links(deps, dependents, compiled.sinks, compiled.needs, compiled.maps),
+        priority=compiled.priority,
+        needs=compiled.needs,
+        maps=compiled.maps,
     )
 
 
@@ -182,6 +218,19 @@ def _partial_plan(compiled: CompiledGraph, target_ids: tuple[int, ...]) -> Plan:
     names = tuple(compiled.names[g] for g in order)
     dependents = _dependents_of(deps)
     targets = tuple(local[t] for t in target_ids)
+    priority = compiled.priority
+    if priority is not None:
+        priority = tuple([priority[g] for g in order])
+        if not any(priority):
+            priority = None
+    needs = compiled.needs
+    if needs is not None:
+        needs = tuple([needs[g] for g in order])
+        if not any(needs):
+            needs = None
+    maps = None
+    if compiled.maps is not None:
+        maps = frozenset(local[g] for g in compiled.maps if g in local) or None
     return Plan(
         names=names,
         index={name: i for i, name in enumerate(names)},
@@ -190,5 +239,34 @@ def _partial_plan(compiled: CompiledGraph, target_ids: tuple[int, ...]) -> Plan:
         dependents=dependents,
         targets=targets,
         roots=tuple(i for i, d in enumerate(deps) if not d),
-        chain_next=_chain_links(deps, dependents, targets),
+        chain_next=_chain_links(deps, dependents, targets, needs, maps),
+        priority=priority,
+        needs=needs,
+        maps=maps,
     )
+
+
+def check_resources(plan: Plan, capacity: Mapping[str, float]) -> None:
+    """Reject a plan whose tasks need a resource the run lacks, before anything runs.
+
+    Raises:
+        ValueError: a task needs a resource with no capacity declared, or more of
+            one than its capacity; the message names the task and the resource.
+    """
+    if plan.needs is None:
+        return
+    for task, need in enumerate(plan.needs):
+        for name, amount in need:
+            if name not in capacity:
+                declared = ", ".join(map(repr, sorted(capacity))) or "none"
+                raise ValueError(
+                    f"task {describe(plan.names[task])} needs resource {name!r}, which "
+                    f"has no capacity in this run (declared: {declared}); pass "
+                    f"resources={{{name!r}: ...}} to the Executor or to run"
+                )
+            if amount > capacity[name]:
+                raise ValueError(
+                    f"task {describe(plan.names[task])} needs {amount} of resource "
+                    f"{name!r}, more than its capacity {capacity[name]}; it could never "
+                    "run: raise the capacity or lower the need"
+                )

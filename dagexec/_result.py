@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Hashable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import describe
@@ -86,6 +86,9 @@ class RunStats:
     ``peak_in_flight`` counts tasks queued or running at once and never exceeds
     ``effective_cap``; ``peak_queue_depth[w]`` is the most tasks seen waiting in
     worker ``w``'s inbox right after a dispatch and never exceeds ``queue_cap``.
+    ``resources`` are the run's capacities, ``peak_resources[r]`` the most of
+    ``r`` held at once by tasks out (dispatched and not ended); never above its
+    capacity.
     """
 
     tasks_planned: int
@@ -98,6 +101,8 @@ class RunStats:
     peak_in_flight: int
     peak_queue_depth: tuple[int, ...]
     tasks_per_worker: tuple[int, ...]
+    resources: Mapping[str, float] = field(default_factory=dict)
+    peak_resources: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

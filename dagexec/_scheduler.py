@@ -1,111 +1,110 @@
-"""The scheduler: one thread per run that owns all of the run's mutable state.
+"""The scheduler driver: moves messages between the inboxes, the results queue and
+the run state machine. It decides nothing about tasks itself.
 
 Data flow::
 
                       put_nowait (never blocks)          get (blocks)
     +-----------+  --> inbox 0  [queue_cap] ----------> worker 0 --+
     | scheduler |  --> inbox 1  [queue_cap] ----------> worker 1 --+
-    |  thread   |  --> ...                                         |
-    +-----------+  <-- results (unbounded SimpleQueue) <-----------+
-          ^  get: the scheduler's only blocking call        put (never blocks)
-          |
-      caller thread: waits for ``finished``; on Ctrl-C puts ABORT on ``results``
+    |  thread   |  --> ...            Job | Chain                  |
+    |           |  <-- results (unbounded SimpleQueue) <-----------+
+    |  Run      |       Report | ABORT      put (never blocks)
+    |   |       |
+    |   v       |  take/dispatch/finish/release      events
+    | RunState  | -------------------------------> Observer: trace Recorder,
+    +-----------+   (pure: _runstate.py,             callbacks (one stream,
+                     _fanout.py)                     in order: _observe.py)
+          ^
+      caller thread: hands the Run to the executor's scheduler thread (one per
+      executor, reused by every run), waits for ``finished``; on Ctrl-C puts
+      ABORT on ``results``
 
-Ownership:
+Ownership (nothing here relies on the GIL; every shared thing is either owned
+by one thread or is a queue/Event, which has its own lock):
 
-    =====================  ==========================================
-    what                   who may touch it
-    =====================  ==========================================
-    every ``Run`` field    the scheduler thread only (marked below)
-    inboxes                scheduler puts/drains, worker gets
-    results                workers and the caller put, scheduler gets
-    outcome, finished      written by the scheduler, then read by the
-                           caller after ``finished`` is set
-    =====================  ==========================================
+    =====================  ==========================  =========================
+    what                   written by                  read by / ordered by
+    =====================  ==========================  =========================
+    runs queue (executor)  caller puts a Run           scheduler thread gets
+                                                       (SimpleQueue lock)
+    RunState, Observer,    the scheduler thread only   the caller, after
+    Recorder, Balance,                                 ``finished`` is set
+    Run fields
+    inboxes                scheduler put/get_nowait    workers get (Queue lock)
+    results                workers, caller (ABORT)     scheduler get (queue lock)
+    ``stop`` Event         scheduler                   workers, between chain
+                                                       members (Event lock)
+    ``abort_requested``    caller (then puts ABORT)    scheduler; the ABORT on
+                                                       ``results`` orders it
+    outcome                scheduler, before           caller, after
+                           ``finished.set()``          ``finished.wait()``
+    =====================  ==========================  =========================
 
 Why no circular wait can form: the scheduler never blocks on an inbox (it only
 try-puts, and checks for space first because it is the only producer: the
 executor's STOPs go in only once no run can put tasks any more), and a worker
 never blocks on reporting (the results queue is unbounded). The one blocking
 call of the scheduler is ``results.get``, and something is always on its way
-there while any task is in flight. Nothing here relies on the GIL.
+there while any task is in flight.
 
-Policies, each written down once:
-
-* Ready tasks are dispatched first-in first-out, to the worker holding the
-  fewest tasks (queued + running) whose inbox has room; :mod:`dagexec._balance`
-  steers work away from a worker stuck on a long task and moves tasks waiting
-  behind it, so a ready task is never stuck while a worker has nothing to do.
-* A value is dropped as soon as the last task that needs it has been handed
-  its arguments (targets are kept), so a long chain of large values holds O(1)
-  of them, not O(n).
-* A linear run of tasks (``Plan.chain_next``) is dispatched as one unit: it
-  takes one in-flight slot and one hand-off, and its members still end one by
-  one in ``status``, ``trace`` and the callbacks (``on_task_dispatch`` is called
-  for its first task only, since the unit is what occupies the slot).
-* On a stop (a failure with ``on_error="raise"``, a ``BaseException`` from a
-  task, a callback error, or an abort): nothing more is dispatched, tasks still
-  in inboxes are taken back and cancelled, units stop between members (the
-  ``stop`` flag), tasks already running finish, and only then is the outcome
-  published.
-* Names, exceptions and callbacks are user objects: rendering them for a note
-  or a log line never raises (a hostile ``__repr__``, ``__str__`` or
-  ``__notes__`` gets a stand-in). Should the scheduler fail anyway (a bug), it
-  still stops the run, takes queued tasks back and waits for the running ones
-  before the caller gets the error (:meth:`Run._drain_after_error`).
+Which worker gets a task, and rescuing tasks stuck behind a long one, is
+:mod:`dagexec._balance`. Everything about tasks (order, readiness, resources,
+values, skips and cancels) is :mod:`dagexec._runstate`. On a stop the driver
+sets ``stop`` (chains stop between members), takes queued items back out of the
+inboxes and cancels them; tasks already running finish; only then is the
+outcome published.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import queue
 import threading
-from collections import Counter, deque
-from collections.abc import Callable, Hashable
+from collections.abc import Mapping
 from time import perf_counter
 from typing import Any
 
 from ._balance import Balance
-from ._errors import describe
-from ._events import Hooks, PlanInfo
-from ._outcome import build_result
-from ._plan import Plan
-from ._result import CANCELLED as S_CANCELLED
-from ._result import DONE as S_DONE
-from ._result import FAILED as S_FAILED
-from ._result import (
-    IN_FLIGHT,
-    READY,
-    WAITING,
-    RunResult,
-    TaskState,
-)
-from ._result import SKIPPED as S_SKIPPED
-from ._worker import (
+from ._events import Hooks
+from ._messages import (
+    CHAIN,
     DONE,
     FAILED,
-    IS_UNIT,
-    MEMBER_DONE,
+    MEMBER,
     NOTIFY_START,
+    START,
     STARTED,
     STOP,
     TIMED,
-    UNIT,
-    WorkItem,
+    Chain,
+    Event,
+    Item,
+    Job,
 )
+from ._observe import OWN_FILES, Observer, release_frames
+from ._outcome import Outcome, announce, conclude
+from ._plan import Plan
+from ._result import DONE as S_DONE
+from ._result import FAILED as S_FAILED
+from ._runstate import RunState
+from ._safe import add_note, task_for_message
+from ._trace import Recorder
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
 log = logging.getLogger("dagexec")
-
+OWN_FILES.add(__file__)  # callback errors' tracebacks reach these frames
 
 # How long the scheduler waits for a worker to take its next item when it has
 # ready tasks and room under the cap, but every inbox is momentarily full (a
 # worker has reported but not yet picked up). Shorter re-checks sooner but
 # wakes the scheduler more often; the wait ends early on any result anyway.
 _PICKUP_RETRY_SECONDS = 0.001
+
+
+def _nothing() -> None:
+    return None
 
 
 class _Abort:
@@ -115,16 +114,6 @@ class _Abort:
 
 ABORT = _Abort()
 """Put on a run's results queue by the caller thread to stop the run (Ctrl-C)."""
-
-
-class Outcome:
-    """What the scheduler hands the caller: the result, and what to raise if anything."""
-
-    __slots__ = ("error", "result")
-
-    def __init__(self, result: RunResult | None, error: BaseException | None) -> None:
-        self.result = result
-        self.error = error
 
 
 class Run:
@@ -137,32 +126,39 @@ class Run:
     def __init__(
         self,
         plan: Plan,
-        inboxes: list[queue.Queue[WorkItem | None]],
+        inboxes: list[queue.Queue[Item | None]],
         *,
         queue_cap: int,
         max_in_flight: int,
         on_error: str,
         hooks: Hooks,
         trace: bool,
+        capacity: Mapping[str, float] | None = None,
         context: contextvars.Context | None = None,
     ) -> None:
-        self.plan = plan
-        # The caller's context, copied into every task (None: it was empty).
-        self.context = context
-        self.inboxes = inboxes
-        self.queue_cap = queue_cap
-        self.max_in_flight = max_in_flight
+        self.plan, self.inboxes, self.hooks = plan, inboxes, hooks
+        self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
         self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
-        self.on_error = on_error
-        self.hooks = hooks
-        self.trace = trace
+        self.capacity = dict(capacity or {})
+        self.context = context  # the caller's contextvars, copied per task (None: empty)
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.finished = threading.Event()  # outcome is ready
-        self.stop = threading.Event()  # set by the scheduler on a stop; read by units
+        self.stop = threading.Event()  # set by the scheduler on a stop; read by chains
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
         self.abort_requested = False  # written by the caller thread, read here
-        self.callback_errors: list[BaseException] = []  # scheduler thread only
+        self.begun = self.aborted = False  # scheduler thread only, like all below
+        observed = trace or bool(hooks.task_end or hooks.task_dispatch or hooks.task_start)
+        self.state = state = RunState(
+            plan, on_error=on_error, workers=len(inboxes), observed=observed, capacity=capacity
+        )
+        self.trace = trace
+        self.observer = Observer(hooks, state.names, None, state.fail)
+        self.flags = (TIMED if trace or hooks.task_end else 0) | (
+            NOTIFY_START if hooks.task_start else 0
+        )
+        self.balance = Balance(inboxes, queue_cap)
+        self.now = 0.0  # when the current batch of reports arrived
 
     def abort(self) -> None:
         """Ask the run to stop; safe from any thread, including a signal handler.
@@ -173,21 +169,24 @@ class Run:
         self.abort_requested = True
         self.results.put(ABORT)
 
-    # ------------------------------------------------------------------ thread
     def main(self) -> None:
-        """The scheduler thread's body. Never raises: errors go into ``outcome``."""
+        """Drive the run to its end, on the scheduler thread. Never raises: errors go
+        into ``outcome``. A second call (see ``Executor.run``) returns at once."""
+        if self.begun:
+            return
+        self.begun = True
         try:
             self._run()
         except BaseException as exc:  # a bug here must still release the caller...
-            _add_note(exc, "dagexec: internal error in the scheduler; the run was stopped")
+            add_note(exc, "dagexec: internal error in the scheduler; the run was stopped")
             self.outcome = Outcome(None, exc)
             # ...but only once none of this run's tasks is queued or running, so
             # that it cannot overlap the next run on these workers.
             self._drain_after_error()
         finally:
-            for error in self.callback_errors:
-                _release_scheduler_frames(error)
-            self.callback_errors.clear()
+            for error in self.observer.errors:
+                release_frames(error)
+            self.observer.errors.clear()
             self.cancelled.set()
             self.finished.set()
             # This frame stays reachable from a callback error's traceback (through
@@ -202,15 +201,19 @@ class Run:
         running, so once all have answered, nothing of this run runs any more.
         After an abort that already cancelled the queued tasks, STOPs may follow
         in the inboxes and a probe behind one would never be answered; then the
-        in-flight count is all there is to wait on.
+        items still on workers are all there is to wait on.
         """
         try:
-            self.stop.set()  # units stop between members
+            self.stop.set()  # chains stop between members
+            results = self.results
             if self.cancelled.is_set():
-                while getattr(self, "in_flight", 0) > 0:
-                    msg = self.results.get()
-                    if msg is not ABORT and msg[2] in (DONE, FAILED, UNIT):
-                        self.in_flight -= 1
+                # The balancer's per-worker counts drop before a report reaches
+                # the state machine, so they are right even if it failed mid-way.
+                held = self.balance.held
+                while sum(held) > 0:
+                    msg = results.get()
+                    if msg is not ABORT and msg[2] in (DONE, FAILED, CHAIN):
+                        held[msg[0]] -= 1
                 return
             for inbox in self.inboxes:
                 while True:
@@ -218,374 +221,148 @@ class Run:
                         inbox.get_nowait()
                     except queue.Empty:
                         break
-            probe: WorkItem = (self.results.put, _PROBE, _nothing, (), 0, self.stop, None)
+            probe = Job(results.put, -1, _nothing, (), 0, self.stop, None)
             for inbox in self.inboxes:
                 inbox.put_nowait(probe)  # emptied above, and we are the only producer
             unanswered = len(self.inboxes)
             while unanswered:
-                msg = self.results.get()
-                if msg is not ABORT and msg[1] is _PROBE:
+                msg = results.get()
+                if msg is not ABORT and msg[1] == -1:
                     unanswered -= 1
         except BaseException as exc:  # nothing better to do than to say so
-            _add_note(exc, "dagexec: the scheduler failed again while stopping the run")
+            add_note(exc, "dagexec: the scheduler failed again while stopping the run")
             log.exception("stopping the run after an internal error failed")
 
     def _run(self) -> None:
-        plan = self.plan
-        n = len(plan)
-        hooks = self.hooks
-        started_at = perf_counter()
-        workers = len(self.inboxes)
-
-        # --- run state: scheduler thread only -------------------------------------
-        self.state = state = bytearray(n)
-        self.values: list[Any] = [None] * n
-        self.remaining = [len(d) for d in plan.deps]
-        self.consumers = [len(d) for d in plan.dependents]
-        self.is_target = bytearray(n)
-        for t in plan.targets:
-            self.is_target[t] = 1
-        self.ready: deque[int] = deque(plan.roots)
-        self.balance = Balance(self.inboxes, self.queue_cap)
-        self.held = self.balance.held  # tasks queued or running, per worker
-        self.last_seen = self.balance.last_seen  # when each worker last reported
-        self.now = started_at  # when the current batch of reports arrived
-        self.ran_on = [0] * workers  # tasks finished, per worker
-        self.in_flight = 0
-        self.peak_in_flight = 0
-        self.unfinished = n
-        self.stopping = False
-        self.aborted = False
-        self.first_error: BaseException | None = None
-        self.errors: dict[int, BaseException] = {}
-        self.observed = self.trace or bool(hooks.task_end)  # anyone to tell a task ended?
-        self.flags = (TIMED if self.observed else 0) | (NOTIFY_START if hooks.task_start else 0)
-        self.times: dict[int, list[float]] | None = None
+        state, balance, workers = self.state, self.balance, len(self.inboxes)
+        self.started_at = started_at = self.now = perf_counter()
         if self.trace:
-            self.times = {}
-            for r in plan.roots:
-                self.times[r] = [0.0]
-        for r in plan.roots:
-            state[r] = READY
-        self.started_at = started_at
-        # Checked once: with debug logging off, dispatch pays one falsy test.
-        self.debug = log.isEnabledFor(logging.DEBUG)
-        # -------------------------------------------------------------------------
-        log.info(
-            "run start: %d tasks, %d targets, %d workers, effective cap %d",
-            n,
-            len(plan.targets),
-            workers,
-            self.cap,
+            self.observer.recorder = Recorder(state, started_at)
+        self.debug = log.isEnabledFor(logging.DEBUG)  # dispatch then pays one falsy test
+        announce(self)
+        get, empty, handle, events = (
+            self.results.get,
+            self.results.empty,
+            self._handle,
+            state.events,
         )
-
-        if hooks.run_start:
-            info = PlanInfo(
-                tasks=plan.names,
-                targets=tuple(plan.names[t] for t in plan.targets),
-                workers=workers,
-                queue_cap=self.queue_cap,
-                max_in_flight=self.max_in_flight,
-                effective_cap=self.cap,
-                _plan=plan,
-            )
-            self._call(hooks.run_start, info)
-
-        get = self.results.get
-        empty = self.results.empty
-        handle = self._handle
-        while self.unfinished:
-            waiting_for_pickup = False
+        while state.unfinished:
+            if events:
+                self.observer.drain(events)
+            if state.stopping and not self.stop.is_set():
+                self._halt()
             if self.abort_requested and not self.aborted:
                 handle(ABORT)
-            if not self.stopping:
-                if self.in_flight > 1:
-                    done = sum(self.ran_on)
-                    mean = (self.now - started_at) * workers / done if done else 0.0
-                    self.balance.steer(self.now, mean)
-                if self.ready:
-                    waiting_for_pickup = self._dispatch()
-                if self.in_flight > 1:
-                    self.balance.feed_idle(self.now)
-            if self.in_flight == 0 and not waiting_for_pickup:
-                # Nothing can report any more: only reachable when stopping.
-                self._cancel_rest()
-                break
-            if waiting_for_pickup:
-                try:
-                    msg = get(timeout=_PICKUP_RETRY_SECONDS)
-                except queue.Empty:
-                    self.now = perf_counter()
-                    continue
-            else:
-                msg = get()
+            pickup = False
+            if not state.stopping:
+                if state.in_flight > 1:
+                    done = sum(state.ran_on)
+                    balance.steer(
+                        self.now, (self.now - started_at) * workers / done if done else 0.0
+                    )
+                if state.ready:
+                    pickup = self._dispatch()
+                if state.in_flight > 1:
+                    balance.feed_idle(self.now)
+            if state.in_flight == 0 and not pickup:
+                break  # nothing can report any more: only reachable when stopping
+            try:
+                msg = get(timeout=_PICKUP_RETRY_SECONDS) if pickup else get()
+            except queue.Empty:
+                self.now = perf_counter()
+                continue
             self.now = perf_counter()
             handle(msg)
             del msg
             while not empty():
                 handle(get())
-
+        state.stop()  # a no-op unless the loop above broke out early
+        if events:
+            self.observer.drain(events)
         if self.aborted:
             log.info("interrupted run: its last running tasks have finished")
             return  # the caller has gone; nobody reads an outcome
-        result = build_result(self, perf_counter() - started_at)
-        if log.isEnabledFor(logging.INFO):
-            counts = Counter(state.name.lower() for state in result.status.values())
-            log.info(
-                "run end: %s in %.3f s; peak in flight %d of %d",
-                ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
-                result.stats.wall_seconds,
-                self.peak_in_flight,
-                self.cap,
-            )
-        if hooks.run_end:
-            self._call(hooks.run_end, result)
-        self.outcome = Outcome(result, self.first_error)
+        self.outcome = conclude(self, perf_counter() - started_at)
 
-    # ---------------------------------------------------------------- dispatch
     def _dispatch(self) -> bool:
         """Hand ready tasks to workers up to the cap; True if blocked by full inboxes."""
-        plan = self.plan
-        fns, deps, chain_next = plan.fns, plan.deps, plan.chain_next
-        inboxes, values, consumers = self.inboxes, self.values, self.consumers
-        pick, dispatched, now = self.balance.pick, self.balance.dispatched, self.now
-        state, is_target, ready = self.state, self.is_target, self.ready
-        cap = self.cap
-        report = self.results.put
-        flags, stop, context = self.flags, self.stop, self.context
-        hooks = self.hooks.task_dispatch
-        times = self.times
-        while ready and self.in_flight < cap:
-            best = pick()
-            if best < 0:
+        state, cap, inboxes = self.state, self.cap, self.inboxes
+        fns, chain_next, events = state.fns, state.chain_next, state.events
+        pick, placed = self.balance.pick, self.balance.dispatched
+        report, flags, stop, context = self.results.put, self.flags, self.stop, self.context
+        while state.ready and state.in_flight < cap:
+            worker = pick()
+            if worker < 0:
                 return True
-            task = ready[0]
-            task_deps = deps[task]
-            args = tuple([values[d] for d in task_deps])
-            if times is not None:
-                # Stamped before the put: once queued, the worker may start it at once.
-                times[task].append(perf_counter() - self.started_at)
-            follower = chain_next[task]
-            is_unit = follower >= 0
-            if not is_unit:
-                item: WorkItem = (report, task, fns[task], args, flags, stop, context)
+            task = state.take()
+            if task < 0:
+                return False  # every ready task waits for a resource
+            args = state.dispatch(task, worker)
+            item: Item
+            if chain_next[task] < 0:
+                item = Job(report, task, fns[task], args, flags, stop, context)
             else:
                 members = [task]
-                while follower >= 0:
-                    members.append(follower)
-                    follower = chain_next[follower]
-                unit_fns = tuple([fns[m] for m in members])
-                item = (report, tuple(members), unit_fns, args, flags | IS_UNIT, stop, context)
+                while chain_next[members[-1]] >= 0:
+                    members.append(chain_next[members[-1]])
+                unit = tuple([fns[m] for m in members])
+                item = Chain(report, tuple(members), unit, args, flags, stop, context)
             del args
-            inboxes[best].put_nowait(item)  # room was checked; we are the only producer
+            if events:  # trace stamp and on_task_dispatch come before the put
+                self.observer.drain(events)
+                if state.stopping:  # a callback raised: this one never goes out
+                    state.take_back(task)
+                    return False
+            inboxes[worker].put_nowait(item)  # room was checked; we are the only producer
             del item
-            ready.popleft()
-            # Handed over: each dependency now has one consumer fewer.
-            for d in task_deps:
-                left = consumers[d] - 1
-                consumers[d] = left
-                if not left and not is_target[d]:
-                    values[d] = None
-            if is_unit:  # its members are in flight too
-                for m in members[1:]:
-                    state[m] = IN_FLIGHT
-                del members
-            state[task] = IN_FLIGHT
-            dispatched(best, now)
-            self.in_flight += 1
-            if self.in_flight > self.peak_in_flight:
-                self.peak_in_flight = self.in_flight
-            if hooks:
-                self._call(hooks, plan.names[task], best)
+            placed(worker, self.now)
             if self.debug:
                 log.debug(
                     "dispatch %s to worker %d (in flight %d of %d)",
-                    _task_for_message(plan.names[task]),
-                    best,
-                    self.in_flight,
+                    task_for_message(state.names[task]),
+                    worker,
+                    state.in_flight,
                     cap,
                 )
         return False
 
-    # ------------------------------------------------------------------ results
     def _handle(self, msg: Any) -> None:
+        state = self.state
         if msg is ABORT:
-            if self.aborted:
-                return  # already handled, through abort_requested
-            self.aborted = True
-            unfinished = self.unfinished
-            self._stop()
-            # Logged now, not when the loop ends: that can be much later, or never.
-            log.warning(
-                "run interrupted: %d tasks cancelled, %d still running (they finish "
-                "in the background; their results are dropped)",
-                unfinished - self.unfinished,
-                self.in_flight,
-            )
-            self.cancelled.set()
+            if not self.aborted:  # else already handled, through abort_requested
+                self.aborted = True
+                unfinished = state.unfinished
+                state.stop()
+                self._halt()
+                # Logged now, not when the loop ends: that can be much later, or never.
+                log.warning(
+                    "run interrupted: %d tasks cancelled, %d still running (they finish "
+                    "in the background; their results are dropped)",
+                    unfinished - state.unfinished,
+                    state.in_flight,
+                )
+                self.cancelled.set()
             return
-        worker, task, kind, payload, t0, t1 = msg
-        if kind == STARTED:
-            self._call(self.hooks.task_start, self.plan.names[task], worker)
-            return
-        if kind == MEMBER_DONE:  # a unit member ended; the unit is still in flight
-            self._member_done(task, worker, payload, t0, t1)
-            return
-        self.held[worker] -= 1  # the balancer's view, updated inline: once per task
-        self.last_seen[worker] = self.now
-        self.in_flight -= 1
-        if kind == DONE:
-            self.ran_on[worker] += 1
-            self._done(task, payload)
-            del payload
-            if self.observed:
-                self._ended(task, worker, TaskState.DONE, t0, t1)
-        elif kind == FAILED:
-            self.ran_on[worker] += 1
-            self._failed(task, payload, worker, t0, t1)
-            del payload
-        else:
-            self._unit_ended(worker, task, payload)
-
-    def _member_done(
-        self, task: int, worker: int, ready_at: float | None, t0: float, t1: float
-    ) -> None:
-        """A unit member other than the last ended; its value stays on the worker."""
-        self.state[task] = S_DONE
-        self.unfinished -= 1
-        self.ran_on[worker] += 1
-        if self.times is not None and ready_at is not None:
-            # It became ready, and was as good as dispatched, when the member
-            # before it ended, on the same worker.
-            self.times[task] = [ready_at - self.started_at] * 2
-        self._ended(task, worker, TaskState.DONE, t0, t1)
-
-    def _unit_ended(self, worker: int, members: tuple[int, ...], payload: Any) -> None:
-        """Account for each member of a finished (or stopped, or failed) unit in order.
-
-        In a timed run the members before the last were already accounted for as
-        they ended (MEMBER_DONE), and are skipped here.
-        """
-        done, ok, outcome, times = payload
-        del payload
-        ran = done if ok else done + 1
-        # Members that never ran wait again; the failure or stop handled below
-        # finalises them (skipped downstream of a failure, or cancelled).
-        never_ran = members[ran:]
-        for m in never_ran:
-            self.state[m] = WAITING
-        ready_at = self.times[members[0]][1] if self.times is not None else 0.0
-        last = len(members) - 1
-        for k in range(ran):
-            m = members[k]
-            t0, t1 = (times[2 * k], times[2 * k + 1]) if times is not None else (0.0, 0.0)
-            if self.state[m] == S_DONE:  # reported as it ended
-                ready_at = t1 - self.started_at
-                continue
-            self.ran_on[worker] += 1
-            if self.times is not None and k:
-                # A member became ready, and was as good as dispatched, when the
-                # member before it ended, on the same worker.
-                self.times[m] = [ready_at, ready_at]
-            if k == done:  # the member that raised
-                self._failed(m, outcome, worker, t0, t1)
+        worker, task, kind, payload, started, ended = msg
+        if kind == MEMBER:  # a chain member ended; the chain is still in flight
+            state.finish(task, S_DONE, None, worker, started, ended)
+        elif kind == STARTED:
+            if state.events is not None:
+                state.events.append(Event(START, task, worker))
+        else:  # a job or a chain is off its worker
+            self.balance.held[worker] -= 1  # the balancer's view, updated once per item
+            self.balance.last_seen[worker] = self.now
+            if kind == CHAIN:
+                state.chain_ended(task, payload, worker)
             else:
-                if k == last:
-                    self._done(m, outcome)  # only the last member's value is needed
-                else:
-                    self.state[m] = S_DONE
-                    self.unfinished -= 1
-                self._ended(m, worker, TaskState.DONE, t0, t1)
-            ready_at = t1 - self.started_at
-        del outcome
-        if self.stopping:
-            for m in never_ran:
-                if self.state[m] == WAITING:
-                    self.unfinished -= 1
-                    self._cancel(m)
+                outcome = S_DONE if kind == DONE else S_FAILED
+                state.finish(task, outcome, payload, worker, started, ended)
+                state.release(task)
 
-    def _done(self, task: int, value: Any) -> None:
-        """Keep the value if anyone needs it, and make its dependents ready."""
-        self.state[task] = S_DONE
-        self.unfinished -= 1
-        if self.consumers[task] or self.is_target[task]:
-            self.values[task] = value
-        del value
-        if self.stopping:
-            return
-        remaining, state, ready = self.remaining, self.state, self.ready
-        for d in self.plan.dependents[task]:
-            left = remaining[d] - 1
-            remaining[d] = left
-            if not left and state[d] == WAITING:
-                state[d] = READY
-                ready.append(d)
-                if self.times is not None:
-                    self.times[d] = [perf_counter() - self.started_at]
-
-    def _failed(self, task: int, exc: BaseException, worker: int, t0: float, t1: float) -> None:
-        self.state[task] = S_FAILED
-        self.unfinished -= 1
-        # The task's own exception must reach the caller even when its name or
-        # the exception itself is hostile (a raising __repr__ or __str__, odd
-        # __notes__): nothing here may raise.
-        name = _task_for_message(self.plan.names[task])
-        _add_note(exc, f"dagexec: raised by task {name}")
-        self.errors[task] = exc
-        if log.isEnabledFor(logging.INFO):
-            log.info("task %s failed: %s: %s", name, type(exc).__name__, _str_for_message(exc))
-        # Its end is reported before the ends its failure causes (skips, cancels).
-        self._ended(task, worker, TaskState.FAILED, t0, t1)
-        if self.on_error == "raise" or not isinstance(exc, Exception):
-            self._fail(exc)
-        else:
-            self._skip_downstream(task)
-
-    def _ended(self, task: int, worker: int, state: TaskState, t0: float, t1: float) -> None:
-        """Record a task that ran: its trace timings and the ``on_task_end`` hooks."""
-        if self.times is not None:
-            self.times[task] += (t0 - self.started_at, t1 - self.started_at, worker)
-        if self.hooks.task_end:
-            self._call(self.hooks.task_end, self.plan.names[task], state, t1 - t0)
-
-    def _skip_downstream(self, failed: int) -> None:
-        plan, state = self.plan, self.state
-        names, deps, dependents = plan.names, plan.deps, plan.dependents
-        consumers, values, is_target = self.consumers, self.values, self.is_target
-        stack = list(dependents[failed])
-        while stack:
-            d = stack.pop()
-            if state[d] != WAITING:
-                continue
-            state[d] = S_SKIPPED
-            self.unfinished -= 1
-            for p in deps[d]:  # a skipped task will never consume these values
-                consumers[p] -= 1
-                if not consumers[p] and not is_target[p]:
-                    values[p] = None
-            if self.hooks.task_end:
-                self._call(self.hooks.task_end, names[d], TaskState.SKIPPED, 0.0)
-            stack.extend(dependents[d])
-
-    # ------------------------------------------------------------------- stop
-    def _fail(self, exc: BaseException) -> None:
-        """Stop the run; ``exc`` is what the caller gets unless an earlier error is.
-
-        A fatal exception (``KeyboardInterrupt``, ``SystemExit``: not an
-        ``Exception``) outranks an ordinary one that came first, since the caller
-        must not lose it.
-        """
-        first = self.first_error
-        if first is None or (isinstance(first, Exception) and not isinstance(exc, Exception)):
-            self.first_error = exc
-        self._stop()
-
-    def _stop(self) -> None:
-        """Stop dispatching and cancel everything that has not started."""
-        if self.stopping:
-            return
-        self.stopping = True
+    def _halt(self) -> None:
+        """Stop chains between members and take back everything still queued."""
         self.stop.set()
+        held = self.balance.held
         for w, inbox in enumerate(self.inboxes):
             while True:
                 try:
@@ -593,109 +370,7 @@ class Run:
                 except queue.Empty:
                     break
                 assert item is not STOP  # STOPs go in only after a run's cancellation
-                self.held[w] -= 1
-                self.in_flight -= 1
-                for task in item[1] if item[4] & IS_UNIT else (item[1],):
-                    self.unfinished -= 1
-                    self._cancel(task)
-        self._cancel_rest()
-
-    def _cancel_rest(self) -> None:
-        state = self.state
-        self.ready.clear()
-        for task in range(len(state)):
-            if state[task] <= READY:
-                self.unfinished -= 1
-                self._cancel(task)
-
-    def _cancel(self, task: int) -> None:
-        self.state[task] = S_CANCELLED
-        if self.hooks.task_end:
-            self._call(self.hooks.task_end, self.plan.names[task], TaskState.CANCELLED, 0.0)
-
-    def _call(self, hooks: tuple[Callable[..., Any], ...], *args: Any) -> None:
-        """Call each hook; one that raises stops the run like a failing task."""
-        for hook in hooks:
-            try:
-                hook(*args)
-            except BaseException as exc:
-                _add_note(exc, f"dagexec: raised by callback {_hook_for_message(hook)}")
-                # Drop this frame from the traceback; main() clears the rest of the
-                # scheduler's frames it links to once the run is over.
-                if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
-                    exc.__traceback__ = exc.__traceback__.tb_next
-                self.callback_errors.append(exc)
-                self._fail(exc)
-
-
-class _Probe:
-    def __repr__(self) -> str:
-        return "PROBE"
-
-
-_PROBE = _Probe()
-"""The task of a probe item, queued to every worker when a run must wait for them all."""
-
-
-def _nothing() -> None:
-    return None
-
-
-def _task_for_message(name: Hashable) -> str:
-    """``describe(name)``, or a stand-in when the name's ``__repr__`` raises."""
-    try:
-        return describe(name)
-    except Exception:
-        return f"<{type(name).__qualname__} object at {id(name):#x} (its repr raised)>"
-
-
-def _str_for_message(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:
-        return f"<{type(exc).__qualname__} (its str raised)>"
-
-
-def _hook_for_message(hook: Callable[..., Any]) -> str:
-    try:
-        name = getattr(hook, "__qualname__", None)
-        return name if isinstance(name, str) else repr(hook)
-    except Exception:
-        return f"<{type(hook).__qualname__} object at {id(hook):#x}>"
-
-
-def _add_note(exc: BaseException, note: str) -> None:
-    """Add ``note`` to ``exc`` unless it is there; never raises.
-
-    ``add_note`` refuses an exception whose ``__notes__`` is not a list (a task may
-    have set a tuple); such notes are copied into a list with ours at the end.
-    """
-    try:
-        notes = getattr(exc, "__notes__", None)
-        if notes is None:
-            exc.add_note(note)
-        elif note not in notes:
-            if isinstance(notes, list):
-                exc.add_note(note)
-            else:
-                exc.__notes__ = [*notes, note]
-    except Exception:
-        log.debug("could not add the note %r to a %s", note, type(exc).__qualname__)
-
-
-def _release_scheduler_frames(exc: BaseException) -> None:
-    """Clear this module's finished frames that a callback error's traceback reaches.
-
-    The callback's frame links to its caller's frame (``f_back``), and so on up
-    the scheduler thread's stack, and those frames hold the run (``self``): all
-    its values would live as long as the user keeps the exception. Frames still
-    executing (``main`` itself) cannot be cleared and drop their locals as they return.
-    """
-    tb = exc.__traceback__
-    # From the innermost frame we kept: _call's own when the hook is C code.
-    frame = tb.tb_frame if tb is not None else None
-    while frame is not None:
-        if frame.f_code.co_filename == __file__:
-            with contextlib.suppress(RuntimeError):  # still executing
-                frame.clear()
-        frame = frame.f_back
+                held[w] -= 1
+                self.state.take_back(item.task if isinstance(item, Job) else item.tasks[0])
+        if self.state.events:
+            self.observer.drain(self.state.events)

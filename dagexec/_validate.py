@@ -8,7 +8,7 @@ recurses on graph depth, so a 200,000-task chain validates like any other graph.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._errors import CycleError, MissingDependencyError
@@ -29,7 +29,7 @@ class CompiledGraph:
     which depend only on the immutable fields.
     """
 
-    __slots__ = ("deps", "fns", "index", "names", "plans", "sinks")
+    __slots__ = ("deps", "fns", "index", "maps", "names", "needs", "plans", "priority", "sinks")
 
     def __init__(
         self,
@@ -38,12 +38,19 @@ class CompiledGraph:
         fns: tuple[Callable[..., Any], ...],
         deps: tuple[tuple[int, ...], ...],
         sinks: tuple[int, ...],
+        priority: tuple[int, ...] | None = None,
+        needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
+        maps: frozenset[int] | None = None,
     ) -> None:
         self.names = names
         self.index = index
         self.fns = fns
         self.deps = deps
         self.sinks = sinks
+        # Per task, or None when no task has one (see Plan).
+        self.priority = priority
+        self.needs = needs
+        self.maps = maps  # g.map tasks, or None
         # Plans by their target indices; owned by _plan.plan_run.
         self.plans: dict[tuple[int, ...] | None, Plan] = {}
 
@@ -55,6 +62,9 @@ def compile_graph(
     names: Sequence[Hashable],
     fns: Sequence[Callable[..., Any]],
     dep_names: Sequence[tuple[Hashable, ...]],
+    priority: Mapping[int, int] | None = None,
+    needs: Mapping[int, tuple[tuple[str, float], ...]] | None = None,
+    maps: Iterable[int] = (),
 ) -> CompiledGraph:
     """Check a graph given as columns and convert it to index form.
 
@@ -81,7 +91,17 @@ def compile_graph(
             raise CycleError([names[i] for i in cycle])
     has_dependents = set().union(*deps) if deps else set()
     sinks = tuple([i for i in range(len(names)) if i not in has_dependents])
-    return CompiledGraph(names, index, tuple(fns), deps, sinks)
+    n = len(names)
+    return CompiledGraph(
+        names,
+        index,
+        tuple(fns),
+        deps,
+        sinks,
+        tuple([priority.get(i, 0) for i in range(n)]) if priority else None,
+        tuple([needs.get(i, ()) for i in range(n)]) if needs else None,
+        frozenset(maps) or None,
+    )
 
 
 def _find_cycle(deps: tuple[tuple[int, ...], ...]) -> list[int] | None:

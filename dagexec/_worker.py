@@ -8,59 +8,36 @@ executor: its reports go to its own results queue, which nobody reads any more.
 Reporting is a ``put`` on an unbounded ``SimpleQueue``: it never blocks, so a
 worker cannot wait on the scheduler while the scheduler waits on it.
 
-An item is one task, or a *unit*: a linear run of tasks, each the only consumer
+An item is a :class:`~dagexec._messages.Job` (one task) or a
+:class:`~dagexec._messages.Chain`: a linear run of tasks, each the only consumer
 of the one before, run back to back and reported once (see ``_plan._chain_links``).
 """
 
 from __future__ import annotations
 
-import contextvars
 import queue
-import threading
-from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-__all__ = [
-    "DONE",
-    "FAILED",
-    "IS_UNIT",
-    "MEMBER_DONE",
-    "NOTIFY_START",
-    "STARTED",
-    "STOP",
-    "TIMED",
-    "UNIT",
-    "WorkItem",
-    "worker_loop",
-]
+from ._messages import (
+    CHAIN,
+    DONE,
+    FAILED,
+    MEMBER,
+    NOTIFY_START,
+    STARTED,
+    STOP,
+    TIMED,
+    Chain,
+    ChainEnd,
+    Item,
+    Report,
+)
 
-# Message kinds a worker reports: (worker_id, task, kind, payload, t_start, t_end).
-# For UNIT, task is the tuple of member tasks and payload is
-# (members_done, ok, value_or_exception, [start, end, start, end, ...] or None).
-# MEMBER_DONE: a unit member other than the last finished (only in timed runs,
-# where someone watches task ends); payload is when it became ready (the end of
-# the member before it, or None for the first).
-DONE, FAILED, STARTED, UNIT, MEMBER_DONE = 0, 1, 2, 3, 4
-
-# Item flags: extra reporting a run asked for. Off by default, so a run without
-# tracing or callbacks pays nothing for them.
-NOTIFY_START = 1
-TIMED = 2
-IS_UNIT = 4
-
-# Sentinel telling a worker to exit once it reaches it in its inbox.
-STOP = None
-
-Report = Callable[[tuple[int, Any, int, Any, float, float]], None]
-# (report, task or member tasks, fn or member fns, args, flags, the run's stop flag,
-#  the caller's context or None): see worker_loop for the context.
-WorkItem = tuple[
-    Report, Any, Any, tuple[Any, ...], int, threading.Event, contextvars.Context | None
-]
+__all__ = ["worker_loop"]
 
 
-def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
+def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
     """Run items from ``inbox`` until :data:`STOP`; report every outcome, never raise.
 
     Any ``BaseException`` from a task (``SystemExit`` and ``KeyboardInterrupt``
@@ -77,19 +54,19 @@ def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
         item = get()
         if item is STOP:
             return
-        if item[4] & IS_UNIT:
-            # Handed over in a one-slot list, so that no frame but _run_unit's
-            # holds the unit's input once its first member has consumed it.
+        if isinstance(item, Chain):
+            # Handed over in a one-slot list, so that no frame but _run_chain's
+            # holds the chain's input once its first member has consumed it.
             box = [item]
             del item
-            _run_unit(worker_id, box)
+            _run_chain(worker_id, box)
             continue
         report, task, fn, args, flags, stop, context = item
         # Drop every reference we can before running and after reporting: an idle
         # worker must not keep a large argument or result alive.
         del item
         if flags & NOTIFY_START:
-            report((worker_id, task, STARTED, None, 0.0, 0.0))
+            report(Report(worker_id, task, STARTED, None, 0.0, 0.0))
         started = perf_counter() if flags & TIMED else 0.0
         try:
             value = fn(*args) if context is None else context.copy().run(fn, *args)
@@ -97,12 +74,12 @@ def worker_loop(worker_id: int, inbox: queue.Queue[WorkItem | None]) -> None:
             del args
             _drop_own_frame(exc)
             ended = perf_counter() if flags & TIMED else 0.0
-            report((worker_id, task, FAILED, exc, started, ended))
+            report(Report(worker_id, task, FAILED, exc, started, ended))
             del exc  # the traceback would keep the task's frames alive
         else:
             del args
             ended = perf_counter() if flags & TIMED else 0.0
-            report((worker_id, task, DONE, value, started, ended))
+            report(Report(worker_id, task, DONE, value, started, ended))
             del value
         del report, fn, stop, context
 
@@ -119,14 +96,14 @@ def _drop_own_frame(exc: BaseException) -> None:
         exc.__traceback__ = tb.tb_next
 
 
-def _run_unit(worker_id: int, box: list[WorkItem]) -> None:
-    """Run a unit's members in order, each on the previous one's value.
+def _run_chain(worker_id: int, box: list[Chain]) -> None:
+    """Run a chain's members in order, each on the previous one's value.
 
     Stops early, between members, once the run is stopping (a failure elsewhere,
-    Ctrl-C), so a long unit is no longer than one task in how late it notices.
+    Ctrl-C), so a long chain is no longer than one task in how late it notices.
     In a timed run each member's end is reported as it happens, so progress,
     traces and callbacks (and whatever they hold per task) keep pace with the
-    work instead of waiting for the whole unit.
+    work instead of waiting for the whole chain.
     """
     report, tasks, fns, args, flags, stop, context = box.pop()
     timed = flags & TIMED
@@ -134,12 +111,11 @@ def _run_unit(worker_id: int, box: list[WorkItem]) -> None:
     value: Any = None
     done = 0
     last = len(fns) - 1
-    ready_at: float | None = None
     for k, fn in enumerate(fns):
         if k and stop.is_set():
             break
         if flags & NOTIFY_START:
-            report((worker_id, tasks[k], STARTED, None, 0.0, 0.0))
+            report(Report(worker_id, tasks[k], STARTED, None, 0.0, 0.0))
         started = perf_counter() if timed else 0.0
         try:
             value = fn(*args) if context is None else context.copy().run(fn, *args)
@@ -151,16 +127,15 @@ def _run_unit(worker_id: int, box: list[WorkItem]) -> None:
             _drop_own_frame(exc)
             if times is not None:
                 times += (started, perf_counter())
-            report((worker_id, tasks, UNIT, (done, False, exc, times), 0.0, 0.0))
+            report(Report(worker_id, tasks, CHAIN, ChainEnd(done, False, exc, times), 0.0, 0.0))
             del exc
             return
         if times is not None:
             ended = perf_counter()
             times += (started, ended)
             if k < last:
-                report((worker_id, tasks[k], MEMBER_DONE, ready_at, started, ended))
-                ready_at = ended
+                report(Report(worker_id, tasks[k], MEMBER, None, started, ended))
         args = (value,)
         done = k + 1
     del args
-    report((worker_id, tasks, UNIT, (done, True, value, times), 0.0, 0.0))
+    report(Report(worker_id, tasks, CHAIN, ChainEnd(done, True, value, times), 0.0, 0.0))

@@ -62,6 +62,7 @@ def get(
     on_error: OnError = "raise",
     callbacks: Iterable[tuple[Callable[..., Any] | None, ...]] | None = None,
     executor: Executor | None = None,
+    resources: Mapping[str, float] | None = None,
     **kwargs: Any,
 ) -> Any:
     """Compute ``keys`` of the dask graph ``dsk`` on dagexec workers (dask's ``get`` protocol).
@@ -96,6 +97,12 @@ def get(
         executor: run on this :class:`dagexec.Executor` instead of the calling
             thread's cached one; ``num_workers``, ``queue_cap`` and
             ``max_in_flight`` are then the executor's own.
+        resources: capacities for tasks annotated with
+            ``dask.annotate(resources={...})`` (default: the
+            ``dagexec.resources`` dask config value). Annotated tasks hold their
+            resources while out, as with ``g.add(..., resources=...)``; a task
+            annotated with a resource that has no capacity is rejected before
+            anything runs. Ready tasks run in ``dask.order``'s priority order.
         kwargs: other schedulers' options (``chunksize``...); ignored, as the
             protocol expects of a scheduler that does not know them.
 
@@ -109,6 +116,9 @@ def get(
     del kwargs  # accepted and ignored, as dask's scheduler protocol expects
     if executor is None:
         num_workers = _worker_count(num_workers, pool)
+    annotated = _annotated_resources(dsk)
+    if resources is None:
+        resources = dask.config.get("dagexec.resources", None)
     if not isinstance(dsk, Mapping):
         dsk = dsk.__dask_graph__()
     nodes: dict[Hashable, GraphNode] = convert_legacy_graph(dsk)
@@ -120,6 +130,7 @@ def get(
         if key not in nodes and key not in known:
             raise KeyError(key)
     built = build(nodes, flat, known)
+    _prioritise(built, nodes, annotated)
     with local_callbacks(callbacks) as active:
         values = _execute(
             built,
@@ -132,8 +143,53 @@ def get(
             queue_cap,
             max_in_flight,
             on_error,
+            resources,
         )
     return nest(keys, values)
+
+
+def _annotated_resources(dsk: Any) -> dict[Hashable, Mapping[str, float]]:
+    """Key -> its ``dask.annotate(resources=...)``, from a collection or a HighLevelGraph.
+
+    dask keeps annotations beside the graph, not in it, and its low-level graph
+    optimisation drops them: they reach a scheduler with
+    ``compute(..., optimize_graph=False)``, as with dask's distributed scheduler.
+    """
+    found: dict[Hashable, Mapping[str, float]] = {}
+    annotations = getattr(dsk, "__dask_annotations__", None)
+    if callable(annotations):
+        by_key = annotations().get("resources", {})
+        if isinstance(by_key, Mapping):
+            found.update(by_key)
+    for layer in getattr(dsk, "layers", {}).values():
+        wanted = (getattr(layer, "annotations", None) or {}).get("resources")
+        if isinstance(wanted, Mapping):
+            found.update(dict.fromkeys(layer, wanted))
+    return found
+
+
+def _prioritise(
+    built: Built,
+    nodes: Mapping[Hashable, GraphNode],
+    annotated: Mapping[Hashable, Mapping[str, float]],
+) -> None:
+    """Give the built tasks dask.order's priorities and their annotated resources.
+
+    Ordered over the tasks that run only (not the whole graph), so a partial
+    computation of a large graph pays for its part.
+    """
+    from dask.order import order
+
+    graph = built.graph
+    index = graph._index
+    tasks: dict[Any, GraphNode] = {k: nodes[k] for k in built.deps}
+    ranks: dict[Any, int] = order(tasks) if len(tasks) > 1 else {}
+    last = len(ranks)
+    for key in built.deps:
+        # dask.order: lower runs first; dagexec: higher runs first.
+        need = annotated.get(key)
+        graph._set_options(index[key], key, last - ranks.get(key, last), need or None)
+    graph._compiled = None
 
 
 # ---------------------------------------------------------------------- running
@@ -253,6 +309,7 @@ def _execute(
     queue_cap: int,
     max_in_flight: int | None,
     on_error: OnError,
+    resources: Mapping[str, float] | None = None,
 ) -> dict[Hashable, Any]:
     """Run the built graph, driving dask's callbacks and cache; the requested keys' values."""
     bridge = bridge_for(built, nodes, callbacks, cache, requested)
@@ -269,6 +326,7 @@ def _execute(
                 _run_targets(built),
                 on_error=on_error,
                 callbacks=() if bridge is None else (bridge,),
+                resources=resources,
             )
         except BaseException as exc:
             if cached and not isinstance(exc, Exception):

@@ -7,7 +7,10 @@ proves nothing about the cap. These helpers force that state deterministically:
 * :class:`InFlightRecorder` is a run callback that sees what the scheduler sees
   (queued + running) and lets the test wait until the cap is reached;
 * :class:`ConcurrencyProbe` counts tasks running at once, from inside them;
-* :func:`assert_within_bounds` checks a result's observed bounds;
+* :class:`ResourceRecorder` is a run callback summing the resources held by
+  tasks out, and lets the test wait until a capacity is reached;
+* :func:`assert_within_bounds` checks a result's observed bounds (resources
+  included); :func:`assert_resource_reached` that a capacity was reached exactly;
 * :func:`no_leaked_threads` fails a test that leaves a thread behind.
 
 Every wait takes a timeout and reports failure instead of hanging. Not imported
@@ -25,6 +28,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from ._events import PlanInfo
+from ._graph import Graph
 from ._result import RunResult, TaskState
 
 if TYPE_CHECKING:
@@ -35,6 +39,8 @@ __all__ = [
     "Gate",
     "GateTimeout",
     "InFlightRecorder",
+    "ResourceRecorder",
+    "assert_resource_reached",
     "assert_within_bounds",
     "no_leaked_threads",
     "run_in_thread",
@@ -239,6 +245,69 @@ class InFlightRecorder:
         return self._count.wait_for(lambda: self._count.current == n, timeout)
 
 
+class ResourceRecorder:
+    """A run callback summing what tasks out (dispatched, not ended) hold, per resource.
+
+    Reads each task's ``resources`` from ``graph``. Counts move exactly when the
+    scheduler's own do (a task holds from dispatch until its end), so from
+    another thread :meth:`wait_for_held` tells a test that a capacity is reached
+    before it releases a :class:`Gate`; ``peak`` must then equal
+    ``RunStats.peak_resources``.
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        self._needs = {graph._names[i]: need for i, need in graph._resources.items()}
+        # A map's items, named (map, i), hold what the map declares.
+        self._map_needs = {
+            graph._names[i]: graph._resources[i] for i in graph._maps if i in graph._resources
+        }
+        self._cond = threading.Condition()
+        self._out: set[Hashable] = set()  # scheduler thread only
+        self.held: dict[str, float] = {}
+        self.peak: dict[str, float] = {}
+
+    def on_task_dispatch(self, name: Hashable, worker: int) -> None:
+        need = self._needs.get(name)
+        if need is None and type(name) is tuple and len(name) == 2:
+            need = self._map_needs.get(name[0])
+            if need:
+                self._needs[name] = need
+        if need:
+            self._out.add(name)
+            with self._cond:
+                for r, amount in need:
+                    self.held[r] = self.held.get(r, 0) + amount
+                    self.peak[r] = max(self.peak.get(r, 0), self.held[r])
+                self._cond.notify_all()
+
+    def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
+        if name in self._out:
+            self._out.discard(name)
+            with self._cond:
+                for r, amount in self._needs[name]:
+                    self.held[r] -= amount
+                self._cond.notify_all()
+
+    def wait_for_held(self, resource: str, amount: float, timeout: float = DEFAULT_TIMEOUT) -> bool:
+        """Block until exactly ``amount`` of ``resource`` is held; False if not in time."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.held.get(resource, 0) == amount, timeout)
+
+
+def assert_resource_reached(result: RunResult, resource: str) -> None:
+    """Assert the run held exactly its capacity of ``resource`` at some moment, never more."""
+    s = result.stats
+    assert resource in s.resources, (
+        f"resource {resource!r} has no capacity in this run; it has {sorted(s.resources)}"
+    )
+    peak, capacity = s.peak_resources[resource], s.resources[resource]
+    assert peak <= capacity, f"{resource!r}: peak {peak} exceeded its capacity {capacity}"
+    assert peak == capacity, (
+        f"{resource!r}: peak {peak} never reached its capacity {capacity}; gate enough "
+        "tasks that need it to fill it"
+    )
+
+
 def assert_within_bounds(result: RunResult) -> None:
     """Assert the bounds a run observed hold: in-flight cap, inbox cap, accounting."""
     s = result.stats
@@ -252,6 +321,10 @@ def assert_within_bounds(result: RunResult) -> None:
     assert sum(s.tasks_per_worker) == s.tasks_run, (
         f"tasks_per_worker {s.tasks_per_worker} does not add up to tasks_run {s.tasks_run}"
     )
+    for r, peak in s.peak_resources.items():
+        assert peak <= s.resources[r], (
+            f"resource {r!r}: peak {peak} exceeded its capacity {s.resources[r]}"
+        )
 
 
 def run_in_thread(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Future[R]:

@@ -30,12 +30,12 @@ REPO = Path(__file__).resolve().parents[1]
 # dask test name -> why it cannot pass on dagexec (yet).
 EXPECTED_FAILURES = {
     "test_ordering": (
-        "asserts that ready tasks run in dask.order's priority order; dagexec has no "
-        "task priorities yet and runs ready tasks first-in first-out"
+        "asserts the order tasks run in on the synchronous scheduler; dagexec takes "
+        "them in dask.order's order, but its default workers run them in parallel"
     ),
     "test_complex_ordering": (
         "asserts the sync scheduler's exact execution order (dask.order, one task "
-        "at a time); dagexec runs tasks in parallel, first-in first-out"
+        "at a time); dagexec runs tasks in parallel"
     ),
 }
 

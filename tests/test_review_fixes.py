@@ -15,11 +15,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 import pytest
 
 import dagexec
 from dagexec import Graph, TaskState
+from dagexec._result import DONE
 from dagexec.testing import (
     ConcurrencyProbe,
     Gate,
@@ -392,21 +394,22 @@ def test_an_internal_scheduler_error_returns_only_after_the_run_drained(
     trigger           ends when told; handling its result raises inside the scheduler
     q-0 .. q-5        queued behind them; must never start once run() returned
     """
-    from dagexec._scheduler import Run
+    from dagexec._runstate import RunState
 
     gate, probe = Gate(), ConcurrencyProbe()
     go, failed, returned = threading.Event(), threading.Event(), threading.Event()
     started_after_return: list[str] = []
     active_at_return: list[int] = []
-    real_done = Run._done
+    real_finish = RunState.finish
 
-    def failing_done(self: Run, task: int, value: object) -> None:
-        if self.plan.names[task] == "trigger":
+    def failing_done(self: RunState, task: int, outcome: int, *args: Any) -> None:
+        # The engine's one place a task ends fails when 'trigger' ends DONE.
+        if self.names[task] == "trigger" and outcome == DONE:
             failed.set()
             raise RuntimeError("injected scheduler bug")
-        real_done(self, task, value)
+        real_finish(self, task, outcome, *args)
 
-    monkeypatch.setattr(Run, "_done", failing_done)
+    monkeypatch.setattr(RunState, "finish", failing_done)
 
     def queued(name: str) -> Callable[[], None]:
         def task() -> None:
@@ -456,19 +459,20 @@ def test_an_internal_error_in_an_interrupted_run_still_waits_for_its_running_tas
     """Two features at once: after Ctrl-C, 'x' and 'y' run on in the background;
     handling 'x''s end fails inside the scheduler. The next run on the executor
     must still wait for 'y'."""
-    from dagexec._scheduler import Run
+    from dagexec._runstate import RunState
 
     gate_x, gate_y = Gate(), Gate()
     failed, y_started, y_ended = threading.Event(), threading.Event(), threading.Event()
-    real_done = Run._done
+    real_finish = RunState.finish
 
-    def failing_done(self: Run, task: int, value: object) -> None:
-        if self.plan.names[task] == "x":
+    def failing_done(self: RunState, task: int, outcome: int, *args: Any) -> None:
+        # The engine's one place a task ends fails when 'x' ends DONE.
+        if self.names[task] == "x" and outcome == DONE:
             failed.set()
             raise RuntimeError("injected scheduler bug")
-        real_done(self, task, value)
+        real_finish(self, task, outcome, *args)
 
-    monkeypatch.setattr(Run, "_done", failing_done)
+    monkeypatch.setattr(RunState, "finish", failing_done)
 
     def x() -> None:
         assert y_started.wait(10)  # running, so the interrupt cannot cancel it

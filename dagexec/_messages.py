@@ -1,0 +1,142 @@
+"""What moves between threads, and what the run state machine tells its observers.
+
+One word per concept:
+
+* a **job** is one task handed to a worker; a **chain** is a linear run of tasks
+  handed over as one item (see ``_plan._chain_links``). Both are *items*: what
+  an inbox holds, besides :data:`STOP`.
+* a **report** is what a worker puts on the results queue.
+* an **event** is what the run state machine emits for the trace and the
+  callbacks: one stream feeds both.
+
+Named tuples, not classes: an item and a report are built once per task on the
+hot path, and a tuple is the cheapest immutable record Python has. Immutable
+matters: a job is read by a worker while the scheduler may still hold it (a
+balance move), and nothing here relies on the GIL.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+__all__ = [
+    "CHAIN",
+    "DISPATCH",
+    "DONE",
+    "END",
+    "FAILED",
+    "MEMBER",
+    "NOTIFY_START",
+    "READY",
+    "START",
+    "STARTED",
+    "STOP",
+    "TIMED",
+    "Chain",
+    "ChainEnd",
+    "Event",
+    "Item",
+    "Job",
+    "Report",
+]
+
+# Report kinds. A chain reports each member but the last as MEMBER when it is
+# timed (someone watches task ends), and always ends with one CHAIN report.
+DONE, FAILED, STARTED, MEMBER, CHAIN = range(5)
+
+# Item flags: extra reporting a run asked for. Off by default, so a run without
+# tracing or callbacks pays nothing for them.
+NOTIFY_START = 1
+TIMED = 2
+
+# Sentinel telling a worker to exit once it reaches it in its inbox.
+STOP = None
+
+
+class Report(NamedTuple):
+    """A worker's message: ``task`` (a chain's member tuple for CHAIN) ended or began.
+
+    ``payload``: the value (DONE), the exception (FAILED), a :class:`ChainEnd`
+    (CHAIN), None otherwise. ``started``/``ended`` are ``perf_counter`` stamps
+    taken on the worker in a timed run, else 0.0.
+    """
+
+    worker: int
+    task: Any
+    kind: int
+    payload: Any
+    started: float
+    ended: float
+
+
+class ChainEnd(NamedTuple):
+    """How a chain ended: ``done`` members returned; ``ok`` False if member ``done`` raised.
+
+    ``outcome`` is the last member's value, or the exception; ``times`` holds
+    ``[start, end, ...]`` per member that ran, in a timed run.
+    """
+
+    done: int
+    ok: bool
+    outcome: Any
+    times: list[float] | None
+
+
+Reporter = Callable[[Report], None]
+
+
+class Job(NamedTuple):
+    """One task for a worker: ``fn(*args)``, reported through ``report``.
+
+    It carries the run's own ``report`` and ``stop``, so a worker needs nothing
+    else, and a late report of an abandoned run goes to that run's queue only.
+    ``context`` is the caller's contextvars (None when empty), copied per task.
+    """
+
+    report: Reporter
+    task: int
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    flags: int
+    stop: threading.Event
+    context: contextvars.Context | None
+
+
+class Chain(NamedTuple):
+    """Tasks run back to back on one worker, each on the previous one's value.
+
+    Holds one in-flight slot. The worker checks ``stop`` between members.
+    """
+
+    report: Reporter
+    tasks: tuple[int, ...]
+    fns: tuple[Callable[..., Any], ...]
+    args: tuple[Any, ...]
+    flags: int
+    stop: threading.Event
+    context: contextvars.Context | None
+
+
+Item = Job | Chain
+
+
+# Event kinds, in the order a task meets them.
+READY, DISPATCH, START, END = range(4)
+
+
+class Event(NamedTuple):
+    """Something that happened to ``task``, for the trace and the callbacks.
+
+    ``state`` is the final state code (END only); ``worker`` is -1 for a task
+    that never ran; ``started``/``ended`` are the worker's stamps (END only).
+    """
+
+    kind: int
+    task: int
+    worker: int = -1
+    state: int = 0
+    started: float = 0.0
+    ended: float = 0.0

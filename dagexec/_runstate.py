@@ -1,0 +1,494 @@
+"""The state of one run, as a pure state machine: no threads, no queues, no clocks.
+
+Think :class:`graphlib.TopologicalSorter` with states. A driver (the scheduler
+thread, or a plain loop in a test) asks :meth:`RunState.take` for the next task
+to hand out, marks it handed out with :meth:`RunState.dispatch`, and tells the
+machine how each task ended with :meth:`RunState.finish`, the one place a task
+ends. When a dispatched item (a task, or a chain of them) is off the worker,
+:meth:`RunState.release` frees its in-flight slot and its resources.
+
+States only move forward::
+
+    WAITING -> READY -> IN_FLIGHT -> DONE | FAILED | CANCELLED
+    WAITING -> HELD (a chain member, handed out with the chain's first task)
+    HELD -> IN_FLIGHT (the member before it returned) | DONE | FAILED | CANCELLED
+    WAITING | HELD -> SKIPPED (downstream of a failure, with on_error="continue")
+    WAITING | READY -> CANCELLED (the run stopped)
+
+Policies, each written once:
+
+* Order: ready tasks are taken by priority, higher first, and among equal
+  priorities depth first (the task that became ready last goes first; see
+  :data:`DEPTH_FIRST`). Without priorities or resources a deque used as a
+  stack does the same job for free; with them, a heap of
+  (-priority, -seq, task).
+* Resources: a task is taken only if every resource it needs is free; one that
+  does not fit waits in a per-resource heap, and is looked at again when that
+  resource is released. Other tasks may still take what is free (no capacity is
+  left idle for nothing), but once tasks have taken resources :data:`_PATIENCE`
+  times since the longest-waiting task began to wait, everything that task needs
+  is kept for it: nobody else gets those resources until it has them. So a big
+  task is never starved by a stream of small ones, whatever their priorities.
+* Values: dropped as soon as the last task that needs them was handed its
+  arguments (or skipped); targets are kept.
+* A stop (failure with on_error="raise", a fatal exception, an abort) cancels
+  everything not yet handed out; what is on workers ends through ``finish``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+from ._fanout import Fanout
+from ._messages import DISPATCH, END, ChainEnd, Event
+from ._messages import READY as E_READY
+from ._plan import Plan
+from ._result import CANCELLED, DONE, FAILED, IN_FLIGHT, READY, SKIPPED, WAITING
+from ._safe import add_note, str_for_message, task_for_message
+
+__all__ = ["HELD", "RunState"]
+
+log = logging.getLogger("dagexec")
+
+# A chain member handed out with its chain, not yet running. Not final.
+HELD = 7
+
+# Among tasks of equal priority, take the one that became ready last: a task
+# whose inputs just appeared finishes a started branch before a new branch
+# opens, so values are consumed soon after they are made (dask.order's aim;
+# README "Priorities" has the measured peaks). False gives first-in first-out,
+# kept for comparison (benchmarks/order.py).
+DEPTH_FIRST = True
+
+# How many tasks may take resources while one waits for its own, before what it
+# needs is kept for it. Lower starves big tasks less but leaves capacity idle
+# more often (kept free while the big task waits for the rest); higher keeps
+# capacity busier but lets a big task wait longer behind small ones.
+_PATIENCE = 16
+
+
+class RunState:
+    """Everything one run knows about its tasks. Not thread-safe: one owner at a time.
+
+    Args:
+        plan: the tasks of the run.
+        on_error: "raise" stops at the first failure, "continue" skips downstream.
+        workers: how many worker ids :meth:`finish` may be given (for counts).
+        observed: emit :class:`~dagexec._messages.Event` s into ``events``.
+        capacity: resource name -> capacity; tasks' needs are checked against it
+            by the caller before the run (see ``_plan.check_resources``).
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        on_error: str = "raise",
+        workers: int = 1,
+        observed: bool = False,
+        capacity: Mapping[str, float] | None = None,
+    ) -> None:
+        n = len(plan)
+        self.plan = plan
+        self.on_error = on_error
+        # The run's tasks: the plan's, plus the items of maps once they expand
+        # (then these become lists; see _fanout.py).
+        self.names: Sequence[Hashable] = plan.names
+        self.index: Mapping[Hashable, int] = plan.index
+        self.fns: Sequence[Callable[..., Any]] = plan.fns
+        self.deps: Sequence[tuple[int, ...]] = plan.deps
+        self.dependents: Sequence[Sequence[int]] = plan.dependents
+        self.chain_next: Sequence[int] = plan.chain_next
+        self.items: dict[int, Any] | None = None  # a map item's element, until dispatch
+        self.state = bytearray(n)
+        self.values: list[Any] = [None] * n
+        self.remaining = list(plan.dep_counts)  # dependencies not yet DONE
+        self.consumers = list(plan.use_counts)  # users not yet handed their arguments
+        self.is_target: bytes | bytearray = plan.target_mask
+        self.unfinished = n  # tasks not in a final state
+        self.in_flight = 0  # items handed out and not released
+        self.peak_in_flight = 0
+        self.ran_on = [0] * workers  # tasks that ran, per worker
+        self.stopping = False
+        self.first_error: BaseException | None = None
+        self.errors: dict[int, BaseException] = {}
+        self.events: list[Event] | None = [] if observed else None
+
+        # Ready set: a deque when nothing ranks tasks, else a heap of
+        # (key..., task); see _order_key.
+        self.priority: Sequence[int] | None = plan.priority
+        self.seq = 0
+        self.needs: Sequence[tuple[tuple[int, float], ...]] | None = None
+        self.keyed = self.priority is not None or plan.needs is not None
+        self.depth_first = DEPTH_FIRST
+        ready: Any = [] if self.keyed else deque()
+        self.ready = ready
+        self._pop = ready.pop if self.depth_first or self.keyed else ready.popleft
+        self.resource_names: tuple[str, ...] = ()
+        self.peak_held: list[float] = []
+        if plan.needs is not None:
+            self._init_resources(plan.needs, capacity or {})
+        self.became_ready = self._make_ready
+        self.fanout: Fanout | None = None
+        if plan.maps is not None:
+            self.fanout = Fanout(self, plan.maps)
+            self.became_ready = self.fanout.ready
+        # Pushed last-first: with depth-first order the first root is taken first.
+        for r in reversed(plan.roots) if self.depth_first else plan.roots:
+            self._make_ready(r)
+
+    def _init_resources(
+        self, needs: tuple[tuple[tuple[str, float], ...], ...], capacity: Mapping[str, float]
+    ) -> None:
+        names = sorted({r for need in needs for r, _ in need})
+        rid = {r: i for i, r in enumerate(names)}
+        self.resource_names = tuple(names)
+        self.capacity = [float(capacity.get(r, 0.0)) for r in names]
+        self.free = list(self.capacity)
+        self.peak_held = [0.0] * len(names)
+        self.needs = tuple(tuple((rid[r], float(a)) for r, a in need) for need in needs)
+        # Per resource, a heap of the entries waiting for it.
+        self.blocked: list[list[tuple[Any, ...]]] = [[] for _ in names]
+        self.parked: dict[int, int] = {}  # task -> the resource it waits for
+        self.since: dict[int, int] = {}  # task -> ``taken`` when it first waited
+        self.oldest: deque[int] = deque()  # tasks in the order they first waited
+        self.taken = 0  # tasks that took resources so far
+        self.reserving = -1  # the task everyone else's resources are kept for, or -1
+
+    # ---------------------------------------------------------------- readiness
+    def _make_ready(self, task: int) -> None:
+        self.state[task] = READY
+        if self.keyed:
+            heapq.heappush(self.ready, self._order_key(task))
+        else:
+            self.ready.append(task)
+        if self.events is not None:
+            self.events.append(Event(E_READY, task))
+
+    def _order_key(self, task: int) -> tuple[int, int, int]:
+        """Higher priority first; among equals, the task that became ready last
+        (depth first), or first (with ``DEPTH_FIRST`` off)."""
+        self.seq += 1
+        priority = self.priority[task] if self.priority is not None else 0
+        return (-priority, -self.seq if self.depth_first else self.seq, task)
+
+    def has_ready(self) -> bool:
+        """True if some task is ready (it may still be blocked on a resource)."""
+        return bool(self.ready)
+
+    def take(self) -> int:
+        """Remove and return the next task to hand out, or -1 if none can go now.
+
+        Call only while ``has_ready()``. A task taken holds its resources until
+        :meth:`release`; it must be passed to :meth:`dispatch` next.
+        """
+        if not self.keyed:
+            task: int = self._pop()
+            return task
+        ready = self.ready
+        needs = self.needs
+        while ready:
+            entry = heapq.heappop(ready)
+            task = entry[-1]
+            if needs is None or not needs[task]:
+                return task
+            lacking = self._lacking(task, needs[task])
+            if lacking < 0:
+                self._hold(needs[task])
+                self.taken += 1
+                self.since.pop(task, None)  # it waits no more
+                if self.reserving == task:
+                    self.reserving = -1  # it has what it waited for: the rest may go
+                    for r in range(len(self.free)):
+                        self._wake_fitting(r)
+                self._check_patience()
+                return task
+            self._park(entry, lacking)
+        return -1
+
+    def _lacking(self, task: int, need: tuple[tuple[int, float], ...]) -> int:
+        """The first resource ``task`` cannot have now, or -1 if it may take them all."""
+        free, holder = self.free, self.reserving
+        kept = () if holder < 0 or holder == task else self._needs(holder)
+        for r, amount in need:
+            if amount > free[r] or r in kept:
+                return r
+        return -1
+
+    def _needs(self, task: int) -> tuple[int, ...]:
+        assert self.needs is not None
+        return tuple(r for r, _ in self.needs[task])
+
+    def _park(self, entry: tuple[Any, ...], r: int) -> None:
+        """``entry`` waits for resource ``r``; the longest waiter is remembered."""
+        task = entry[-1]
+        heapq.heappush(self.blocked[r], entry)
+        self.parked[task] = r
+        if task not in self.since:
+            self.since[task] = self.taken
+            self.oldest.append(task)
+        self._check_patience()
+
+    def _check_patience(self) -> None:
+        """Reserve for the longest-waiting task once others took resources too often."""
+        if self.reserving >= 0:
+            return
+        oldest, since = self.oldest, self.since
+        while oldest and oldest[0] not in since:  # taken since
+            oldest.popleft()
+        if oldest and self.taken - since[oldest[0]] > _PATIENCE:
+            holder = self.reserving = oldest[0]
+            self._wake_if_fits(holder)
+
+    def _hold(self, need: tuple[tuple[int, float], ...]) -> None:
+        free, peak, capacity = self.free, self.peak_held, self.capacity
+        for r, amount in need:
+            free[r] -= amount
+            held = capacity[r] - free[r]
+            if held > peak[r]:
+                peak[r] = held
+
+    def _unhold(self, need: tuple[tuple[int, float], ...]) -> None:
+        free = self.free
+        for r, amount in need:
+            free[r] += amount
+        if self.stopping:
+            return
+        holder = self.reserving
+        kept: tuple[int, ...] = ()
+        if holder >= 0:
+            # What is kept goes to the task it is kept for, once all it needs is free.
+            self._wake_if_fits(holder)
+            kept = self._needs(holder)
+        for r, _ in need:
+            if r not in kept:
+                self._wake_fitting(r)
+
+    def _wake_fitting(self, r: int) -> None:
+        """Wake the best tasks waiting for ``r`` that now fit, in rank order; the
+        rest stay behind the first that does not."""
+        waiting, room, ready = self.blocked[r], self.free[r], self.ready
+        while waiting:
+            want = self._need_of(waiting[0][-1], r)
+            if want > room:
+                break
+            room -= want
+            entry = heapq.heappop(waiting)
+            del self.parked[entry[-1]]
+            heapq.heappush(ready, entry)
+
+    def _wake_if_fits(self, task: int) -> None:
+        """Move a waiting ``task`` back to the ready set if all it needs is free."""
+        assert self.needs is not None
+        if task not in self.parked:
+            return  # already woken
+        free = self.free
+        if any(amount > free[r] for r, amount in self.needs[task]):
+            return
+        waiting = self.blocked[self.parked.pop(task)]
+        entry = next(e for e in waiting if e[-1] == task)
+        waiting.remove(entry)
+        heapq.heapify(waiting)
+        heapq.heappush(self.ready, entry)
+
+    def _need_of(self, task: int, r: int) -> float:
+        assert self.needs is not None
+        for q, amount in self.needs[task]:
+            if q == r:
+                return amount
+        return 0.0
+
+    # ---------------------------------------------------------------- dispatch
+    def dispatch(self, task: int, worker: int) -> tuple[Any, ...]:
+        """Mark ``task`` (and its chain, if it heads one) handed out; return its arguments.
+
+        Each dependency now has one consumer fewer; a value nobody else needs is
+        dropped here, so only the returned tuple holds it.
+        """
+        values, consumers, is_target = self.values, self.consumers, self.is_target
+        task_deps = self.deps[task]
+        args = tuple([values[d] for d in task_deps])
+        if self.items is not None and task in self.items:  # a map's item: element first
+            args = (self.items.pop(task), *args)
+        for d in task_deps:
+            left = consumers[d] - 1
+            consumers[d] = left
+            if not left and not is_target[d]:
+                values[d] = None
+        state = self.state
+        state[task] = IN_FLIGHT
+        follower = self.chain_next[task]
+        while follower >= 0:
+            state[follower] = HELD
+            follower = self.chain_next[follower]
+        self.in_flight += 1
+        if self.in_flight > self.peak_in_flight:
+            self.peak_in_flight = self.in_flight
+        if self.events is not None:
+            self.events.append(Event(DISPATCH, task, worker))
+        return args
+
+    def release(self, task: int) -> None:
+        """The item headed by ``task`` is off its worker: free its slot and resources.
+
+        Chain members that never ran are cancelled here.
+        """
+        self.in_flight -= 1
+        if self.needs is not None and self.needs[task]:
+            self._unhold(self.needs[task])
+        follower = self.chain_next[task]
+        while follower >= 0:
+            # Reported ends came first: a member not final now never ran.
+            if self.state[follower] == HELD or self.state[follower] == IN_FLIGHT:
+                self.finish(follower, CANCELLED)
+            follower = self.chain_next[follower]
+
+    # ------------------------------------------------------------------ finish
+    def finish(
+        self,
+        task: int,
+        outcome: int,
+        payload: Any = None,
+        worker: int = -1,
+        started: float = 0.0,
+        ended: float = 0.0,
+    ) -> None:
+        """``task`` ended as ``outcome`` (DONE, FAILED, SKIPPED or CANCELLED). The only
+        place a task ends.
+
+        ``payload`` is the value (DONE) or the exception (FAILED). ``worker`` and
+        the stamps are the worker's, for tasks that ran.
+        """
+        self.state[task] = outcome
+        self.unfinished -= 1
+        events = self.events
+        if outcome == DONE:
+            if worker >= 0:  # not a map assembled by the scheduler
+                self.ran_on[worker] += 1
+            if self.consumers[task] or self.is_target[task]:
+                self.values[task] = payload
+            del payload
+            if events is not None:
+                events.append(Event(END, task, worker, DONE, started, ended))
+            if self.stopping:
+                return
+            follower = self.chain_next[task]
+            if follower >= 0:  # already on this worker: it runs next
+                self.state[follower] = IN_FLIGHT
+                return
+            remaining, state = self.remaining, self.state
+            dependents = self.dependents[task]
+            # Last-first, so that depth-first order takes the first one first.
+            for d in reversed(dependents) if self.depth_first else dependents:
+                left = remaining[d] - 1
+                remaining[d] = left
+                if not left and state[d] == WAITING:
+                    self.became_ready(d)
+        elif outcome == FAILED:
+            if worker >= 0:
+                self.ran_on[worker] += 1
+            self._failed(task, payload, worker, started, ended)
+        else:
+            if outcome == SKIPPED:  # it will never consume its dependencies' values
+                consumers, values, is_target = self.consumers, self.values, self.is_target
+                for p in self.deps[task]:
+                    consumers[p] -= 1
+                    if not consumers[p] and not is_target[p]:
+                        values[p] = None
+                if self.fanout is not None:
+                    self.fanout.skipped(task)
+            if events is not None:
+                events.append(Event(END, task, -1, outcome))
+
+    def _failed(
+        self, task: int, exc: BaseException, worker: int, started: float, ended: float
+    ) -> None:
+        # The task's own exception must reach the caller even when its name or
+        # the exception itself is hostile (a raising __repr__ or __str__, odd
+        # __notes__): nothing here may raise.
+        name = task_for_message(self.names[task])
+        add_note(exc, f"dagexec: raised by task {name}")
+        self.errors[task] = exc
+        if log.isEnabledFor(logging.INFO):
+            log.info("task %s failed: %s: %s", name, type(exc).__name__, str_for_message(exc))
+        # Its end is reported before the ends its failure causes (skips, cancels).
+        if self.events is not None:
+            self.events.append(Event(END, task, worker, FAILED, started, ended))
+        if self.on_error == "raise" or not isinstance(exc, Exception):
+            self.fail(exc)
+        else:
+            self._skip_downstream(task)
+
+    def _skip_downstream(self, failed: int) -> None:
+        state, dependents = self.state, self.dependents
+        stack = list(dependents[failed])
+        while stack:
+            d = stack.pop()
+            if state[d] != WAITING and state[d] != HELD:
+                continue
+            self.finish(d, SKIPPED)
+            stack.extend(dependents[d])
+
+    def chain_ended(self, members: tuple[int, ...], end: ChainEnd, worker: int) -> None:
+        """A chain is off its worker: finish each member that ran and was not
+        reported yet (a timed chain reports members as they end), then release it."""
+        done, ok, outcome, times = end
+        last = len(members) - 1
+        for k in range(done if ok else done + 1):
+            member = members[k]
+            if self.state[member] == DONE:  # reported as it ended
+                continue
+            t0, t1 = (times[2 * k], times[2 * k + 1]) if times is not None else (0.0, 0.0)
+            if k == done:
+                self.finish(member, FAILED, outcome, worker, t0, t1)
+            else:
+                value = outcome if k == last else None
+                self.finish(member, DONE, value, worker, t0, t1)
+        del outcome
+        self.release(members[0])
+
+    # -------------------------------------------------------------------- stop
+    def fail(self, exc: BaseException) -> None:
+        """Stop the run; ``exc`` is what the caller gets unless an earlier error is.
+
+        A fatal exception (``KeyboardInterrupt``, ``SystemExit``: not an
+        ``Exception``) outranks an ordinary one that came first, since the caller
+        must not lose it.
+        """
+        first = self.first_error
+        if first is None or (isinstance(first, Exception) and not isinstance(exc, Exception)):
+            self.first_error = exc
+        self.stop()
+
+    def stop(self) -> None:
+        """Hand nothing more out; cancel every task not handed out yet."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.ready.clear()
+        if self.needs is not None:
+            for waiting in self.blocked:
+                waiting.clear()
+            self.parked.clear()
+            self.since.clear()
+            self.reserving = -1
+        state = self.state
+        for task in range(len(state)):
+            if state[task] <= READY:
+                self.finish(task, CANCELLED)
+
+    def take_back(self, task: int) -> None:
+        """The item headed by ``task`` was taken back before it started: cancel it."""
+        self.finish(task, CANCELLED)
+        self.release(task)
+
+    def peak_resources(self, capacity: Mapping[str, float]) -> dict[str, float]:
+        """Resource name -> most of it held at once, for every name in ``capacity``."""
+        peaks: dict[str, float] = dict.fromkeys(capacity, 0)
+        for name, peak in zip(self.resource_names, self.peak_held, strict=True):
+            peaks[name] = int(peak) if peak.is_integer() else peak
+        return peaks

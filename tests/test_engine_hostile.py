@@ -1,0 +1,80 @@
+"""The engine survives hostile user objects, and drains a run if it fails anyway."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import dagexec
+from dagexec import Graph
+from dagexec._runstate import RunState
+from dagexec.testing import Gate, run_in_thread
+
+
+class BadName:
+    """A task name whose repr raises."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    def __hash__(self) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+
+def test_a_failing_task_with_a_hostile_name_raises_its_own_exception() -> None:
+    g = Graph()
+    name = BadName()
+    g.add(name, lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError) as info:
+        dagexec.run(g, workers=1)
+    assert any(n.startswith("dagexec: raised by task ") for n in info.value.__notes__)
+
+
+def test_a_task_exception_with_tuple_notes_still_gets_its_note() -> None:
+    def fail() -> None:
+        exc = ValueError("x")
+        exc.__notes__ = ("theirs",)  # type: ignore[assignment]
+        raise exc
+
+    g = Graph()
+    g.add("f", fail)
+    with pytest.raises(ValueError) as info:
+        dagexec.run(g, workers=1)
+    assert list(info.value.__notes__) == ["theirs", "dagexec: raised by task 'f'"]
+
+
+def test_an_internal_error_returns_only_after_the_runs_tasks_drained(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """finish() breaks after 'a' ended; 'slow' is still running: the caller must
+    not get the error before 'slow' is done, and the executor stays usable."""
+    gate = Gate()
+    ended = threading.Event()
+    g = Graph()
+    slow_started, a_ran = threading.Event(), threading.Event()
+    g.add("slow", lambda: (slow_started.set(), gate.wait(), ended.set()))
+    # 'a' ends only once 'slow' runs, so 'slow' cannot be taken back from its inbox.
+    g.add("a", lambda: (slow_started.wait(10), a_ran.set(), 1)[-1])
+    real = RunState.finish
+
+    def broken(self: RunState, task: int, outcome: int, *args: object) -> None:
+        if self.names[task] == "a":
+            raise RuntimeError("engine bug")
+        real(self, task, outcome, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RunState, "finish", broken)
+    with dagexec.Executor(workers=2) as ex:
+        future = run_in_thread(ex.run, g)
+        assert gate.wait_for_waiting(1)
+        assert a_ran.wait(10)  # the engine fails on its report while 'slow' runs
+        gate.open()
+        with pytest.raises(RuntimeError, match="engine bug") as info:
+            future.result(timeout=30)
+        assert ended.is_set()  # the caller got the error only after 'slow' ended
+        assert "dagexec: internal error in the scheduler" in info.value.__notes__[0]
+        monkeypatch.setattr(RunState, "finish", real)
+        assert ex.run(g)["a"] == 1
