@@ -46,8 +46,8 @@ def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
     An item carrying a context (a copy of the caller's, taken once per run) runs
     each task in a fresh copy of it: the task sees the caller's ``contextvars``,
     and what it sets stays its own (a ``Context`` can be entered by one thread
-    at a time, and tasks must not see each other's changes). Without one (the
-    caller's context was empty) the task is called directly, at no cost.
+    at a time, and tasks must not see each other's changes). An item without one
+    (the drain's probe) is called directly.
     """
     get = inbox.get
     while True:

@@ -134,3 +134,21 @@ def test_a_failing_tasks_traceback_still_starts_at_the_task() -> None:
     frames = [entry.name for entry in info.traceback]
     assert frames[-1] == "explode"
     assert "worker_loop" not in frames
+
+
+def test_a_value_a_task_sets_does_not_leak_into_later_tasks_even_from_an_empty_context() -> None:
+    """One worker runs both tasks, in order; the caller's context is empty."""
+
+    def setter() -> str:
+        request_id.set("leaked")
+        return "set"
+
+    g = dagexec.Graph()
+    g.add("setter", setter)
+    g.add("reader", lambda _: request_id.get(), deps=["setter"])
+    g.add("other", lambda: request_id.get())
+    with dagexec.Executor(workers=1) as ex:
+        first = contextvars.Context().run(ex.run, g, ["reader"])
+        second = contextvars.Context().run(ex.run, g, ["other"])
+    assert first["reader"] == "unset"
+    assert second["other"] == "unset"
