@@ -498,8 +498,13 @@ def _scheduler_loop(runs: queue.SimpleQueue[Run | None]) -> None:
         run = runs.get()
         if run is None:
             return
+        finished = run.finished
         run.main()
-        del run  # do not keep a finished run's values alive while idle
+        # Let go of the run before releasing the caller: once the caller drops
+        # the result, nothing here may still keep the run's values alive (without
+        # a GIL the caller really does go on while this thread is still here).
+        del run
+        finished.set()
 
 
 def _wait_unless_never_started(scheduler: threading.Thread, run: Run, event: str) -> None:

@@ -188,9 +188,10 @@ class Run:
                 release_frames(error)
             self.observer.errors.clear()
             self.cancelled.set()
-            self.finished.set()
-            # This frame stays reachable from a callback error's traceback (through
-            # f_back) after it returns; it must not keep the run alive from there.
+            # ``finished`` is set by the scheduler loop once it has let go of the
+            # run (_executor._scheduler_loop). This frame stays reachable from a
+            # callback error's traceback (through f_back) after it returns; it
+            # must not keep the run alive from there.
             del self
 
     def _drain_after_error(self) -> None:
