@@ -323,7 +323,7 @@ class Executor:
                 # put() inside the try: the first task may raise SIGINT at once,
                 # and the interrupt must then find the run already covered here.
                 self._runs.put(run)
-                while not run.finished.wait(_INTERRUPT_POLL_SECONDS):
+                while not run.over.acquire(timeout=_INTERRUPT_POLL_SECONDS):
                     pass
             except BaseException:
                 # Ctrl-C (or any asynchronous exception) in the caller: stop
@@ -498,13 +498,15 @@ def _scheduler_loop(runs: queue.SimpleQueue[Run | None]) -> None:
         run = runs.get()
         if run is None:
             return
-        finished = run.finished
-        run.main()
+        finished, over, first = run.finished, run.over, not run.begun
+        run.main()  # returns at once for a run handed over again after Ctrl-C
         # Let go of the run before releasing the caller: once the caller drops
         # the result, nothing here may still keep the run's values alive (without
         # a GIL the caller really does go on while this thread is still here).
         del run
-        finished.set()
+        if first:
+            over.release()
+            finished.set()
 
 
 def _wait_unless_never_started(scheduler: threading.Thread, run: Run, event: str) -> None:

@@ -143,6 +143,12 @@ class Run:
         self.context = context  # the caller's contextvars, copied per task (None: empty)
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.finished = threading.Event()  # outcome is ready
+        # The same moment as a lock released once, for the caller's interruptible
+        # wait: acquire(timeout) is one C call, so a Ctrl-C cannot land half-way
+        # through it, as it can inside Event.wait (where CPython then raises
+        # "RuntimeError: release unlocked lock" instead of the KeyboardInterrupt).
+        self.over = threading.Lock()
+        self.over.acquire()
         self.stop = threading.Event()  # set by the scheduler on a stop; read by chains
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None

@@ -802,6 +802,33 @@ def test_ctrl_c_in_the_shutdown_at_the_end_of_run_leaks_no_thread(
     del info
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """A KeyboardInterrupt, or CPython's own symptom of one inside Event.wait.
+
+    A SIGINT landing in ``Condition.wait``'s re-acquire turns into "RuntimeError:
+    release unlocked lock" (python/cpython#118433, seen on free-threaded 3.13t
+    inside ``Thread.start``, the test's own Timer's included). dagexec's own
+    waits use a bare lock for that reason; ``Thread.start`` cannot.
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return (
+        isinstance(exc, RuntimeError)
+        and "release unlocked lock" in str(exc)
+        and isinstance(exc.__context__, KeyboardInterrupt)
+    )
+
+
+# A SIGINT may land inside a weakref finalizer (an executor collected mid-loop);
+# Python reports that KeyboardInterrupt as "ignored" and goes on. That is the
+# interpreter's rule, not a dagexec failure: the thread check below is the test.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.skipif(
+    not getattr(sys, "_is_gil_enabled", lambda: True)(),
+    reason="without the GIL, a SIGINT inside Thread.start() can wedge the new thread's "
+    "started Event for good (python/cpython#118433): the Timer this test fires from, "
+    "or any thread, never runs; CPython's bug, not one dagexec can work around",
+)
 def test_real_sigints_around_run_start_leak_no_thread() -> None:
     """Real SIGINTs at random moments around dagexec.run's start (the review saw
     21 leaks in 300). Wherever each one lands, no thread may outlive the loop."""
@@ -820,7 +847,9 @@ def test_real_sigints_around_run_start_leak_no_thread() -> None:
         try:
             timer.start()
             dagexec.run(diamond(), workers=4)
-        except KeyboardInterrupt:
+        except BaseException as exc:
+            if not _interrupted(exc):
+                raise
             interrupted += 1
         # If it has not surfaced yet, it does within these calls (a signal sent
         # before fired.set() is handled at the main thread's next call).
@@ -829,7 +858,9 @@ def test_real_sigints_around_run_start_leak_no_thread() -> None:
                 assert fired.wait(10)
                 timer.join(10)
                 break
-            except KeyboardInterrupt:
+            except BaseException as exc:
+                if not _interrupted(exc):
+                    raise
                 interrupted += 1
     assert interrupted > 0
     assert still_alive(set(threading.enumerate()) - before) == []
