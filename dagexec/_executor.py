@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ._events import Hooks, callback_list
-from ._future import RunFuture
+from ._future import _TIMED_OUT, RunFuture
 from ._graph import Graph
 from ._inbox import Inbox
 from ._messages import STOP, Item
@@ -816,8 +816,11 @@ def run(
         ex.shutdown()  # inside the try too: a Ctrl-C here must not skip the STOPs
     except BaseException as exc:
         if ex is not None:
+            # After Ctrl-C or the run's timeout, do not wait for tasks that
+            # cannot be interrupted: they finish in the background.
+            wait = isinstance(exc, Exception) and not getattr(exc, _TIMED_OUT, False)
             try:
-                ex.shutdown(wait=isinstance(exc, Exception))
+                ex.shutdown(wait=wait)
             finally:
                 # Nobody else runs on this executor, so the STOPs may go in now
                 # even if a second Ctrl-C cut the shutdown short (a no-op if not).

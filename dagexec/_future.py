@@ -31,6 +31,9 @@ log = logging.getLogger("dagexec")
 
 _PENDING, _RUNNING, _FINISHED, _CANCELLED = "pending", "running", "finished", "cancelled"
 
+# Marks the TimeoutError of a run's own timeout (not a task's): see _expire.
+_TIMED_OUT = "_dagexec_run_timed_out"
+
 # How often a thread waiting in result() wakes to let a pending KeyboardInterrupt
 # surface (``_thread.interrupt_main()`` does not wake a thread blocked on a lock).
 _POLL_SECONDS = 0.05
@@ -170,7 +173,8 @@ class RunFuture:
             if self._state in (_FINISHED, _CANCELLED):
                 return
             self._state = _FINISHED
-            self._exception = TimeoutError(message)
+            self._exception = error = TimeoutError(message)
+            setattr(error, _TIMED_OUT, True)
             run = self._run
         if run is not None:
             run.abort()
