@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -449,6 +449,7 @@ class Executor:
                 )
                 future = RunFuture()
                 future._run = run
+                future._own_thread = _weak_own_thread(self)
                 submission = _Submission(self, run, future, store)
                 holder.append((submission, run))
                 self._pending = [f for f in self._pending if not f.done()]
@@ -734,6 +735,17 @@ class _Submission:
             elif not future.done():  # only if the driver failed to publish anything
                 future._finish(None, RuntimeError("dagexec: the run ended without an outcome"))
             del future, self
+
+
+def _weak_own_thread(executor: Executor) -> Callable[[], bool]:
+    """``executor._on_own_thread`` without keeping the executor alive."""
+    ref = weakref.ref(executor)
+
+    def own() -> bool:
+        alive = ref()
+        return alive is not None and alive._on_own_thread()
+
+    return own
 
 
 _RUN_DEFAULTS: dict[str, object] = {

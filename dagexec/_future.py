@@ -61,6 +61,8 @@ class RunFuture:
         self._callbacks: list[Callable[[RunFuture], object]] = []
         self._run: Run | None = None  # set by the executor; dropped when done
         self._timer: threading.Timer | None = None
+        # Whether the calling thread is one of the executor's own (set by it).
+        self._own_thread: Callable[[], bool] | None = None
 
     # -- the Future interface ---------------------------------------------------
 
@@ -137,6 +139,15 @@ class RunFuture:
     # -- for the executor -------------------------------------------------------
 
     def _wait(self, timeout: float | None) -> None:
+        if self._done.is_set():
+            return
+        own = self._own_thread
+        if timeout is None and own is not None and own():
+            raise RuntimeError(
+                "RunFuture.result() called from a task or callback of the executor that "
+                "runs it: the run waits behind the one running this code, forever; wait "
+                "from another thread, or use add_done_callback"
+            )
         if timeout is None:
             while not self._done.wait(_POLL_SECONDS):
                 pass

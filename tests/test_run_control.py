@@ -247,3 +247,22 @@ def test_result_timeout_does_not_cancel_the_run() -> None:
         assert not future.done()
         gate.open()
         assert future.result()["held"] == "held"
+
+
+def test_waiting_on_a_future_from_its_own_executor_is_refused() -> None:
+    outer = dagexec.Graph()
+    inner = dagexec.Graph()
+    inner.add("x", lambda: 1)
+    seen: list[BaseException] = []
+    with dagexec.Executor(1) as ex:
+
+        def task() -> None:
+            future = ex.submit(inner)
+            try:
+                future.result()
+            except RuntimeError as exc:
+                seen.append(exc)
+
+        outer.add("t", task)
+        ex.run(outer)
+    assert len(seen) == 1 and "forever" in str(seen[0])
