@@ -342,6 +342,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:
         if keep.result is None:  # refused before running: a bad parameter combination
             raise Fail(safe_str(exc)) from exc
+    except DagexecError as exc:
+        if keep.result is None:  # a checkpoint file or a constant it cannot use
+            raise Fail(safe_str(exc)) from exc
     except Exception:
         if keep.result is None:
             raise

@@ -278,3 +278,20 @@ def test_checkpoint_values_pickle_round_trip_like_the_result(tmp_path: Path) -> 
     loaded = dagexec.run(g, checkpoint=path)
     assert loaded["v"] == value and loaded["v"] is not value
     assert pickle.loads(pickle.dumps(loaded["v"])) == value
+
+
+def test_command_line_names_a_bad_checkpoint_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"not a database" * 100)
+    script = tmp_path / "pipeline.py"
+    script.write_text("import dagexec\ngraph = dagexec.Graph()\ngraph.add('t', lambda: 1)\n")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "dagexec", "run", f"{script}:graph", "--checkpoint", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "bad.sqlite" in done.stderr and "Traceback" not in done.stderr
