@@ -295,3 +295,35 @@ def test_command_line_names_a_bad_checkpoint_file(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "bad.sqlite" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_every_member_of_a_fused_chain_is_saved(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    g = dagexec.Graph()
+    g.add("a", lambda: 1)
+    g.add("b", lambda a: a + 1, deps=["a"])
+    g.add("c", lambda b: b + 1, deps=["b"])
+    plan = plan_run(g._compile(), None)
+    assert plan.chain_next[plan.index["a"]] >= 0  # the planner fuses a -> b -> c
+    dagexec.run(g, checkpoint=path, workers=1)
+    ids = checkpoint_identities(g, plan)
+    with CheckpointStore(path) as store:
+        assert store.stored(i for i in ids if i is not None) == set(ids)
+    # Asked for b now: loaded, not run.
+    result = dagexec.run(g, ["b"], checkpoint=path)
+    assert result["b"] == 2 and result.stats.tasks_run == 0
+
+
+def test_no_checkpoint_costs_no_import_no_thread_no_wrapper() -> None:
+    code = (
+        "import sys, threading, dagexec\n"
+        "g = dagexec.Graph(); f = lambda: 1; g.add('t', f)\n"
+        "with dagexec.Executor(1) as ex:\n"
+        "    n = threading.active_count()\n"
+        "    ex.run(g)\n"
+        "    assert threading.active_count() == n\n"
+        "assert g._compile().plans[None].fns[0] is f\n"
+        "assert 'sqlite3' not in sys.modules and 'dagexec._checkpoint' not in sys.modules\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-c", code], cwd=root, check=True, timeout=60)
