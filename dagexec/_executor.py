@@ -132,7 +132,7 @@ def _check_timeout(timeout: object) -> float | None:
         raise ValueError(
             f"timeout must be a number of seconds > 0 (None: no limit), got {timeout!r}"
         )
-    return float(timeout)
+    return None if math.isinf(timeout) else float(timeout)  # a timer cannot wait forever
 
 
 def _check_checkpoint(checkpoint: object) -> str | None:

@@ -153,6 +153,7 @@ def test_submit_checks_every_option_before_queueing() -> None:
         with pytest.raises(dagexec.UnknownTargetError):
             ex.submit(g, ["nope"])
         assert ex.submit(g).result()["a"] == 1
+        assert ex.submit(g, timeout=float("inf")).result()["a"] == 1  # no limit
     with pytest.raises(RuntimeError, match="shut down"):
         ex.submit(g)
 
