@@ -258,7 +258,7 @@ class Executor:
         self._closed = False
         self._pending: list[RunFuture] = []  # submitted and maybe not done; lock held
         # The run queued last, weakly: a finished run must not outlive its caller.
-        self._last: weakref.ref[Run] | None = None  # lock held
+        self._last: weakref.ref[_Submission] | None = None  # lock held
         # Runs for the scheduler thread, one at a time; None tells it to exit.
         self._runs: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
         # The scheduler thread, shared by every run. It holds only the queue, not
@@ -292,13 +292,13 @@ class Executor:
             self._stopper()  # a no-op once the STOPs are in or handed to a thread
 
     @property
-    def _abandoned(self) -> tuple[threading.Thread, Run] | None:
+    def _abandoned(self) -> tuple[threading.Thread, _Submission] | None:
         """An interrupted run and its scheduler, which may still be waiting for its
         running tasks (or, if the interrupt hit Thread.start, about to run)."""
         return self._stopper.abandoned
 
     @_abandoned.setter
-    def _abandoned(self, value: tuple[threading.Thread, Run] | None) -> None:
+    def _abandoned(self, value: tuple[threading.Thread, _Submission] | None) -> None:
         self._stopper.abandoned = value
 
     def run(
@@ -454,7 +454,7 @@ class Executor:
                 holder.append((submission, run))
                 self._pending = [f for f in self._pending if not f.done()]
                 self._pending.append(future)
-                self._last = weakref.ref(run)
+                self._last = weakref.ref(submission)
                 self._runs.put(submission)
         except BaseException:
             if store is not None and not holder:
@@ -500,7 +500,7 @@ class Executor:
             # second Ctrl-C during the wait below cannot let the next run
             # start beside this one.
             submission, run = holder[0]
-            self._abandoned = (self._scheduler, run)
+            self._abandoned = (self._scheduler, submission)
             submission.future.cancel()
             # The interrupt may have come before the put: queue it again (a
             # submission that already began ignores the second call), so that
@@ -617,7 +617,7 @@ class _Stopper:
         self.inboxes = inboxes
         self.workers = workers  # and the scheduler thread
         self.runs = runs
-        self.abandoned: tuple[threading.Thread, Run] | None = None
+        self.abandoned: tuple[threading.Thread, _Submission] | None = None
         self.posted = 0  # inboxes[:posted] have their STOP
         self.done = False
 
@@ -647,7 +647,9 @@ class _Stopper:
 
 
 def _post_stops(
-    stopper: _Stopper, scheduler: threading.Thread | None = None, run: Run | None = None
+    stopper: _Stopper,
+    scheduler: threading.Thread | None = None,
+    run: _Submission | None = None,
 ) -> None:
     """Put a STOP in every inbox still without one, after ``run`` (if any) took its tasks back.
 
@@ -687,7 +689,7 @@ def _scheduler_loop(runs: queue.SimpleQueue[_Submission | None]) -> None:
 class _Submission:
     """A queued run, its future and its checkpoint store, as the scheduler thread sees them."""
 
-    __slots__ = ("begun", "future", "owner", "run", "store")
+    __slots__ = ("__weakref__", "begun", "cancelled", "finished", "future", "owner", "run", "store")
 
     def __init__(
         self, owner: Executor, run: Run, future: RunFuture, store: CheckpointStore | None
@@ -698,6 +700,10 @@ class _Submission:
         self.run: Run | None = run  # None once over
         self.future, self.store = future, store
         self.begun = False
+        # What Executor._abandoned and the stopper wait on: nothing queued will
+        # start (the run's own event), and everything is over, store closed too.
+        self.cancelled = run.cancelled
+        self.finished = threading.Event()
 
     def main(self) -> None:
         """Drive the run (unless cancelled first), close its store, complete the future.
@@ -734,6 +740,7 @@ class _Submission:
                 del outcome
             elif not future.done():  # only if the driver failed to publish anything
                 future._finish(None, RuntimeError("dagexec: the run ended without an outcome"))
+            self.finished.set()
             del future, self
 
 
@@ -779,7 +786,7 @@ def _time_out(future: RunFuture, run: Run, timeout: float | None) -> None:
     )
 
 
-def _wait_unless_never_started(scheduler: threading.Thread, run: Run, event: str) -> None:
+def _wait_unless_never_started(scheduler: threading.Thread, run: _Submission, event: str) -> None:
     """Wait for ``run``'s ``event``, unless its scheduler thread never started.
 
     A Ctrl-C inside ``Thread.start()`` can come before the thread exists; then
