@@ -215,6 +215,10 @@ class Executor:
             never hold more than these (see ``Graph.add(resources=...)``); the
             default for every run, which ``run(resources=...)`` overrides by name.
 
+    :meth:`run` blocks until its run is over; :meth:`submit` queues a run and
+    returns a :class:`~dagexec.RunFuture` at once. Either way, runs on one
+    executor go one at a time, in the order they were queued.
+
     At most ``min(max_in_flight, workers * (queue_cap + 1))`` tasks are ever queued
     or running; that number is ``RunStats.effective_cap``. Use as a context manager,
     or call :meth:`shutdown`. The workers are daemon threads and hold no reference
