@@ -9,12 +9,16 @@ Three measurements, each the median of several repeats:
   caller (the engine's worker thread, see ``dagexec/_checkpoint.py``); the
   alternative, pickling on the writer, would leave the caller only the queueing;
 * writer: values and MB per second from the first save until ``flush()``
-  returns, with ``durable=True`` (fsync per commit) and ``durable=False``.
+  returns, with ``durable=True`` (fsync per commit) and ``durable=False``;
+* whole runs: ``dagexec.run`` of N small tasks (a layered graph: each task
+  needs two of the layer before, so nothing fuses) without a checkpoint, with
+  one on a fresh file (every value saved; the run ends once all are committed),
+  and again on the full file (only the targets are loaded, nothing runs).
 
 Usage, from a clone without installing::
 
     python benchmarks/bench_checkpoint.py [--tasks 200000] [--saves 20000] [--big 100]
-                                          [--repeats 5] [--dir DIR]
+                                          [--run-tasks 20000] [--repeats 5] [--dir DIR]
 
 ``--dir`` puts the database files there (default: a temporary directory); the
 writer's numbers depend on that disk.
@@ -34,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import dagexec
 from dagexec._checkpoint import CheckpointStore, pickle_value
 from dagexec._identity import task_identities
 
@@ -104,11 +109,47 @@ def bench_writer(label: str, value: Any, n: int, repeats: int, folder: Path) -> 
         )
 
 
+def _layered(n: int, width: int = 100) -> dagexec.Graph:
+    g = dagexec.Graph()
+    for i in range(n):
+        layer, k = divmod(i, width)
+        if layer == 0:
+            g.add(i, _inc, args=(k,))
+        else:
+            below = (layer - 1) * width
+            g.add(i, _add, deps=[below + k, below + (k + 1) % width])
+    return g
+
+
+def _add(x: int, y: int) -> int:
+    return x + y
+
+
+def bench_runs(n: int, repeats: int, folder: Path) -> None:
+    """us/task of whole runs: the checkpoint's total cost as a user sees it."""
+    graph = _layered(n)
+    print(f"whole runs, {n:,}-task layered graph, 2 workers:")
+    off = median_us(lambda: dagexec.run(graph, workers=2), n, repeats)
+    print(f"  no checkpoint:                        {off:8.2f} us/task")
+    count = iter(range(10**9))
+
+    def fresh() -> None:
+        dagexec.run(graph, workers=2, checkpoint=folder / f"fresh-{next(count)}.sqlite")
+
+    saving = median_us(fresh, n, repeats)
+    print(f"  checkpoint, fresh file (all saved):   {saving:8.2f} us/task  (+{saving - off:.2f})")
+    full = folder / "full.sqlite"
+    dagexec.run(graph, workers=2, checkpoint=full)
+    loading = median_us(lambda: dagexec.run(graph, workers=2, checkpoint=full), n, repeats)
+    print(f"  checkpoint, full file (targets loaded):{loading:8.2f} us/task")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--tasks", type=int, default=200_000, help="tasks for identities")
     parser.add_argument("--saves", type=int, default=20_000, help="small values saved")
     parser.add_argument("--big", type=int, default=100, help="1 MiB values saved")
+    parser.add_argument("--run-tasks", type=int, default=20_000, help="tasks per whole run")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
@@ -122,6 +163,7 @@ def main() -> int:
         bench_caller("1 MiB", big, args.big, args.repeats, folder)
         bench_writer("small", small, args.saves, args.repeats, folder)
         bench_writer("1 MiB", big, args.big, args.repeats, folder)
+        bench_runs(args.run_tasks, args.repeats, folder)
     return 0
 
 

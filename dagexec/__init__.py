@@ -19,6 +19,7 @@ from ._errors import (
 )
 from ._events import Callback, PlanInfo
 from ._executor import Executor, run
+from ._future import RunFuture
 from ._graph import Graph, Task
 from ._progress import ProgressBar
 from ._result import RunResult, RunStats, StatusMap, TaskState, TraceRecord
@@ -33,6 +34,7 @@ __all__ = [
     "MissingDependencyError",
     "PlanInfo",
     "ProgressBar",
+    "RunFuture",
     "RunResult",
     "RunStats",
     "StatusMap",
@@ -57,6 +59,11 @@ del _name, _obj
 def __getattr__(name: str) -> Any:
     # Optional integrations load only when asked for, so `import dagexec` stays
     # std-only and fast (the way concurrent.futures loads ProcessPoolExecutor).
+    if name == "CheckpointError":  # sqlite3 loads only for a checkpointed run
+        from ._checkpoint import CheckpointError
+
+        CheckpointError.__module__ = "dagexec"
+        return CheckpointError
     if name in ("dask", "testing"):
         import importlib
 

@@ -71,7 +71,13 @@ from typing import Any
 
 from ._errors import DagexecError
 
-__all__ = ["CheckpointError", "CheckpointStore", "describe_safely", "pickle_value"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointStore",
+    "StoreClosedError",
+    "describe_safely",
+    "pickle_value",
+]
 
 log = logging.getLogger("dagexec")
 
@@ -117,6 +123,10 @@ class CheckpointError(DagexecError):
         super().__init__(message)
         self.task = task
         self.path = path
+
+
+class StoreClosedError(CheckpointError):
+    """A save came after the store was closed, or after its writer failed (logged then)."""
 
 
 def describe_safely(name: object) -> str:
@@ -228,7 +238,7 @@ class _Writer:
         with self.lock:
             if self.closed:
                 why = self.dead or "save before closing it"
-                raise CheckpointError(
+                raise StoreClosedError(
                     f"checkpoint {self.path!r} is closed; {why}", task=item[1], path=self.path
                 )
             self.queue.put(item)

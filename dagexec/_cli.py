@@ -171,6 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     run.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        help=(
+            "save each finished task's value in FILE (SQLite); run the same command "
+            "again to resume: tasks found there are loaded, not run"
+        ),
+    )
+    run.add_argument(
         "--traceback",
         action="store_true",
         help=(
@@ -266,6 +274,7 @@ def _summary(result: Any) -> str:
         ("  failed", str(counts[TaskState.FAILED])),
         ("  skipped", str(counts[TaskState.SKIPPED])),
         ("  cancelled", str(counts[TaskState.CANCELLED])),
+        *([("  loaded", str(stats.tasks_loaded))] if stats.tasks_loaded else []),
         ("wall time", wall),
         ("workers", str(stats.workers)),
         ("peak in flight", f"{stats.peak_in_flight} of cap {stats.effective_cap}"),
@@ -324,6 +333,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             on_error=args.on_error,
             callbacks=callbacks,
             trace=bool(args.trace or args.gantt),
+            checkpoint=args.checkpoint,
         )
     except KeyboardInterrupt:
         if bar is not None:
@@ -331,6 +341,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise
     except (ValueError, TypeError) as exc:
         if keep.result is None:  # refused before running: a bad parameter combination
+            raise Fail(safe_str(exc)) from exc
+    except DagexecError as exc:
+        if keep.result is None:  # a checkpoint file or a constant it cannot use
             raise Fail(safe_str(exc)) from exc
     except Exception:
         if keep.result is None:

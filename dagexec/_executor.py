@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import math
 import os
 import queue
 import threading
 import time
 import weakref
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from types import TracebackType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ._events import Hooks, callback_list
+from ._future import _TIMED_OUT, RunFuture
 from ._graph import Graph
 from ._inbox import Inbox
 from ._messages import STOP, Item
@@ -37,7 +39,12 @@ from ._result import RunResult
 from ._scheduler import Run
 from ._worker import worker_loop
 
+if TYPE_CHECKING:
+    from ._checkpoint import CheckpointStore
+
 __all__ = ["Executor", "run"]
+
+log = logging.getLogger("dagexec")
 
 OnError = Literal["raise", "continue"]
 
@@ -113,6 +120,49 @@ def _check_capacity(name: str, resources: object) -> dict[str, float]:
     return capacity
 
 
+def _check_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or math.isnan(timeout)
+        or timeout <= 0
+    ):
+        raise ValueError(
+            f"timeout must be a number of seconds > 0 (None: no limit), got {timeout!r}"
+        )
+    return None if math.isinf(timeout) else float(timeout)  # a timer cannot wait forever
+
+
+def _check_checkpoint(checkpoint: object) -> str | None:
+    if checkpoint is None:
+        return None
+    if not isinstance(checkpoint, (str, os.PathLike)):
+        raise TypeError(
+            "checkpoint must be a file path (str or os.PathLike), like 'batch.sqlite'; "
+            f"got {type(checkpoint).__name__} {checkpoint!r}"
+        )
+    path = os.fspath(checkpoint)
+    if not isinstance(path, str):
+        raise TypeError(f"checkpoint must be a str path, got {type(path).__name__} {path!r}")
+    if path in ("", ":memory:") or path.startswith("file::memory:"):
+        raise ValueError(f"checkpoint must be a file path, got {path!r}")
+    return path
+
+
+class _Job(NamedTuple):
+    """A run's checked parameters: everything needed to queue it."""
+
+    plan: Plan
+    hooks: Hooks
+    on_error: OnError
+    trace: bool
+    timeout: float | None
+    checkpoint: str | None
+    identities: list[bytes | None] | None
+
+
 def _prepare(
     graph: object,
     targets: Iterable[Hashable] | None,
@@ -120,16 +170,22 @@ def _prepare(
     callbacks: object,
     trace: object,
     progress: object,
-) -> tuple[Plan, Hooks, OnError, bool]:
+    timeout: object = None,
+    checkpoint: object = None,
+) -> _Job:
     """Check a run's parameters and plan it; starts no thread, reads targets once.
 
-    Shared by :func:`run` and :meth:`Executor.run`, so that both accept and refuse
-    the same things, and ``run`` refuses them before it starts any thread.
+    Shared by :func:`run`, :meth:`Executor.run` and :meth:`Executor.submit`, so
+    that all accept and refuse the same things, before any thread starts or
+    anything is queued. With a checkpoint, the tasks' identities are computed
+    here too (a constant argument that cannot be pickled is refused now).
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
     checked_on_error = _check_on_error(on_error)
     checked_trace = _check_flag("trace", trace)
+    checked_timeout = _check_timeout(timeout)
+    path = _check_checkpoint(checkpoint)
     callback_objects = callback_list(callbacks)
     if _check_flag("progress", progress):
         from ._progress import ProgressBar
@@ -137,7 +193,12 @@ def _prepare(
         callback_objects.append(ProgressBar())
     hooks = Hooks(callback_objects)
     plan = plan_run(graph._compile(), targets)
-    return plan, hooks, checked_on_error, checked_trace
+    identities = None
+    if path is not None:
+        from ._resume import checkpoint_identities
+
+        identities = checkpoint_identities(graph, plan)
+    return _Job(plan, hooks, checked_on_error, checked_trace, checked_timeout, path, identities)
 
 
 class Executor:
@@ -153,6 +214,10 @@ class Executor:
         resources: capacities, ``{"gpu": 2, "mem": 8e9}``: the tasks out at once
             never hold more than these (see ``Graph.add(resources=...)``); the
             default for every run, which ``run(resources=...)`` overrides by name.
+
+    :meth:`run` blocks until its run is over; :meth:`submit` queues a run and
+    returns a :class:`~dagexec.RunFuture` at once. Either way, runs on one
+    executor go one at a time, in the order they were queued.
 
     At most ``min(max_in_flight, workers * (queue_cap + 1))`` tasks are ever queued
     or running; that number is ``RunStats.effective_cap``. Use as a context manager,
@@ -191,11 +256,15 @@ class Executor:
             )
             for i, inbox in enumerate(self._inboxes)
         ]
-        # Held for a whole run and for shutdown: runs are serialised.
+        # Held to queue a run and to shut down: no run is queued after shutdown.
+        # Runs are serialised by the scheduler thread, which takes them in order.
         self._run_lock = threading.Lock()
         self._closed = False
+        self._pending: list[RunFuture] = []  # submitted and maybe not done; lock held
+        # The run queued last, weakly: a finished run must not outlive its caller.
+        self._last: weakref.ref[_Submission] | None = None  # lock held
         # Runs for the scheduler thread, one at a time; None tells it to exit.
-        self._runs: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
+        self._runs: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
         # The scheduler thread, shared by every run. It holds only the queue, not
         # the executor, so a dropped executor still becomes unreachable.
         self._scheduler = threading.Thread(
@@ -227,13 +296,13 @@ class Executor:
             self._stopper()  # a no-op once the STOPs are in or handed to a thread
 
     @property
-    def _abandoned(self) -> tuple[threading.Thread, Run] | None:
+    def _abandoned(self) -> tuple[threading.Thread, _Submission] | None:
         """An interrupted run and its scheduler, which may still be waiting for its
         running tasks (or, if the interrupt hit Thread.start, about to run)."""
         return self._stopper.abandoned
 
     @_abandoned.setter
-    def _abandoned(self, value: tuple[threading.Thread, Run] | None) -> None:
+    def _abandoned(self, value: tuple[threading.Thread, _Submission] | None) -> None:
         self._stopper.abandoned = value
 
     def run(
@@ -246,6 +315,8 @@ class Executor:
         trace: bool = False,
         progress: bool = False,
         resources: Mapping[str, float] | None = None,
+        timeout: float | None = None,
+        checkpoint: str | os.PathLike[str] | None = None,
     ) -> RunResult:
         """Run ``targets`` (every sink if None) and their ancestors; nothing else runs.
 
@@ -265,41 +336,142 @@ class Executor:
             trace: ``True`` to record per-task timings in ``result.trace``.
             progress: ``True`` to show a progress line on stderr when it is a terminal.
             resources: capacities for this run, over the executor's, by name.
+            timeout: seconds the whole run may take, counted from this call
+                (None: no limit). On expiry the run stops as on ``cancel()`` and
+                ``TimeoutError`` says how many tasks finished.
+            checkpoint: path of a checkpoint file (SQLite). Each finished task's
+                value is saved there; tasks found there are loaded, not run. See
+                README "Checkpoint and resume".
 
         Raises:
             TypeError, ValueError: a parameter is of the wrong type or value; the
                 message names it, the value and the fix. Nothing has run.
             CycleError, MissingDependencyError: the graph is invalid.
             UnknownTargetError: a target is not in the graph.
+            CheckpointError: the checkpoint file cannot be used, or a task's
+                constant argument cannot be pickled (named); nothing has run.
+            TimeoutError: ``timeout`` passed; the run was stopped.
             ValueError: a task needs a resource with no capacity, or more than it.
             BaseException: with ``on_error="raise"``, the first failing task's own
                 exception, with a note naming the task; any ``BaseException`` that
                 is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is
                 raised in either mode.
         """
-        prepared = _prepare(graph, targets, on_error, callbacks, trace, progress)
+        job = _prepare(graph, targets, on_error, callbacks, trace, progress, timeout, checkpoint)
+        capacity = self._capacity(job.plan, resources)
+        return self._run_prepared(job, capacity)
+
+    def submit(
+        self,
+        graph: Graph,
+        targets: Iterable[Hashable] | None = None,
+        **run_options: object,
+    ) -> RunFuture:
+        """Queue a run and return at once with a :class:`RunFuture` for it.
+
+        Takes the options of :meth:`run`, and checks all of them (and the graph)
+        before anything is queued: a bad one raises here. Runs on one executor
+        go one at a time, in the order submitted. ``timeout=`` counts from this
+        call, so it includes the time spent waiting behind earlier runs.
+        ``future.result()`` returns or raises what :meth:`run` would; after
+        ``future.cancel()`` it raises ``concurrent.futures.CancelledError``.
+
+        Raises:
+            TypeError: an unknown option; and everything :meth:`run` raises
+                before running anything.
+            RuntimeError: the executor is shut down.
+        """
+        unknown = sorted(set(run_options) - set(_RUN_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"submit() got unknown run options {unknown}; the options are those of "
+                f"Executor.run: {', '.join(_RUN_OPTIONS)}"
+            )
+        options: dict[str, object] = {**_RUN_DEFAULTS, **run_options}
+        job = _prepare(
+            graph,
+            targets,
+            options["on_error"],
+            options["callbacks"],
+            options["trace"],
+            options["progress"],
+            options["timeout"],
+            options["checkpoint"],
+        )
+        capacity = self._capacity(job.plan, options["resources"])
+        holder: list[tuple[_Submission, Run]] = []
+        submission = self._enqueue(job, capacity, holder)
+        if job.timeout is not None:
+            timer = threading.Timer(
+                job.timeout, _time_out, args=(submission.future, holder[0][1], job.timeout)
+            )
+            timer.name = "dagexec-run-timeout"
+            timer.daemon = True
+            submission.future._set_timer(timer)
+        return submission.future
+
+    def _capacity(self, plan: Plan, resources: object) -> dict[str, float]:
         capacity = self.resources
         if resources is not None:
             capacity = {**capacity, **_check_capacity("resources", resources)}
-        check_resources(prepared[0], capacity)
-        return self._run_prepared(*prepared, capacity)
+        check_resources(plan, capacity)
+        return capacity
 
-    def _run_prepared(
-        self,
-        plan: Plan,
-        hooks: Hooks,
-        on_error: OnError,
-        trace: bool,
-        capacity: Mapping[str, float],
-    ) -> RunResult:
-        """Run a checked plan; :meth:`run` without the checks."""
+    def _enqueue(
+        self, job: _Job, capacity: Mapping[str, float], holder: list[tuple[_Submission, Run]]
+    ) -> _Submission:
+        """Make the run and hand it to the scheduler thread; ``holder`` gets it before.
+
+        With a checkpoint the store is opened and the values it has are loaded
+        here, on the calling thread: a queued run sees what the file held when
+        it was submitted.
+        """
         # Tasks see the caller's contextvars, as with asyncio.to_thread and dask's
         # threads. Even an empty context is passed on: each task then runs in a
         # fresh copy (~50 ns), so a ContextVar a task sets cannot leak into later
         # tasks on the same worker, as it would in a plain thread pool.
         context = contextvars.copy_context()
+        plan, store = job.plan, None
+        if job.checkpoint is not None:
+            from ._resume import open_checkpoint
+
+            assert job.identities is not None
+            plan, store = open_checkpoint(job.checkpoint, plan, job.identities)
+        try:
+            with self._run_lock:
+                if self._closed:
+                    raise RuntimeError("this Executor is shut down; create a new one to run")
+                run = Run(
+                    plan,
+                    self._inboxes,
+                    queue_cap=self.queue_cap,
+                    max_in_flight=self.max_in_flight,
+                    on_error=job.on_error,
+                    hooks=job.hooks,
+                    trace=job.trace,
+                    capacity=capacity,
+                    context=context,
+                )
+                future = RunFuture()
+                future._run = run
+                future._own_thread = _weak_own_thread(self)
+                submission = _Submission(self, run, future, store)
+                holder.append((submission, run))
+                self._pending = [f for f in self._pending if not f.done()]
+                self._pending.append(future)
+                self._last = weakref.ref(submission)
+                self._runs.put(submission)
+        except BaseException:
+            if store is not None and not holder:
+                store.close()
+            raise
+        return submission
+
+    def _run_prepared(self, job: _Job, capacity: Mapping[str, float]) -> RunResult:
+        """Run a checked job and wait for it: :meth:`submit` then ``result()``, with
+        Ctrl-C stopping the run and the run's own ``timeout`` waited for here."""
         if self._on_own_thread():
-            # The outer run holds the run lock and waits for this very thread.
+            # A run waits for this executor's threads, and this is one of them.
             raise RuntimeError(
                 "Executor.run called from one of this executor's own tasks or callbacks, "
                 "which would wait for itself forever; use another Executor for nested runs"
@@ -308,45 +480,44 @@ class Executor:
             if self._closed:
                 raise RuntimeError("this Executor is shut down; create a new one to run")
             self._wait_for_abandoned()
-            run = Run(
-                plan,
-                self._inboxes,
-                queue_cap=self.queue_cap,
-                max_in_flight=self.max_in_flight,
-                on_error=on_error,
-                hooks=hooks,
-                trace=trace,
-                capacity=capacity,
-                context=context,
-            )
-            try:
-                # put() inside the try: the first task may raise SIGINT at once,
-                # and the interrupt must then find the run already covered here.
-                self._runs.put(run)
-                while not run.over.acquire(timeout=_INTERRUPT_POLL_SECONDS):
+        deadline = None if job.timeout is None else time.monotonic() + job.timeout
+        holder: list[tuple[_Submission, Run]] = []
+        try:
+            # The wait is inside the try: the first task may raise SIGINT at once,
+            # and the interrupt must then find the run already covered here.
+            submission = self._enqueue(job, capacity, holder)
+            future = submission.future
+            done = future._done
+            run = holder[0][1]
+            if deadline is None:
+                while not done.wait(_INTERRUPT_POLL_SECONDS):
                     pass
-            except BaseException:
-                # Ctrl-C (or any asynchronous exception) in the caller: stop
-                # dispatch, make sure nothing queued will start, and leave the
-                # running tasks to finish in the background. Recorded first, so a
-                # second Ctrl-C during the wait below cannot let the next run
-                # start beside this one.
-                self._abandoned = (self._scheduler, run)
-                run.abort()
-                # The interrupt may have come before the put above: queue it again
-                # (a run that already began ignores the second call), so that it
-                # surely ends, cancelling everything at once.
-                self._runs.put(run)
-                run.cancelled.wait(_CANCEL_WAIT_SECONDS)
+            else:
+                while not done.wait(min(_INTERRUPT_POLL_SECONDS, deadline - time.monotonic())):
+                    if time.monotonic() >= deadline:
+                        _time_out(future, run, job.timeout)
+        except BaseException:
+            if not holder:
                 raise
-        outcome = run.outcome
-        assert outcome is not None
-        if outcome.error is not None:
-            error = outcome.error
-            del outcome, run  # the caller's traceback should not pin the run's state
-            raise error
-        assert outcome.result is not None
-        return outcome.result
+            # Ctrl-C (or any asynchronous exception) in the caller: stop
+            # dispatch, make sure nothing queued will start, and leave the
+            # running tasks to finish in the background. Recorded first, so a
+            # second Ctrl-C during the wait below cannot let the next run
+            # start beside this one.
+            submission, run = holder[0]
+            self._abandoned = (self._scheduler, submission)
+            submission.future.cancel()
+            # The interrupt may have come before the put: queue it again (a
+            # submission that already began ignores the second call), so that
+            # it surely ends, cancelling everything at once.
+            self._runs.put(submission)
+            run.cancelled.wait(_CANCEL_WAIT_SECONDS)
+            raise
+        del submission, holder, done, run
+        try:
+            return future.result(0)
+        finally:
+            del future  # the caller's traceback should not pin the run's state
 
     def _on_own_thread(self) -> bool:
         """Whether the calling thread is one a run or a shutdown of this executor waits for.
@@ -368,12 +539,17 @@ class Executor:
             _wait_unless_never_started(*self._abandoned, "finished")
             self._abandoned = None
 
-    def shutdown(self, wait: bool = True) -> None:
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop the workers once they are idle; with ``wait``, join every thread.
 
         Safe to call more than once. Without ``wait`` (what an interrupted ``with``
         block does), tasks still running from an interrupted run finish in the
         background and their threads exit afterwards.
+
+        Runs submitted before the shutdown still run, in order, as with
+        :class:`concurrent.futures.ThreadPoolExecutor`; the workers stop after
+        the last. ``cancel_futures=True`` cancels those not started yet instead
+        (the one running finishes). Nothing can be submitted afterwards.
 
         Raises:
             RuntimeError: called from one of this executor's own tasks or callbacks.
@@ -389,6 +565,16 @@ class Executor:
         with self._run_lock:
             if not self._closed:
                 self._closed = True
+                if cancel_futures:
+                    for future in self._pending:
+                        if not future.running():
+                            future.cancel()
+                self._pending = []
+                last = None if self._last is None else self._last()
+                if last is not None and not last.cancelled.is_set():
+                    # Queued runs go first: the STOPs go in after the last of them
+                    # (which runs after every earlier one, the abandoned one too).
+                    self._abandoned = (self._scheduler, last)
                 self._stop_workers()
         if wait:
             self._wait_for_abandoned()
@@ -431,12 +617,12 @@ class _Stopper:
         self,
         inboxes: list[queue.Queue[Item | None]],
         workers: list[threading.Thread],
-        runs: queue.SimpleQueue[Run | None],
+        runs: queue.SimpleQueue[_Submission | None],
     ) -> None:
         self.inboxes = inboxes
         self.workers = workers  # and the scheduler thread
         self.runs = runs
-        self.abandoned: tuple[threading.Thread, Run] | None = None
+        self.abandoned: tuple[threading.Thread, _Submission] | None = None
         self.posted = 0  # inboxes[:posted] have their STOP
         self.done = False
 
@@ -466,7 +652,9 @@ class _Stopper:
 
 
 def _post_stops(
-    stopper: _Stopper, scheduler: threading.Thread | None = None, run: Run | None = None
+    stopper: _Stopper,
+    scheduler: threading.Thread | None = None,
+    run: _Submission | None = None,
 ) -> None:
     """Put a STOP in every inbox still without one, after ``run`` (if any) took its tasks back.
 
@@ -489,27 +677,121 @@ def _post_stops(
     stopper.done = True
 
 
-def _scheduler_loop(runs: queue.SimpleQueue[Run | None]) -> None:
+def _scheduler_loop(runs: queue.SimpleQueue[_Submission | None]) -> None:
     """The scheduler thread: drive each run handed over, until None.
 
-    It holds no reference to the executor, only to the queue.
+    It holds no reference to the executor, only to the queue (a queued run
+    holds the executor, so that its workers outlive it).
     """
     while True:
-        run = runs.get()
-        if run is None:
+        submission = runs.get()
+        if submission is None:
             return
-        finished, over, first = run.finished, run.over, not run.begun
-        run.main()  # returns at once for a run handed over again after Ctrl-C
-        # Let go of the run before releasing the caller: once the caller drops
-        # the result, nothing here may still keep the run's values alive (without
-        # a GIL the caller really does go on while this thread is still here).
-        del run
-        if first:
-            over.release()
-            finished.set()
+        submission.main()
+        del submission  # do not keep a finished run's values alive while idle
 
 
-def _wait_unless_never_started(scheduler: threading.Thread, run: Run, event: str) -> None:
+class _Submission:
+    """A queued run, its future and its checkpoint store, as the scheduler thread sees them."""
+
+    __slots__ = ("__weakref__", "begun", "cancelled", "finished", "future", "owner", "run", "store")
+
+    def __init__(
+        self, owner: Executor, run: Run, future: RunFuture, store: CheckpointStore | None
+    ) -> None:
+        # The owner is held only so that an executor dropped with runs queued
+        # stays alive (its workers with it) until they are over.
+        self.owner: Executor | None = owner
+        self.run: Run | None = run  # None once over
+        self.future, self.store = future, store
+        self.begun = False
+        # What Executor._abandoned and the stopper wait on: nothing queued will
+        # start (the run's own event), and everything is over, store closed too.
+        self.cancelled = run.cancelled
+        self.finished = threading.Event()
+
+    def main(self) -> None:
+        """Drive the run (unless cancelled first), close its store, complete the future.
+
+        A second call (``Executor.run`` queues it again after Ctrl-C) returns at once.
+        """
+        if self.begun:
+            return
+        self.begun = True
+        run, future = self.run, self.future
+        assert run is not None
+        try:
+            if future._start():
+                run.main()  # returns once every task of the run has ended
+            else:  # cancelled before it started: it never starts
+                run.cancelled.set()
+                run.finished.set()
+        finally:
+            if self.store is not None:
+                # After the run: no task of it is running, all saves are queued.
+                try:
+                    self.store.close()
+                except Exception:
+                    log.exception("closing the checkpoint store failed")
+                self.store = None
+            outcome = run.outcome
+            # This frame stays reachable from a callback error's traceback (the
+            # scheduler's frame's f_back): it must not keep the run alive from there.
+            self.run = None
+            del run
+            self.owner = None
+            if outcome is not None:
+                future._finish(outcome.result, outcome.error)
+                del outcome
+            elif not future.done():  # only if the driver failed to publish anything
+                future._finish(None, RuntimeError("dagexec: the run ended without an outcome"))
+            self.finished.set()
+            del future, self
+
+
+def _weak_own_thread(executor: Executor) -> Callable[[], bool]:
+    """``executor._on_own_thread`` without keeping the executor alive."""
+    ref = weakref.ref(executor)
+
+    def own() -> bool:
+        alive = ref()
+        return alive is not None and alive._on_own_thread()
+
+    return own
+
+
+_RUN_DEFAULTS: dict[str, object] = {
+    "on_error": "raise",
+    "callbacks": (),
+    "trace": False,
+    "progress": False,
+    "resources": None,
+    "timeout": None,
+    "checkpoint": None,
+}
+_RUN_OPTIONS = tuple(_RUN_DEFAULTS)
+
+
+def _time_out(future: RunFuture, run: Run, timeout: float | None) -> None:
+    """A run's ``timeout`` passed: stop it as a cancel does, fail it with TimeoutError."""
+    if future.done():
+        return
+    run.abort()
+    run.cancelled.wait(_CANCEL_WAIT_SECONDS)  # queued tasks taken back: the count settles
+    finished = sum(run.state.ran_on)  # a read of ints the scheduler writes: a snapshot
+    loaded = len(run.plan.loaded or ())
+    total = len(run.plan)
+    if loaded:
+        finished = max(0, finished - loaded)
+        total -= loaded
+    future._expire(
+        f"the run timed out after {timeout:g} s with {finished} of {total} tasks finished; "
+        "the rest were cancelled (tasks still running finish in the background and their "
+        "values are dropped); raise timeout= or make the tasks faster"
+    )
+
+
+def _wait_unless_never_started(scheduler: threading.Thread, run: _Submission, event: str) -> None:
     """Wait for ``run``'s ``event``, unless its scheduler thread never started.
 
     A Ctrl-C inside ``Thread.start()`` can come before the thread exists; then
@@ -535,6 +817,8 @@ def run(
     trace: bool = False,
     progress: bool = False,
     resources: Mapping[str, float] | None = None,
+    timeout: float | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
 ) -> RunResult:
     """Run a graph on a fresh :class:`Executor` and shut it down afterwards.
 
@@ -544,20 +828,23 @@ def run(
     # Everything is checked, and targets are read (once), before any thread
     # starts: a bad graph or parameter costs no thread. Executor() checks the
     # bounds before it starts its workers.
-    prepared = _prepare(graph, targets, on_error, callbacks, trace, progress)
+    job = _prepare(graph, targets, on_error, callbacks, trace, progress, timeout, checkpoint)
     capacity = _check_capacity("resources", resources)
-    check_resources(prepared[0], capacity)
+    check_resources(job.plan, capacity)
     ex: Executor | None = None
     try:
         # Inside the try: a Ctrl-C just after the executor started its workers
         # must still stop them (one during its __init__ is handled there).
         ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight, resources=capacity)
-        result = ex._run_prepared(*prepared, capacity)
+        result = ex._run_prepared(job, capacity)
         ex.shutdown()  # inside the try too: a Ctrl-C here must not skip the STOPs
     except BaseException as exc:
         if ex is not None:
+            # After Ctrl-C or the run's timeout, do not wait for tasks that
+            # cannot be interrupted: they finish in the background.
+            wait = isinstance(exc, Exception) and not getattr(exc, _TIMED_OUT, False)
             try:
-                ex.shutdown(wait=isinstance(exc, Exception))
+                ex.shutdown(wait=wait)
             finally:
                 # Nobody else runs on this executor, so the STOPs may go in now
                 # even if a second Ctrl-C cut the shutdown short (a no-op if not).

@@ -79,9 +79,12 @@ def build_result(run: Run, wall: float) -> RunResult:
     values = {names[t]: state.values[t] for t in plan.targets if codes[t] == DONE}
     status = StatusMap(names, state.index, codes)
     errors = {names[t]: e for t, e in state.errors.items()}
+    loaded = 0
+    if plan.loaded:
+        loaded = sum(1 for t in plan.loaded if codes[t] == DONE)
     stats = RunStats(
         tasks_planned=len(plan),
-        tasks_run=sum(state.ran_on),
+        tasks_run=sum(state.ran_on) - loaded,
         wall_seconds=wall,
         workers=len(run.inboxes),
         queue_cap=run.queue_cap,
@@ -92,6 +95,7 @@ def build_result(run: Run, wall: float) -> RunResult:
         tasks_per_worker=tuple(state.ran_on),
         resources=run.capacity,
         peak_resources=state.peak_resources(run.capacity),
+        tasks_loaded=loaded,
     )
     recorder = run.observer.recorder
     trace = recorder.records(status, codes) if recorder is not None else ()

@@ -19,7 +19,7 @@ from typing import Any
 from ._errors import UnknownTargetError, describe
 from ._validate import CompiledGraph
 
-__all__ = ["Plan", "check_resources", "normalise_targets", "plan_run"]
+__all__ = ["Plan", "check_resources", "normalise_targets", "plan_run", "restrict_plan"]
 
 # Plans kept per compiled graph. Each costs memory proportional to its size; a
 # program alternating between more target sets than this just rebuilds some.
@@ -59,6 +59,8 @@ class Plan:
     dep_counts: tuple[int, ...] = ()
     use_counts: tuple[int, ...] = ()
     target_mask: bytes = b""
+    # Tasks whose value a checkpoint supplied (see restrict_plan), or None.
+    loaded: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
         if not self.dep_counts and self.names:
@@ -270,3 +272,57 @@ def check_resources(plan: Plan, capacity: Mapping[str, float]) -> None:
                     f"{name!r}, more than its capacity {capacity[name]}; it could never "
                     "run: raise the capacity or lower the need"
                 )
+
+
+def restrict_plan(
+    plan: Plan,
+    to_run: set[int],
+    loaded: Mapping[int, Any],
+    wrap: Callable[[int, Callable[..., Any]], Callable[..., Any]],
+) -> Plan:
+    """``plan`` cut down to ``to_run`` plus ``loaded``, for a run resumed from a checkpoint.
+
+    A loaded task becomes a root whose function returns its stored value, so the
+    state machine and the driver need no notion of "loaded": it is a task that
+    takes no time and holds no resource. ``wrap(i, fn)`` gives the function to
+    run for task ``i`` of ``to_run`` (the checkpoint's saving wrapper).
+    """
+    order = sorted(to_run | loaded.keys())
+    local = {g: i for i, g in enumerate(order)}
+    deps = tuple(() if g in loaded else tuple([local[d] for d in plan.deps[g]]) for g in order)
+    fns = tuple(_constant(loaded[g]) if g in loaded else wrap(g, plan.fns[g]) for g in order)
+    names = tuple(plan.names[g] for g in order)
+    dependents = _dependents_of(deps)
+    targets = tuple(local[t] for t in plan.targets)
+    priority = plan.priority
+    if priority is not None:
+        priority = tuple([priority[g] for g in order])
+    needs = plan.needs
+    if needs is not None:
+        needs = tuple([() if g in loaded else needs[g] for g in order])
+        if not any(needs):
+            needs = None
+    maps = None
+    if plan.maps is not None:
+        maps = frozenset(local[g] for g in plan.maps if g in local and g not in loaded) or None
+    return Plan(
+        names=names,
+        index={name: i for i, name in enumerate(names)},
+        fns=fns,
+        deps=deps,
+        dependents=dependents,
+        targets=targets,
+        roots=tuple(i for i, d in enumerate(deps) if not d),
+        chain_next=_chain_links(deps, dependents, targets, needs, maps),
+        priority=priority,
+        needs=needs,
+        maps=maps,
+        loaded=frozenset(local[g] for g in loaded),
+    )
+
+
+def _constant(value: Any) -> Callable[[], Any]:
+    def loaded() -> Any:
+        return value
+
+    return loaded

@@ -89,6 +89,11 @@ class RunStats:
     ``resources`` are the run's capacities, ``peak_resources[r]`` the most of
     ``r`` held at once by tasks out (dispatched and not ended); never above its
     capacity.
+
+    With a checkpoint, ``tasks_loaded`` counts the tasks whose value came from
+    the file; they are in ``tasks_planned`` but not in ``tasks_run`` (each is
+    handed to a worker as a task that returns its stored value, so it does
+    count in ``tasks_per_worker``).
     """
 
     tasks_planned: int
@@ -103,6 +108,7 @@ class RunStats:
     tasks_per_worker: tuple[int, ...]
     resources: Mapping[str, float] = field(default_factory=dict)
     peak_resources: Mapping[str, float] = field(default_factory=dict)
+    tasks_loaded: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,12 +143,6 @@ class Run:
         self.context = context  # the caller's contextvars, copied per task (None: empty)
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.finished = threading.Event()  # outcome is ready
-        # The same moment as a lock released once, for the caller's interruptible
-        # wait: acquire(timeout) is one C call, so a Ctrl-C cannot land half-way
-        # through it, as it can inside Event.wait (where CPython then raises
-        # "RuntimeError: release unlocked lock" instead of the KeyboardInterrupt).
-        self.over = threading.Lock()
-        self.over.acquire()
         self.stop = threading.Event()  # set by the scheduler on a stop; read by chains
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
@@ -194,10 +188,11 @@ class Run:
                 release_frames(error)
             self.observer.errors.clear()
             self.cancelled.set()
-            # ``finished`` is set by the scheduler loop once it has let go of the
-            # run (_executor._scheduler_loop). This frame stays reachable from a
-            # callback error's traceback (through f_back) after it returns; it
-            # must not keep the run alive from there.
+            self.finished.set()
+            # The caller is released by the run's future, once the scheduler
+            # thread has let go of the run (_executor._Submission.main). This frame
+            # stays reachable from a callback error's traceback (through f_back)
+            # after it returns; it must not keep the run alive from there.
             del self
 
     def _drain_after_error(self) -> None:
