@@ -11,25 +11,32 @@ import contextlib
 from typing import Any
 
 from ._errors import (
+    Cancelled,
     CycleError,
     DagexecError,
     DuplicateTaskError,
     MissingDependencyError,
+    TaskTimeout,
     UnknownTargetError,
 )
 from ._events import Callback, PlanInfo
 from ._executor import Executor, run
 from ._graph import Graph, Task
+from ._policy import MISSING, CurrentTask, Missing, current_task
 from ._progress import ProgressBar
 from ._result import RunResult, RunStats, StatusMap, TaskState, TraceRecord
 
 __all__ = [
+    "MISSING",
     "Callback",
+    "Cancelled",
+    "CurrentTask",
     "CycleError",
     "DagexecError",
     "DuplicateTaskError",
     "Executor",
     "Graph",
+    "Missing",
     "MissingDependencyError",
     "PlanInfo",
     "ProgressBar",
@@ -38,8 +45,10 @@ __all__ = [
     "StatusMap",
     "Task",
     "TaskState",
+    "TaskTimeout",
     "TraceRecord",
     "UnknownTargetError",
+    "current_task",
     "run",
 ]
 

@@ -92,6 +92,7 @@ def build_result(run: Run, wall: float) -> RunResult:
         tasks_per_worker=tuple(state.ran_on),
         resources=run.capacity,
         peak_resources=state.peak_resources(run.capacity),
+        retries=state.retries,
     )
     recorder = run.observer.recorder
     trace = recorder.records(status, codes) if recorder is not None else ()

@@ -88,7 +88,8 @@ class RunStats:
     worker ``w``'s inbox right after a dispatch and never exceeds ``queue_cap``.
     ``resources`` are the run's capacities, ``peak_resources[r]`` the most of
     ``r`` held at once by tasks out (dispatched and not ended); never above its
-    capacity.
+    capacity. ``retries`` counts retry attempts (``retries=`` of a task): a task
+    that failed twice and then succeeded adds 2.
     """
 
     tasks_planned: int
@@ -103,6 +104,7 @@ class RunStats:
     tasks_per_worker: tuple[int, ...]
     resources: Mapping[str, float] = field(default_factory=dict)
     peak_resources: Mapping[str, float] = field(default_factory=dict)
+    retries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
