@@ -471,18 +471,24 @@ class Run:
         state, deadlines = self.state, self.deadlines
         now = _clock()
         state.wake(now)
-        while deadlines and deadlines[0][0] <= now:
+        while deadlines and (deadlines[0][0] <= now or self._over(deadlines[0])):
             _, _, task, attempt = heapq.heappop(deadlines)
             self._time_out(task, attempt)
         state.wake(now)  # a timed-out attempt retried at once
         due = [q[0][0] for q in (state.timers, deadlines) if q]
         return min(due) - now if due else None
 
+    def _over(self, deadline: tuple[float, int, int, int]) -> bool:
+        """True if the attempt this deadline was for has ended: it need not wake us."""
+        task, attempt = deadline[2], deadline[3]
+        state = self.state
+        return state.state[task] != S_IN_FLIGHT or state.attempt.get(task, 1) != attempt
+
     def _time_out(self, task: int, attempt: int) -> None:
         """``task``'s attempt ran past its timeout: it fails now with TaskTimeout. Its
         thread runs on; its worker, slot and resources stay held until it returns."""
         state = self.state
-        if state.state[task] != S_IN_FLIGHT or state.attempt.get(task, 1) != attempt:
+        if self._over((0.0, 0, task, attempt)):
             return  # that attempt ended in time
         worker, started = self.running_on.pop(task)
         key = (task, worker)

@@ -202,12 +202,13 @@ def test_callbacks_see_each_attempt_and_one_end() -> None:
 
 
 # ---------------------------------------------------------------------- timeouts
-@pytest.mark.parametrize("max_in_flight", [1, 2])
+@pytest.mark.parametrize(("workers", "max_in_flight"), [(2, 1), (2, 2), (1, 2)])
 def test_a_timed_out_attempt_is_retried_and_its_late_value_never_leaks(
-    max_in_flight: int,
+    workers: int, max_in_flight: int
 ) -> None:
     """Attempt 1 hangs until its token is set; attempt 2 answers. With one slot,
-    attempt 2 waits for attempt 1's thread to return: the bound stays honest."""
+    attempt 2 waits for attempt 1's thread to return: the bound stays honest. With
+    one worker, attempt 2 queues behind attempt 1 and its report comes second."""
     saw_cancel = threading.Event()
 
     def slow() -> str:
@@ -221,7 +222,7 @@ def test_a_timed_out_attempt_is_retried_and_its_late_value_never_leaks(
     g = Graph()
     g.add("slow", slow, timeout=0.05, retries=1)
     g.add("use", lambda v: v.upper(), deps=["slow"])
-    result = dagexec.run(g, workers=2, max_in_flight=max_in_flight)
+    result = dagexec.run(g, workers=workers, max_in_flight=max_in_flight)
     assert saw_cancel.is_set()
     assert result["use"] == "FRESH"
     assert result.stats.retries == 1
@@ -318,6 +319,14 @@ def test_ctrl_c_sets_the_tokens_of_running_attempts() -> None:
     assert token_set.wait(WAIT)
 
 
+def test_a_deadline_of_an_attempt_that_ended_does_not_hold_the_run() -> None:
+    g = Graph()
+    g.add("quick", lambda: 1, timeout=3600)
+    g.add("after", lambda q: q + 1, deps=["quick"], timeout=3600)
+    result = dagexec.run(g)  # would wait an hour if a deadline kept the run alive
+    assert result["after"] == 2
+
+
 # ----------------------------------------------------------------- cleanup tasks
 def cleanup_graph(got: list[tuple[object, ...]]) -> Graph:
     """ok, bad (raises), after (needs bad), clean (all_done on all three)."""
@@ -382,6 +391,21 @@ def test_run_if_is_checked() -> None:
     with pytest.raises(ValueError, match="timeout must be a finite number"):
         g.add("y", lambda: 1, timeout=0)
     assert "y" not in g
+
+
+def test_ctrl_c_cancels_cleanup_tasks_too() -> None:
+    ran: list[str] = []
+
+    def interrupted() -> None:
+        _thread.interrupt_main()
+        assert current_task().cancelled.wait(WAIT)  # returns once the run aborted
+
+    g = Graph()
+    g.add("x", interrupted, timeout=3600)
+    g.add("clean", lambda x: ran.append("clean"), deps=["x"], run_if="all_done")
+    with pytest.raises(KeyboardInterrupt):
+        dagexec.run(g)
+    assert ran == []
 
 
 # --------------------------------------------------------- retries x resources x map
