@@ -430,3 +430,17 @@ def test_retries_with_resources_on_a_map() -> None:
     assert result.stats.retries == 8
     assert attempts == {("sq", i): 2 for i in range(8)}
     assert result.stats.peak_resources == {"gpu": 2}
+
+
+def test_readme_example_runs_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
+    start = readme.index("## Retries, timeouts and cleanup tasks")
+    section = readme[start : readme.index("\n## ", start + 1)]
+    block = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    exec(compile(block, "README.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "[1, 2, 3] 2"
+    assert out[1].startswith("data='data' parsed=ValueError(\"invalid literal for int() with")
