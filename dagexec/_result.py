@@ -89,7 +89,8 @@ class RunStats:
     ``resources`` are the run's capacities, ``peak_resources[r]`` the most of
     ``r`` held at once by tasks out (dispatched and not ended); never above its
     capacity. ``retries`` counts retry attempts (``retries=`` of a task): a task
-    that failed twice and then succeeded adds 2.
+    that failed twice and then succeeded adds 2 (and ``tasks_run``, which counts
+    attempts that ran, 3).
     """
 
     tasks_planned: int

@@ -14,6 +14,7 @@ States only move forward::
     HELD -> IN_FLIGHT (the member before it returned) | DONE | FAILED | CANCELLED
     WAITING | HELD -> SKIPPED (downstream of a failure, with on_error="continue")
     WAITING | READY -> CANCELLED (the run stopped)
+    IN_FLIGHT -> WAITING (a failed attempt waits for its retry: retries=)
 
 Policies, each written once:
 
@@ -33,6 +34,14 @@ Policies, each written once:
   arguments (or skipped); targets are kept.
 * A stop (failure with on_error="raise", a fatal exception, an abort) cancels
   everything not yet handed out; what is on workers ends through ``finish``.
+  Cleanup tasks (run_if="all_done") are kept, and become ready once every
+  dependency ended in any state (:meth:`RunState._ended`), unless the stop is
+  an abort.
+* Retries: a failed attempt that may be retried goes back to WAITING with a
+  timer (a heap of due times on the driver's clock, which the driver passes in
+  as ``now``: the machine reads no clock) and keeps its arguments; the driver
+  releases its slot and resources as for any end, and :meth:`RunState.wake`
+  makes it ready when it is due.
 """
 
 from __future__ import annotations

@@ -38,6 +38,11 @@ by one thread or is a queue/Event, which has its own lock):
                                                        ``results`` orders it
     outcome                scheduler, before           caller, after
                            ``finished.set()``          ``finished.wait()``
+    an attempt's token     scheduler sets it (timeout, the task, through
+    (``current_task()``)   a stop)                     ``current_task()`` (Event
+                                                       lock); one per attempt
+    ``_policy._local``     each worker, around a       that worker's task only
+                           task with a policy          (thread-local)
     =====================  ==========================  =========================
 
 Why no circular wait can form: the scheduler never blocks on an inbox (it only
@@ -51,8 +56,16 @@ Which worker gets a task, and rescuing tasks stuck behind a long one, is
 :mod:`dagexec._balance`. Everything about tasks (order, readiness, resources,
 values, skips and cancels) is :mod:`dagexec._runstate`. On a stop the driver
 sets ``stop`` (chains stop between members), takes queued items back out of the
-inboxes and cancels them; tasks already running finish; only then is the
-outcome published.
+inboxes and cancels them, and sets the token of every running attempt; tasks
+already running finish; only then is the outcome published.
+
+Per-task policy (only in runs whose plan has one, ``timed``): retry waits are
+timers in the state machine, attempt timeouts are timers here (from each
+attempt's STARTED report), and both set the timeout of ``results.get``. A
+timed-out attempt ends for the state machine at once (failed with TaskTimeout,
+maybe retried) but keeps its in-flight slot and resources until its worker
+reports; that late report is recognised by (task, worker), since a worker
+reports in order, and dropped.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from dagexec import (
     _scheduler,
     current_task,
 )
+from dagexec.testing import assert_within_bounds
 
 WAIT = 30.0  # a safety net for gates: a hang fails here, a pass never waits this long
 
@@ -428,6 +429,8 @@ def test_retries_with_resources_on_a_map() -> None:
     result = dagexec.run(g, workers=3, resources={"gpu": 2})
     assert result["total"] == sum(x * x for x in range(8))
     assert result.stats.retries == 8
+    assert result.stats.tasks_run == 1 + 16 + 1  # xs, two attempts per item, total
+    assert_within_bounds(result)
     assert attempts == {("sq", i): 2 for i in range(8)}
     assert result.stats.peak_resources == {"gpu": 2}
 
