@@ -230,6 +230,28 @@ def test_a_timed_out_attempt_is_retried_and_its_late_value_never_leaks(
     assert result.stats.peak_in_flight == max_in_flight  # the stuck attempt counted
 
 
+def test_a_timed_out_attempt_keeps_its_resources_until_it_returns() -> None:
+    """gpu capacity 1: the retry cannot start before the stuck attempt let go."""
+    returned = threading.Event()
+
+    def gpu_task() -> str:
+        me = current_task()
+        if me.attempt == 1:
+            assert me.cancelled.wait(WAIT)
+            returned.set()
+            return "late"
+        assert returned.is_set(), "the retry ran while the stuck attempt held the gpu"
+        return "fresh"
+
+    g = Graph()
+    g.add("t", gpu_task, timeout=0.05, retries=1, resources={"gpu": 1})
+    result = dagexec.run(g, workers=2, resources={"gpu": 1})
+    assert result["t"] == "fresh"
+    assert result.stats.peak_resources == {"gpu": 1}
+    assert result.stats.peak_in_flight == 1  # the retry waited for the resource
+    assert_within_bounds(result)
+
+
 def test_a_timeout_without_retries_fails_with_task_timeout() -> None:
     def hang() -> None:
         current_task().cancelled.wait(WAIT)
