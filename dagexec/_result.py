@@ -114,6 +114,8 @@ class TraceRecord:
 
     ``ready`` and ``dispatched`` are taken on the scheduler thread, ``started`` and
     ``ended`` on the worker that ran it, all from :func:`time.perf_counter`.
+    For a task with ``retries=``, the record is its last attempt's, and
+    ``attempt`` says which one (1 without retries).
     """
 
     name: Hashable
@@ -123,6 +125,7 @@ class TraceRecord:
     dispatched: float
     started: float
     ended: float
+    attempt: int = 1
 
 
 class RunResult(Mapping[Hashable, Any]):

@@ -199,7 +199,7 @@ def test_callbacks_see_each_attempt_and_one_end() -> None:
     g.add("f", flaky, retries=2)
     result = dagexec.run(g, callbacks=[Watch()], trace=True)
     assert events == [("dispatch", "f"), ("start", "f")] * 3 + [("end", "done")]
-    assert [r.name for r in result.trace] == ["f"]  # the record of the final attempt
+    assert [(r.name, r.attempt) for r in result.trace] == [("f", 3)]  # the last attempt
 
 
 # ---------------------------------------------------------------------- timeouts
