@@ -11,26 +11,33 @@ import contextlib
 from typing import Any
 
 from ._errors import (
+    Cancelled,
     CycleError,
     DagexecError,
     DuplicateTaskError,
     MissingDependencyError,
+    TaskTimeout,
     UnknownTargetError,
 )
 from ._events import Callback, PlanInfo
 from ._executor import Executor, run
 from ._future import RunFuture
 from ._graph import Graph, Task
+from ._policy import MISSING, CurrentTask, Missing, current_task
 from ._progress import ProgressBar
 from ._result import RunResult, RunStats, StatusMap, TaskState, TraceRecord
 
 __all__ = [
+    "MISSING",
     "Callback",
+    "Cancelled",
+    "CurrentTask",
     "CycleError",
     "DagexecError",
     "DuplicateTaskError",
     "Executor",
     "Graph",
+    "Missing",
     "MissingDependencyError",
     "PlanInfo",
     "ProgressBar",
@@ -40,8 +47,10 @@ __all__ = [
     "StatusMap",
     "Task",
     "TaskState",
+    "TaskTimeout",
     "TraceRecord",
     "UnknownTargetError",
+    "current_task",
     "run",
 ]
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection, Hashable, Iterable, Sequence
+from typing import Any
 
 __all__ = [
+    "Cancelled",
     "CycleError",
     "DagexecError",
     "DuplicateTaskError",
     "MissingDependencyError",
+    "TaskTimeout",
     "UnknownTargetError",
     "close_names",
     "describe",
@@ -178,3 +181,30 @@ class UnknownTargetError(DagexecError, KeyError):
     def __str__(self) -> str:
         # KeyError.__str__ would repr() the message and wrap it in quotes.
         return self.message
+
+
+class TaskTimeout(DagexecError, TimeoutError):
+    """An attempt of a task ran longer than its ``timeout=``.
+
+    The attempt's thread cannot be killed: it keeps running (and keeps its
+    worker, its in-flight slot and its resources) until the function returns;
+    its value is discarded and ``current_task().cancelled`` is set for it.
+    """
+
+    def __init__(self, task: Hashable, timeout: float, attempt: int = 1) -> None:
+        self.task = task
+        self.timeout = timeout
+        self.attempt = attempt
+        super().__init__(
+            f"task {describe(task)} timed out: attempt {attempt} ran longer than its "
+            f"timeout={timeout:g} s; raise the timeout, or make the task check "
+            "dagexec.current_task().cancelled and return early"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.task, self.timeout, self.attempt))
+
+
+class Cancelled(DagexecError):
+    """Raised by ``current_task().check()`` once the attempt's cancellation token is set
+    (its timeout passed, or the run is stopping)."""

@@ -51,6 +51,8 @@ class Fanout:
         self.priority = None if run.priority is None else list(run.priority)
         self.needs = None if run.needs is None else list(run.needs)
         run.priority, run.needs = self.priority, self.needs
+        self.policy = None if run.policy is None else list(run.policy)
+        run.policy = self.policy
         self.items: dict[int, Any] = {}
         run.items = self.items
         self.run = run
@@ -98,6 +100,7 @@ class Fanout:
         name, fn = run.names[m], run.fns[m]
         priority = run.priority[m] if run.priority is not None else 0
         need = run.needs[m] if run.needs is not None else ()
+        policy = run.policy[m] if run.policy is not None else None
         for i, t in enumerate(span):
             task_name = (name, i)
             self.names.append(task_name)
@@ -115,6 +118,8 @@ class Fanout:
                 self.priority.append(priority)
             if self.needs is not None:
                 self.needs.append(need)
+            if self.policy is not None:
+                self.policy.append(policy)
             if source is None:
                 self.items[t] = items[i]
             else:

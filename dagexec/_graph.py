@@ -35,6 +35,7 @@ from ._options import (
     name_of,
     safe_repr,
 )
+from ._policy import Policy, check_policy
 
 if TYPE_CHECKING:
     from ._validate import CompiledGraph
@@ -83,6 +84,7 @@ class Graph:
         "_maps",
         "_names",
         "_originals",
+        "_policy",
         "_priority",
         "_resources",
     )
@@ -102,6 +104,7 @@ class Graph:
         self._priority: dict[int, int] = {}
         self._resources: dict[int, tuple[tuple[str, float], ...]] = {}
         self._maps: set[int] = set()
+        self._policy: dict[int, Policy] = {}  # sparse: tasks given retries, timeout, run_if
         self._compiled: CompiledGraph | None = None
 
     def add(
@@ -114,6 +117,11 @@ class Graph:
         kwargs: Mapping[str, Any] | None = None,
         priority: int = 0,
         resources: Mapping[str, float] | None = None,
+        retries: int = 0,
+        retry_delay: float = 0.0,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+        timeout: float | None = None,
+        run_if: str = "all_success",
     ) -> Hashable:
         """Add task ``name`` computing ``fn(*dep_values, *args, **kwargs)``; return ``name``.
 
@@ -121,6 +129,8 @@ class Graph:
         ``resources``: what the task holds from dispatch until it ends, e.g.
         ``{"gpu": 1}``; the run's capacities (``resources=`` of the executor or the
         run) bound the sum over tasks out at once.
+        ``retries``, ``retry_delay``, ``retry_on``, ``timeout``, ``run_if``: see
+        README "Retries, timeouts and cleanup tasks".
 
         ``deps`` is an ordered collection of task names whose values are passed
         positionally, or a mapping ``{parameter: task name}`` passing them by
@@ -181,6 +191,16 @@ class Graph:
             )
         if priority or resources:  # plain tasks store nothing here
             self._set_options(len(self._names), name, priority, resources)
+        if (
+            retries
+            or retry_delay
+            or timeout is not None
+            or run_if != "all_success"
+            or retry_on is not Exception
+        ):
+            policy = check_policy(name, retries, retry_delay, retry_on, timeout, run_if)
+            if policy is not None:
+                self._policy[len(self._names)] = policy
         index[name] = len(self._names)
         self._names.append(name)
         self._fns.append(call)
@@ -209,6 +229,11 @@ class Graph:
         deps: Iterable[Hashable] = (),
         priority: int = 0,
         resources: Mapping[str, float] | None = None,
+        retries: int = 0,
+        retry_delay: float = 0.0,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+        timeout: float | None = None,
+        run_if: str = "all_success",
     ) -> Hashable:
         """Add ``name``: ``fn(item, *[result of d for d in deps])`` for each item of ``over``.
 
@@ -229,8 +254,24 @@ class Graph:
                     f"{type(deps).__name__} {safe_repr(deps)}; write deps=[...]"
                 )
             deps = tuple(deps)
+        if run_if != "all_success":
+            raise ValueError(
+                f"map {describe(name)}: run_if={run_if!r} is not supported on g.map (its "
+                "items need the value of over); add a cleanup task with g.add(..., "
+                "run_if='all_done') that depends on the map instead"
+            )
         position = len(self._names)
-        self.add(name, fn, deps=(over, *deps), priority=priority, resources=resources)
+        self.add(
+            name,
+            fn,
+            deps=(over, *deps),
+            priority=priority,
+            resources=resources,
+            retries=retries,
+            retry_delay=retry_delay,
+            retry_on=retry_on,
+            timeout=timeout,
+        )
         self._maps.add(position)
         return name
 
@@ -248,6 +289,11 @@ class Graph:
         kwargs: Mapping[str, Any] | None = None,
         priority: int = 0,
         resources: Mapping[str, float] | None = None,
+        retries: int = 0,
+        retry_delay: float = 0.0,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+        timeout: float | None = None,
+        run_if: str = "all_success",
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -261,6 +307,11 @@ class Graph:
         kwargs: Mapping[str, Any] | None = None,
         priority: int = 0,
         resources: Mapping[str, float] | None = None,
+        retries: int = 0,
+        retry_delay: float = 0.0,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+        timeout: float | None = None,
+        run_if: str = "all_success",
     ) -> Any:
         """Decorator form of :meth:`add`; the function is returned unchanged.
 
@@ -299,6 +350,11 @@ class Graph:
                     kwargs=kwargs,
                     priority=priority,
                     resources=resources,
+                    retries=retries,
+                    retry_delay=retry_delay,
+                    retry_on=retry_on,
+                    timeout=timeout,
+                    run_if=run_if,
                 )
             except BaseException:
                 self._inferred.pop(len(self._names), None)
@@ -334,6 +390,7 @@ class Graph:
                     self._priority,
                     self._resources,
                     self._maps,
+                    self._policy,
                 )
             except MissingDependencyError as exc:
                 raise self._explain(exc) from None

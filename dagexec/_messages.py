@@ -31,6 +31,7 @@ __all__ = [
     "MEMBER",
     "NOTIFY_START",
     "READY",
+    "RETRY",
     "START",
     "STARTED",
     "STOP",
@@ -123,8 +124,9 @@ class Chain(NamedTuple):
 Item = Job | Chain
 
 
-# Event kinds, in the order a task meets them.
-READY, DISPATCH, START, END = range(4)
+# Event kinds, in the order a task meets them. RETRY: an attempt failed and the
+# task waits for another (retries=); END comes once, with the final state.
+READY, DISPATCH, START, END, RETRY = range(5)
 
 
 class Event(NamedTuple):

@@ -96,6 +96,7 @@ def build_result(run: Run, wall: float) -> RunResult:
         resources=run.capacity,
         peak_resources=state.peak_resources(run.capacity),
         tasks_loaded=loaded,
+        retries=state.retries,
     )
     recorder = run.observer.recorder
     trace = recorder.records(status, codes) if recorder is not None else ()

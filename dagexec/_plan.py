@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import UnknownTargetError, describe
+from ._policy import Policy
 from ._validate import CompiledGraph
 
 __all__ = ["Plan", "check_resources", "normalise_targets", "plan_run", "restrict_plan"]
@@ -54,6 +55,7 @@ class Plan:
     priority: tuple[int, ...] | None = None
     needs: tuple[tuple[tuple[str, float], ...], ...] | None = None
     maps: frozenset[int] | None = None  # g.map tasks: expanded at run time
+    policy: tuple[Policy | None, ...] | None = None  # retries, timeouts, cleanup tasks
     # Per-run counters start as copies of these (a C-level copy per run, not a
     # Python loop): dependencies per task, users per task, 1 for each target.
     dep_counts: tuple[int, ...] = ()
@@ -155,6 +157,7 @@ def _chain_links(
     targets: tuple[int, ...],
     needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
     maps: frozenset[int] | None = None,
+    policy: tuple[Policy | None, ...] | None = None,
 ) -> tuple[int, ...]:
     """Link each task to the one that can follow it in a single hand-off, or -1.
 
@@ -183,6 +186,12 @@ def _chain_links(
         for i, j in enumerate(links):
             if j >= 0 and (needs[i] or needs[j]):
                 links[i] = -1
+    if policy is not None:
+        # A task with a policy is retried, timed out or run after failures on its
+        # own: never part of a chain, either end.
+        for i, j in enumerate(links):
+            if j >= 0 and (policy[i] is not None or policy[j] is not None):
+                links[i] = -1
     return tuple(links)
 
 
@@ -197,10 +206,13 @@ def _whole_plan(compiled: CompiledGraph) -> Plan:
         dependents=dependents,
         targets=compiled.sinks,
         roots=tuple(i for i, d in enumerate(deps) if not d),
-        chain_next=_chain_links(deps, dependents, compiled.sinks, compiled.needs, compiled.maps),
+        chain_next=_chain_links(
+            deps, dependents, compiled.sinks, compiled.needs, compiled.maps, compiled.policy
+        ),
         priority=compiled.priority,
         needs=compiled.needs,
         maps=compiled.maps,
+        policy=compiled.policy,
     )
 
 
@@ -230,6 +242,11 @@ def _partial_plan(compiled: CompiledGraph, target_ids: tuple[int, ...]) -> Plan:
         needs = tuple([needs[g] for g in order])
         if not any(needs):
             needs = None
+    policy = compiled.policy
+    if policy is not None:
+        policy = tuple([policy[g] for g in order])
+        if not any(p is not None for p in policy):
+            policy = None
     maps = None
     if compiled.maps is not None:
         maps = frozenset(local[g] for g in compiled.maps if g in local) or None
@@ -241,10 +258,11 @@ def _partial_plan(compiled: CompiledGraph, target_ids: tuple[int, ...]) -> Plan:
         dependents=dependents,
         targets=targets,
         roots=tuple(i for i, d in enumerate(deps) if not d),
-        chain_next=_chain_links(deps, dependents, targets, needs, maps),
+        chain_next=_chain_links(deps, dependents, targets, needs, maps, policy),
         priority=priority,
         needs=needs,
         maps=maps,
+        policy=policy,
     )
 
 

@@ -88,7 +88,9 @@ class RunStats:
     worker ``w``'s inbox right after a dispatch and never exceeds ``queue_cap``.
     ``resources`` are the run's capacities, ``peak_resources[r]`` the most of
     ``r`` held at once by tasks out (dispatched and not ended); never above its
-    capacity.
+    capacity. ``retries`` counts retry attempts (``retries=`` of a task): a task
+    that failed twice and then succeeded adds 2 (and ``tasks_run``, which counts
+    attempts that ran, 3).
 
     With a checkpoint, ``tasks_loaded`` counts the tasks whose value came from
     the file; they are in ``tasks_planned`` but not in ``tasks_run`` (each is
@@ -109,6 +111,7 @@ class RunStats:
     resources: Mapping[str, float] = field(default_factory=dict)
     peak_resources: Mapping[str, float] = field(default_factory=dict)
     tasks_loaded: int = 0
+    retries: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,8 @@ class TraceRecord:
 
     ``ready`` and ``dispatched`` are taken on the scheduler thread, ``started`` and
     ``ended`` on the worker that ran it, all from :func:`time.perf_counter`.
+    For a task with ``retries=``, the record is its last attempt's, and
+    ``attempt`` says which one (1 without retries).
     """
 
     name: Hashable
@@ -126,6 +131,7 @@ class TraceRecord:
     dispatched: float
     started: float
     ended: float
+    attempt: int = 1
 
 
 class RunResult(Mapping[Hashable, Any]):

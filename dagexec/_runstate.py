@@ -14,6 +14,7 @@ States only move forward::
     HELD -> IN_FLIGHT (the member before it returned) | DONE | FAILED | CANCELLED
     WAITING | HELD -> SKIPPED (downstream of a failure, with on_error="continue")
     WAITING | READY -> CANCELLED (the run stopped)
+    IN_FLIGHT -> WAITING (a failed attempt waits for its retry: retries=)
 
 Policies, each written once:
 
@@ -33,20 +34,30 @@ Policies, each written once:
   arguments (or skipped); targets are kept.
 * A stop (failure with on_error="raise", a fatal exception, an abort) cancels
   everything not yet handed out; what is on workers ends through ``finish``.
+  Cleanup tasks (run_if="all_done") are kept, and become ready once every
+  dependency ended in any state (:meth:`RunState._ended`), unless the stop is
+  an abort.
+* Retries: a failed attempt that may be retried goes back to WAITING with a
+  timer (a heap of due times on the driver's clock, which the driver passes in
+  as ``now``: the machine reads no clock) and keeps its arguments; the driver
+  releases its slot and resources as for any end, and :meth:`RunState.wake`
+  makes it ready when it is due.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import random
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from ._fanout import Fanout
-from ._messages import DISPATCH, END, ChainEnd, Event
+from ._messages import DISPATCH, END, RETRY, ChainEnd, Event
 from ._messages import READY as E_READY
 from ._plan import Plan
+from ._policy import MISSING, Policy, backoff
 from ._result import CANCELLED, DONE, FAILED, IN_FLIGHT, READY, SKIPPED, WAITING
 from ._safe import add_note, str_for_message, task_for_message
 
@@ -117,6 +128,19 @@ class RunState:
         self.first_error: BaseException | None = None
         self.errors: dict[int, BaseException] = {}
         self.events: list[Event] | None = [] if observed else None
+        # Per-task policy (retries, timeouts, cleanup tasks); all of it None or
+        # empty when no task has one, and then never looked at.
+        self.policy: Sequence[Policy | None] | None = plan.policy
+        self.cleanup: bytearray | None = None  # 1 for run_if="all_done" tasks
+        self.hard = False  # stopped by an abort: cleanup tasks are cancelled too
+        self.attempt: dict[int, int] = {}  # task -> its current attempt, once retried
+        self.retries = 0  # retry attempts made (RunStats.retries)
+        self.kept_args: dict[int, tuple[Any, ...]] = {}  # retryable tasks' arguments
+        self.timers: list[tuple[float, int, int]] = []  # heap of (due, seq, task) to retry
+        self.now = 0.0  # the driver's clock, for timers; the machine reads no clock
+        self.rand: Callable[[], float] = random.random  # jitter; tests may fix it
+        if plan.policy is not None and any(p is not None and p.cleanup for p in plan.policy):
+            self.cleanup = bytearray(p is not None and p.cleanup for p in plan.policy)
 
         # Ready set: a deque when nothing ranks tasks, else a heap of
         # (key..., task); see _order_key.
@@ -256,7 +280,7 @@ class RunState:
         free = self.free
         for r, amount in need:
             free[r] += amount
-        if self.stopping:
+        if self.stopping and self.cleanup is None:  # else cleanup tasks may wait for them
             return
         holder = self.reserving
         kept: tuple[int, ...] = ()
@@ -309,6 +333,8 @@ class RunState:
         Each dependency now has one consumer fewer; a value nobody else needs is
         dropped here, so only the returned tuple holds it.
         """
+        if self.policy is not None and task in self.kept_args:  # a retry
+            return self._dispatch_again(task, worker)
         values, consumers, is_target = self.values, self.consumers, self.is_target
         task_deps = self.deps[task]
         args = tuple([values[d] for d in task_deps])
@@ -330,7 +356,20 @@ class RunState:
             self.peak_in_flight = self.in_flight
         if self.events is not None:
             self.events.append(Event(DISPATCH, task, worker))
+        if self.policy is not None:
+            policy = self.policy[task]
+            if policy is not None and policy.retries:
+                self.kept_args[task] = args  # a retry needs them again
         return args
+
+    def _dispatch_again(self, task: int, worker: int) -> tuple[Any, ...]:
+        self.state[task] = IN_FLIGHT
+        self.in_flight += 1
+        if self.in_flight > self.peak_in_flight:
+            self.peak_in_flight = self.in_flight
+        if self.events is not None:
+            self.events.append(Event(DISPATCH, task, worker))
+        return self.kept_args[task]
 
     def release(self, task: int) -> None:
         """The item headed by ``task`` is off its worker: free its slot and resources.
@@ -361,8 +400,13 @@ class RunState:
         place a task ends.
 
         ``payload`` is the value (DONE) or the exception (FAILED). ``worker`` and
-        the stamps are the worker's, for tasks that ran.
+        the stamps are the worker's, for tasks that ran. With a retry policy, a
+        failed attempt may instead send the task back to wait for its retry.
         """
+        if self.policy is not None and self.policy[task] is not None:
+            if outcome == FAILED and self._retry(task, payload, worker, started, ended):
+                return
+            self.kept_args.pop(task, None)
         self.state[task] = outcome
         self.unfinished -= 1
         events = self.events
@@ -375,6 +419,8 @@ class RunState:
             if events is not None:
                 events.append(Event(END, task, worker, DONE, started, ended))
             if self.stopping:
+                if self.cleanup is not None:
+                    self._ended(task, self.values[task])
                 return
             follower = self.chain_next[task]
             if follower >= 0:  # already on this worker: it runs next
@@ -403,6 +449,77 @@ class RunState:
                     self.fanout.skipped(task)
             if events is not None:
                 events.append(Event(END, task, -1, outcome))
+            if self.cleanup is not None:
+                self._ended(task, MISSING)
+
+    def _ended(self, task: int, value: Any) -> None:
+        """``task`` ended without readying its dependents (it failed, was skipped or
+        cancelled, or the run is stopping): cleanup tasks count it as ended anyway.
+
+        ``value`` is what they receive for it: its value, its exception, or MISSING.
+        """
+        cleanup, remaining, state = self.cleanup, self.remaining, self.state
+        assert cleanup is not None
+        wanted = False
+        for d in self.dependents[task]:
+            if d < len(cleanup) and cleanup[d] and state[d] == WAITING:
+                wanted = True
+                left = remaining[d] - 1
+                remaining[d] = left
+                if not left and not self.hard:
+                    self._make_ready(d)
+        if wanted and self.consumers[task]:
+            self.values[task] = value
+
+    def _retry(
+        self, task: int, exc: BaseException, worker: int, started: float, ended: float
+    ) -> bool:
+        """Send ``task`` back to wait for another attempt, if its policy allows; True if so."""
+        policy = self.policy[task]  # type: ignore[index]
+        assert policy is not None
+        attempt = self.attempt.get(task, 1)
+        if (
+            attempt > policy.retries
+            or (self.stopping and not (self.cleanup is not None and self.cleanup[task]))
+            or self.hard
+            or not isinstance(exc, Exception)
+            or not isinstance(exc, policy.retry_on)
+        ):
+            if attempt > 1:
+                add_note(exc, f"dagexec: failed on attempt {attempt} (retries={policy.retries})")
+            return False
+        self.attempt[task] = attempt + 1
+        self.retries += 1
+        if worker >= 0:
+            self.ran_on[worker] += 1
+        delay = backoff(policy.retry_delay, attempt, self.rand)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "task %s failed (attempt %d of %d: %s: %s); retrying in %.3g s",
+                task_for_message(self.names[task]),
+                attempt,
+                policy.retries + 1,
+                type(exc).__name__,
+                str_for_message(exc),
+                delay,
+            )
+        if self.events is not None:
+            self.events.append(Event(RETRY, task, worker, FAILED, started, ended))
+        self.state[task] = WAITING  # holds no slot and no resource while it waits
+        self.seq += 1
+        heapq.heappush(self.timers, (self.now + delay, self.seq, task))
+        return True
+
+    def wake(self, now: float) -> float | None:
+        """Make ready the tasks whose retry is due at ``now``; return when the next one
+        is due, or None if no task waits for a retry."""
+        timers, state = self.timers, self.state
+        self.now = now
+        while timers and timers[0][0] <= now:
+            task = heapq.heappop(timers)[2]
+            if state[task] == WAITING:  # not cancelled while it waited
+                self._make_ready(task)
+        return timers[0][0] if timers else None
 
     def _failed(
         self, task: int, exc: BaseException, worker: int, started: float, ended: float
@@ -418,6 +535,8 @@ class RunState:
         # Its end is reported before the ends its failure causes (skips, cancels).
         if self.events is not None:
             self.events.append(Event(END, task, worker, FAILED, started, ended))
+        if self.cleanup is not None:
+            self._ended(task, exc)
         if self.on_error == "raise" or not isinstance(exc, Exception):
             self.fail(exc)
         else:
@@ -430,6 +549,8 @@ class RunState:
             d = stack.pop()
             if state[d] != WAITING and state[d] != HELD:
                 continue
+            if self.cleanup is not None and d < len(self.cleanup) and self.cleanup[d]:
+                continue  # it runs anyway, once all its dependencies ended
             self.finish(d, SKIPPED)
             stack.extend(dependents[d])
 
@@ -464,11 +585,20 @@ class RunState:
             self.first_error = exc
         self.stop()
 
-    def stop(self) -> None:
-        """Hand nothing more out; cancel every task not handed out yet."""
-        if self.stopping:
+    def stop(self, hard: bool = False) -> None:
+        """Hand nothing more out; cancel every task not handed out yet.
+
+        Cleanup tasks (run_if="all_done") are kept, and run once their
+        dependencies ended, unless ``hard`` (an abort: the caller has gone).
+        """
+        if self.stopping and (self.hard or not hard):
             return
         self.stopping = True
+        self.hard = hard
+        cleanup, state = self.cleanup, self.state
+        keep: list[int] = []
+        if cleanup is not None and not hard:
+            keep = [t for t in range(len(cleanup)) if cleanup[t] and state[t] == READY]
         self.ready.clear()
         if self.needs is not None:
             for waiting in self.blocked:
@@ -476,10 +606,19 @@ class RunState:
             self.parked.clear()
             self.since.clear()
             self.reserving = -1
-        state = self.state
         for task in range(len(state)):
             if state[task] <= READY:
+                if cleanup is not None and not hard and task < len(cleanup) and cleanup[task]:
+                    continue
                 self.finish(task, CANCELLED)
+        if self.timers:  # tasks cancelled while waiting for a retry wait no more
+            self.timers = [t for t in self.timers if state[t[2]] == WAITING]
+            heapq.heapify(self.timers)
+        for task in keep:  # ready before the stop: still ready
+            if self.keyed:
+                heapq.heappush(self.ready, self._order_key(task))
+            else:
+                self.ready.append(task)
 
     def take_back(self, task: int) -> None:
         """The item headed by ``task`` was taken back before it started: cancel it."""

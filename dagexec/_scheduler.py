@@ -38,6 +38,11 @@ by one thread or is a queue/Event, which has its own lock):
                                                        ``results`` orders it
     outcome                scheduler, before           caller, after
                            ``finished.set()``          ``finished.wait()``
+    an attempt's token     scheduler sets it (timeout, the task, through
+    (``current_task()``)   a stop)                     ``current_task()`` (Event
+                                                       lock); one per attempt
+    ``_policy._local``     each worker, around a       that worker's task only
+                           task with a policy          (thread-local)
     =====================  ==========================  =========================
 
 Why no circular wait can form: the scheduler never blocks on an inbox (it only
@@ -51,21 +56,31 @@ Which worker gets a task, and rescuing tasks stuck behind a long one, is
 :mod:`dagexec._balance`. Everything about tasks (order, readiness, resources,
 values, skips and cancels) is :mod:`dagexec._runstate`. On a stop the driver
 sets ``stop`` (chains stop between members), takes queued items back out of the
-inboxes and cancels them; tasks already running finish; only then is the
-outcome published.
+inboxes and cancels them, and sets the token of every running attempt; tasks
+already running finish; only then is the outcome published.
+
+Per-task policy (only in runs whose plan has one, ``timed``): retry waits are
+timers in the state machine, attempt timeouts are timers here (from each
+attempt's STARTED report), and both set the timeout of ``results.get``. A
+timed-out attempt ends for the state machine at once (failed with TaskTimeout,
+maybe retried) but keeps its in-flight slot and resources until its worker
+reports; that late report is recognised by (task, worker), since a worker
+reports in order, and dropped.
 """
 
 from __future__ import annotations
 
 import contextvars
+import heapq
 import logging
 import queue
 import threading
 from collections.abc import Mapping
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any
 
 from ._balance import Balance
+from ._errors import Cancelled, TaskTimeout
 from ._events import Hooks
 from ._messages import (
     CHAIN,
@@ -85,8 +100,11 @@ from ._messages import (
 from ._observe import OWN_FILES, Observer, release_frames
 from ._outcome import Outcome, announce, conclude
 from ._plan import Plan
+from ._policy import Attempt, CurrentTask, Policy
+from ._result import CANCELLED as S_CANCELLED
 from ._result import DONE as S_DONE
 from ._result import FAILED as S_FAILED
+from ._result import IN_FLIGHT as S_IN_FLIGHT
 from ._runstate import RunState
 from ._safe import add_note, task_for_message
 from ._trace import Recorder
@@ -101,6 +119,15 @@ OWN_FILES.add(__file__)  # callback errors' tracebacks reach these frames
 # worker has reported but not yet picked up). Shorter re-checks sooner but
 # wakes the scheduler more often; the wait ends early on any result anyway.
 _PICKUP_RETRY_SECONDS = 0.001
+
+# The clock of retry waits and timeouts (the trace and the balancer use
+# perf_counter). A module global so that tests can drive it by hand.
+_clock = monotonic
+
+# Longest the scheduler blocks while a retry or a timeout is pending: it then
+# reads the clock again, so a timer is late by at most this much even if the
+# clock jumps. Only runs with a task policy ever wait with a timer.
+_TIMER_POLL_SECONDS = 0.05
 
 
 def _nothing() -> None:
@@ -159,6 +186,16 @@ class Run:
         )
         self.balance = Balance(inboxes, queue_cap)
         self.now = 0.0  # when the current batch of reports arrived
+        # Per-task policy: timers, cancellation tokens, timed-out attempts. Only
+        # runs whose plan has a policy (``timed``) ever touch these.
+        self.timed = plan.policy is not None
+        self.tokens: dict[int, threading.Event] = {}  # task -> its running attempt's token
+        self.deadlines: list[tuple[float, int, int, int]] = []  # (due, seq, task, attempt)
+        self.running_on: dict[int, tuple[int, float]] = {}  # task -> (worker, started)
+        # (task, worker) -> reports still to come from timed-out attempts: they are
+        # discarded, and free their slot and resources only then.
+        self.stale: dict[tuple[int, int], int] = {}
+        self.seq = 0
 
     def abort(self) -> None:
         """Ask the run to stop; safe from any thread, including a signal handler.
@@ -248,6 +285,8 @@ class Run:
             self._handle,
             state.events,
         )
+        timed = self.timed
+        wait: float | None = None
         while state.unfinished:
             if events:
                 self.observer.drain(events)
@@ -255,6 +294,8 @@ class Run:
                 self._halt()
             if self.abort_requested and not self.aborted:
                 handle(ABORT)
+            if timed:
+                wait = self._timers()
             pickup = False
             if not state.stopping:
                 if state.in_flight > 1:
@@ -266,19 +307,27 @@ class Run:
                     pickup = self._dispatch()
                 if state.in_flight > 1:
                     balance.feed_idle(self.now)
-            if state.in_flight == 0 and not pickup:
+            elif state.ready:  # cleanup tasks (run_if="all_done") run during a stop
+                pickup = self._dispatch()
+            if state.in_flight == 0 and not pickup and wait is None:
                 break  # nothing can report any more: only reachable when stopping
             try:
-                msg = get(timeout=_PICKUP_RETRY_SECONDS) if pickup else get()
+                if wait is not None:
+                    wait = min(wait, _PICKUP_RETRY_SECONDS if pickup else _TIMER_POLL_SECONDS)
+                    msg = get(timeout=max(wait, 0.0))
+                else:
+                    msg = get(timeout=_PICKUP_RETRY_SECONDS) if pickup else get()
             except queue.Empty:
                 self.now = perf_counter()
                 continue
             self.now = perf_counter()
+            if timed:
+                state.now = _clock()  # a failed attempt's retry is due from now
             handle(msg)
             del msg
             while not empty():
                 handle(get())
-        state.stop()  # a no-op unless the loop above broke out early
+        state.stop(hard=True)  # a no-op unless the loop above broke out early
         if events:
             self.observer.drain(events)
         if self.aborted:
@@ -292,6 +341,8 @@ class Run:
         fns, chain_next, events = state.fns, state.chain_next, state.events
         pick, placed = self.balance.pick, self.balance.dispatched
         report, flags, stop, context = self.results.put, self.flags, self.stop, self.context
+        policies = state.policy
+        stopping = state.stopping  # cleanup tasks are dispatched during a stop
         while state.ready and state.in_flight < cap:
             worker = pick()
             if worker < 0:
@@ -301,7 +352,12 @@ class Run:
                 return False  # every ready task waits for a resource
             args = state.dispatch(task, worker)
             item: Item
-            if chain_next[task] < 0:
+            policy = None if policies is None else policies[task]
+            if policy is not None:
+                fn, job_flags = self._attempt(task, policy)
+                item = Job(report, task, fn, args, flags | job_flags, stop, context)
+                del fn
+            elif chain_next[task] < 0:
                 item = Job(report, task, fns[task], args, flags, stop, context)
             else:
                 members = [task]
@@ -312,7 +368,8 @@ class Run:
             del args
             if events:  # trace stamp and on_task_dispatch come before the put
                 self.observer.drain(events)
-                if state.stopping:  # a callback raised: this one never goes out
+                if state.stopping and not stopping:  # a callback raised: it never goes out
+                    self.tokens.pop(task, None)
                     state.take_back(task)
                     return False
             inboxes[worker].put_nowait(item)  # room was checked; we are the only producer
@@ -334,7 +391,7 @@ class Run:
             if not self.aborted:  # else already handled, through abort_requested
                 self.aborted = True
                 unfinished = state.unfinished
-                state.stop()
+                state.stop(hard=True)
                 self._halt()
                 # Logged now, not when the loop ends: that can be much later, or never.
                 log.warning(
@@ -351,19 +408,27 @@ class Run:
         elif kind == STARTED:
             if state.events is not None:
                 state.events.append(Event(START, task, worker))
+            if self.timed:
+                self._started(task, worker)
         else:  # a job or a chain is off its worker
             self.balance.held[worker] -= 1  # the balancer's view, updated once per item
             self.balance.last_seen[worker] = self.now
             if kind == CHAIN:
                 state.chain_ended(task, payload, worker)
             else:
+                if self.timed and self._ended(task, worker):
+                    return  # a timed-out attempt returned at last: its slot is free now
                 outcome = S_DONE if kind == DONE else S_FAILED
+                if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
+                    outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
                 state.finish(task, outcome, payload, worker, started, ended)
                 state.release(task)
 
     def _halt(self) -> None:
         """Stop chains between members and take back everything still queued."""
         self.stop.set()
+        for token in self.tokens.values():  # running attempts see the stop
+            token.set()
         held = self.balance.held
         for w, inbox in enumerate(self.inboxes):
             while True:
@@ -376,3 +441,80 @@ class Run:
                 self.state.take_back(item.task if isinstance(item, Job) else item.tasks[0])
         if self.state.events:
             self.observer.drain(self.state.events)
+
+    # ------------------------------------------------------------ task policy
+    def _attempt(self, task: int, policy: Policy) -> tuple[Attempt, int]:
+        """The function of ``task``'s next attempt, wrapped so that it can see
+        itself (``current_task()``), and the extra flags its job needs."""
+        state = self.state
+        token = threading.Event()  # a cleanup task sent out during a stop starts clear
+        self.tokens[task] = token
+        info = CurrentTask(state.names[task], state.attempt.get(task, 1), token)
+        return Attempt(state.fns[task], info), NOTIFY_START if policy.timeout else 0
+
+    def _started(self, task: int, worker: int) -> None:
+        """An attempt began on ``worker``: its timeout counts from now."""
+        policies = self.state.policy
+        policy = None if policies is None else policies[task]
+        if policy is None or policy.timeout is None:
+            return
+        self.running_on[task] = (worker, self.now)
+        self.seq += 1
+        attempt = self.state.attempt.get(task, 1)
+        heapq.heappush(self.deadlines, (_clock() + policy.timeout, self.seq, task, attempt))
+
+    def _ended(self, task: int, worker: int) -> bool:
+        """An attempt is off ``worker``; True if it had timed out (its report is dropped,
+        its slot and resources are freed)."""
+        stale = self.stale
+        key = (task, worker)
+        left = stale.get(key, 0)
+        if left:
+            if left == 1:
+                del stale[key]
+            else:
+                stale[key] = left - 1
+            self.state.release(task)
+            return True
+        self.tokens.pop(task, None)
+        self.running_on.pop(task, None)
+        return False
+
+    def _timers(self) -> float | None:
+        """Wake the retries that are due, time out the attempts that ran too long;
+        return the seconds until the next timer, or None if there is none."""
+        state, deadlines = self.state, self.deadlines
+        now = _clock()
+        state.wake(now)
+        while deadlines and (deadlines[0][0] <= now or self._over(deadlines[0])):
+            _, _, task, attempt = heapq.heappop(deadlines)
+            self._time_out(task, attempt)
+        state.wake(now)  # a timed-out attempt retried at once
+        due = [q[0][0] for q in (state.timers, deadlines) if q]
+        return min(due) - now if due else None
+
+    def _over(self, deadline: tuple[float, int, int, int]) -> bool:
+        """True if the attempt this deadline was for has ended: it need not wake us."""
+        task, attempt = deadline[2], deadline[3]
+        state = self.state
+        return state.state[task] != S_IN_FLIGHT or state.attempt.get(task, 1) != attempt
+
+    def _time_out(self, task: int, attempt: int) -> None:
+        """``task``'s attempt ran past its timeout: it fails now with TaskTimeout. Its
+        thread runs on; its worker, slot and resources stay held until it returns."""
+        state = self.state
+        if self._over((0.0, 0, task, attempt)):
+            return  # that attempt ended in time
+        worker, started = self.running_on.pop(task)
+        key = (task, worker)
+        self.stale[key] = self.stale.get(key, 0) + 1
+        token = self.tokens.pop(task, None)
+        if token is not None:
+            token.set()
+        policies = state.policy
+        assert policies is not None
+        policy = policies[task]
+        assert policy is not None and policy.timeout is not None
+        exc = TaskTimeout(state.names[task], policy.timeout, attempt)
+        log.info("%s", exc)
+        state.finish(task, S_FAILED, exc, worker, started, perf_counter())

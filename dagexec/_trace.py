@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._messages import DISPATCH, END, READY, Event
+from ._messages import DISPATCH, END, READY, RETRY, Event
 from ._result import StatusMap, TraceRecord
 
 if TYPE_CHECKING:
@@ -22,7 +22,16 @@ __all__ = ["Recorder"]
 class Recorder:
     """Per task: when it became ready, was dispatched, started and ended, and where."""
 
-    __slots__ = ("chain_next", "ended", "ready", "sent", "started", "started_at", "worker")
+    __slots__ = (
+        "chain_next",
+        "ended",
+        "ready",
+        "retried",
+        "sent",
+        "started",
+        "started_at",
+        "worker",
+    )
 
     def __init__(self, run: RunState, started_at: float) -> None:
         n = len(run.state)
@@ -34,6 +43,7 @@ class Recorder:
         self.started = [-1.0] * n
         self.ended = [-1.0] * n
         self.worker = [-1] * n
+        self.retried: dict[int, int] = {}  # task -> failed attempts before its last
 
     def record(self, event: Event, now: float) -> None:
         """Note ``event``; ``now`` is the driver's ``perf_counter`` for it."""
@@ -57,6 +67,8 @@ class Recorder:
                 # The next member became ready, and was as good as dispatched,
                 # when this one ended, on the same worker.
                 self.ready[follower] = self.sent[follower] = t1
+        elif kind == RETRY:
+            self.retried[task] = self.retried.get(task, 0) + 1
 
     def _grow(self, n: int) -> None:
         more = n - len(self.ready)
@@ -75,6 +87,7 @@ class Recorder:
                 dispatched=self.sent[task],
                 started=self.started[task],
                 ended=self.ended[task],
+                attempt=1 + self.retried.get(task, 0),
             )
             for task, name in enumerate(status)
             if task < len(self.worker) and self.worker[task] >= 0

@@ -15,6 +15,7 @@ from ._errors import CycleError, MissingDependencyError
 
 if TYPE_CHECKING:
     from ._plan import Plan
+    from ._policy import Policy
 
 __all__ = ["CompiledGraph", "compile_graph"]
 
@@ -29,7 +30,18 @@ class CompiledGraph:
     which depend only on the immutable fields.
     """
 
-    __slots__ = ("deps", "fns", "index", "maps", "names", "needs", "plans", "priority", "sinks")
+    __slots__ = (
+        "deps",
+        "fns",
+        "index",
+        "maps",
+        "names",
+        "needs",
+        "plans",
+        "policy",
+        "priority",
+        "sinks",
+    )
 
     def __init__(
         self,
@@ -41,6 +53,7 @@ class CompiledGraph:
         priority: tuple[int, ...] | None = None,
         needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
         maps: frozenset[int] | None = None,
+        policy: tuple[Policy | None, ...] | None = None,
     ) -> None:
         self.names = names
         self.index = index
@@ -51,6 +64,7 @@ class CompiledGraph:
         self.priority = priority
         self.needs = needs
         self.maps = maps  # g.map tasks, or None
+        self.policy = policy  # per task (None: no policy), or None when no task has one
         # Plans by their target indices; owned by _plan.plan_run.
         self.plans: dict[tuple[int, ...] | None, Plan] = {}
 
@@ -65,6 +79,7 @@ def compile_graph(
     priority: Mapping[int, int] | None = None,
     needs: Mapping[int, tuple[tuple[str, float], ...]] | None = None,
     maps: Iterable[int] = (),
+    policy: Mapping[int, Policy] | None = None,
 ) -> CompiledGraph:
     """Check a graph given as columns and convert it to index form.
 
@@ -101,6 +116,7 @@ def compile_graph(
         tuple([priority.get(i, 0) for i in range(n)]) if priority else None,
         tuple([needs.get(i, ()) for i in range(n)]) if needs else None,
         frozenset(maps) or None,
+        tuple([policy.get(i) for i in range(n)]) if policy else None,
     )
 
 
