@@ -193,20 +193,28 @@ class CurrentTask:
 def current_task() -> CurrentTask:
     """The task running on this thread: its name, attempt number and cancellation token.
 
-    Available inside tasks given a policy (``retries``, ``timeout``, ``run_if`` or
-    ``retry_on``); plain tasks run without the bookkeeping, at no cost.
+    Works in every task. For a task with a policy (``retries``, ``timeout``,
+    ``run_if``) ``cancelled`` is its attempt's own token (set on its timeout or
+    any stop); for a plain task, it is the run's stop flag (set when the run
+    stops: a failure with on_error="raise", Ctrl-C, a cancel), and ``attempt``
+    is 1. Plain tasks pay two attribute stores for this, not a call.
 
     Raises:
-        RuntimeError: called outside such a task.
+        RuntimeError: called outside a task (on a thread that is not running one).
     """
     task: CurrentTask | None = getattr(_local, "task", None)
-    if task is None:
+    if task is not None:
+        return task
+    from ._worker import running_here
+
+    running = running_here()
+    if running is None:
         raise RuntimeError(
-            "dagexec.current_task() is only available while a task with a policy runs "
-            "(one given retries=, timeout= or run_if=), on the thread that runs it; give "
-            "the task timeout= (or retries=) to use its cancellation token"
+            "dagexec.current_task() is only available inside a task, on the worker "
+            "thread that runs it"
         )
-    return task
+    name, stop = running
+    return CurrentTask(name, 1, stop)
 
 
 class Attempt:

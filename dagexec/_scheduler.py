@@ -108,6 +108,7 @@ from ._result import IN_FLIGHT as S_IN_FLIGHT
 from ._runstate import RunState
 from ._safe import add_note, task_for_message
 from ._trace import Recorder
+from ._worker import register_run
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
@@ -278,6 +279,9 @@ class Run:
         if self.trace:
             self.observer.recorder = Recorder(state, started_at)
         self.debug = log.isEnabledFor(logging.DEBUG)  # dispatch then pays one falsy test
+        # current_task() in a plain task names it through this: the names grow as
+        # maps expand, and were written before the task was handed out.
+        register_run(self.stop, lambda task: state.names[task])
         announce(self)
         get, empty, handle, events = (
             self.results.get,

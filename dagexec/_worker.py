@@ -16,6 +16,9 @@ of the one before, run back to back and reported once (see ``_plan._chain_links`
 from __future__ import annotations
 
 import queue
+import threading
+import weakref
+from collections.abc import Callable, Hashable
 from time import perf_counter
 from typing import Any
 
@@ -34,7 +37,51 @@ from ._messages import (
     Report,
 )
 
-__all__ = ["worker_loop"]
+__all__ = ["Running", "register_run", "running_here", "worker_loop"]
+
+
+class Running:
+    """What one worker runs right now, for ``dagexec.current_task()`` in a plain task.
+
+    Written only by its own worker (two attribute stores per task, ~12 ns), read
+    only by code running on that same worker thread: no lock is needed.
+    """
+
+    __slots__ = ("stop", "task")
+
+    def __init__(self) -> None:
+        self.task = -1
+        self.stop: threading.Event | None = None
+
+
+# Each worker thread's Running, by thread ident: set when the worker starts and
+# removed when it exits; read through running_here() on the same thread.
+_running: dict[int, Running] = {}
+
+# How to name a task of a run, keyed by the run's stop Event (which every item of
+# the run carries). Registered by the scheduler once per run; weak, so an entry
+# goes when its run does.
+_namers: weakref.WeakKeyDictionary[threading.Event, Callable[[int], Hashable]] = (
+    weakref.WeakKeyDictionary()
+)
+_namers_lock = threading.Lock()
+
+
+def register_run(stop: threading.Event, name_of: Callable[[int], Hashable]) -> None:
+    """Let ``current_task()`` name the tasks of the run whose stop flag is ``stop``."""
+    with _namers_lock:
+        _namers[stop] = name_of
+
+
+def running_here() -> tuple[Hashable, threading.Event] | None:
+    """The name and the run's stop flag of the task this worker thread runs, or None."""
+    here = _running.get(threading.get_ident())
+    if here is None or here.stop is None:
+        return None
+    with _namers_lock:
+        name_of = _namers.get(here.stop)
+    name: Hashable = name_of(here.task) if name_of is not None else here.task
+    return name, here.stop
 
 
 def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
@@ -49,6 +96,14 @@ def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
     at a time, and tasks must not see each other's changes). An item without one
     (the drain's probe) is called directly.
     """
+    here = _running[threading.get_ident()] = Running()
+    try:
+        _loop(worker_id, inbox, here)
+    finally:
+        del _running[threading.get_ident()]
+
+
+def _loop(worker_id: int, inbox: queue.Queue[Item | None], here: Running) -> None:
     get = inbox.get
     while True:
         item = get()
@@ -59,7 +114,8 @@ def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
             # holds the chain's input once its first member has consumed it.
             box = [item]
             del item
-            _run_chain(worker_id, box)
+            _run_chain(worker_id, box, here)
+            here.stop = None
             continue
         report, task, fn, args, flags, stop, context = item
         # Drop every reference we can before running and after reporting: an idle
@@ -68,6 +124,7 @@ def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
         if flags & NOTIFY_START:
             report(Report(worker_id, task, STARTED, None, 0.0, 0.0))
         started = perf_counter() if flags & TIMED else 0.0
+        here.task, here.stop = task, stop
         try:
             value = fn(*args) if context is None else context.copy().run(fn, *args)
         except BaseException as exc:  # reported, re-raised in the caller
@@ -81,6 +138,7 @@ def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
             ended = perf_counter() if flags & TIMED else 0.0
             report(Report(worker_id, task, DONE, value, started, ended))
             del value
+        here.stop = None
         del report, fn, stop, context
 
 
@@ -96,7 +154,7 @@ def _drop_own_frame(exc: BaseException) -> None:
         exc.__traceback__ = tb.tb_next
 
 
-def _run_chain(worker_id: int, box: list[Chain]) -> None:
+def _run_chain(worker_id: int, box: list[Chain], here: Running) -> None:
     """Run a chain's members in order, each on the previous one's value.
 
     Stops early, between members, once the run is stopping (a failure elsewhere,
@@ -117,6 +175,7 @@ def _run_chain(worker_id: int, box: list[Chain]) -> None:
         if flags & NOTIFY_START:
             report(Report(worker_id, tasks[k], STARTED, None, 0.0, 0.0))
         started = perf_counter() if timed else 0.0
+        here.task, here.stop = tasks[k], stop
         try:
             value = fn(*args) if context is None else context.copy().run(fn, *args)
         except BaseException as exc:

@@ -288,12 +288,68 @@ def test_current_task_fields_and_check() -> None:
 
 
 def test_current_task_outside_a_task_is_a_clear_error() -> None:
-    with pytest.raises(RuntimeError, match="only available while a task with a policy"):
+    with pytest.raises(RuntimeError, match="only available inside a task"):
         current_task()
+    # ...and on a worker thread between tasks, too: a thread started by a task is
+    # not running that task.
+    seen: list[str] = []
+
+    def spawn() -> None:
+        def off_worker() -> None:
+            try:
+                current_task()
+            except RuntimeError:
+                seen.append("refused")
+
+        t = threading.Thread(target=off_worker)
+        t.start()
+        t.join()
+
     g = Graph()
-    g.add("plain", current_task)
-    with pytest.raises(RuntimeError, match="give the task timeout="):
-        dagexec.run(g)
+    g.add("spawn", spawn)
+    dagexec.run(g, workers=1)
+    assert seen == ["refused"]
+
+
+def test_current_task_in_plain_tasks_chains_and_map_items() -> None:
+    """No policy: the name, attempt 1, and the run's stop flag as the token.
+
+    src --> (chain) a --> b          src --> map m over src: ("m", 0), ("m", 1)
+    """
+
+    def me(*_: object) -> tuple[object, int, bool]:
+        task = current_task()
+        return task.name, task.attempt, task.cancelled.is_set()
+
+    g = Graph()
+    g.add("src", lambda: [10, 20])
+    g.add("a", me, deps=["src"])
+    g.add("b", me, deps=["a"])  # a -> b is a fused chain
+    g.map("m", lambda x: me(), over="src")
+    result = dagexec.run(g, targets=["b", "m"], workers=2)
+    assert result["b"] == ("b", 1, False)
+    assert result["m"] == [(("m", 0), 1, False), (("m", 1), 1, False)]
+
+
+def test_a_stop_sets_a_plain_tasks_token() -> None:
+    """'bad' fails (on_error="raise") while 'loop' runs: loop's token is set."""
+    gate = threading.Event()
+    saw: list[bool] = []
+
+    def loop() -> None:
+        gate.set()
+        saw.append(current_task().cancelled.wait(WAIT))
+
+    def bad() -> None:
+        assert gate.wait(WAIT)
+        raise ValueError("bad")
+
+    g = Graph()
+    g.add("loop", loop)
+    g.add("bad", bad)
+    with pytest.raises(ValueError, match="bad"):
+        dagexec.run(g, workers=2)
+    assert saw == [True]
 
 
 def test_a_failure_sets_the_tokens_of_running_attempts() -> None:
