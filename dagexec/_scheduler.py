@@ -266,7 +266,10 @@ class Run:
                 if state.in_flight > 1:
                     balance.feed_idle(self.now)
             if state.in_flight == 0 and not pickup:
-                break  # nothing can report any more: only reachable when stopping
+                if not state.stopping:  # a bug: say so, never end as if it succeeded
+                    state.fail(state.stuck_error())
+                    continue  # report the cancels; the loop then ends
+                break  # nothing can report any more
             try:
                 msg = get(timeout=_PICKUP_RETRY_SECONDS) if pickup else get()
             except queue.Empty:
