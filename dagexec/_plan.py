@@ -153,6 +153,7 @@ def _chain_links(
     targets: tuple[int, ...],
     needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
     maps: frozenset[int] | None = None,
+    priority: tuple[int, ...] | None = None,
 ) -> tuple[int, ...]:
     """Link each task to the one that can follow it in a single hand-off, or -1.
 
@@ -175,6 +176,14 @@ def _chain_links(
         for i, j in enumerate(links):
             if j >= 0 and (i in maps or j in maps):
                 links[i] = -1
+    if priority is not None:
+        # A follower runs right after its head, ahead of every ready task: only
+        # fair if the scheduler would have ranked it like the head. One of another
+        # priority is dispatched on its own, so a ready task of higher priority
+        # goes first (and a higher-priority follower is not held behind a chain).
+        for i, j in enumerate(links):
+            if j >= 0 and priority[i] != priority[j]:
+                links[i] = -1
     if needs is not None:
         # A task holding resources is dispatched on its own: what it holds is
         # then held exactly while it is out, not for a whole chain.
@@ -195,7 +204,9 @@ def _whole_plan(compiled: CompiledGraph) -> Plan:
         dependents=dependents,
         targets=compiled.sinks,
         roots=tuple(i for i, d in enumerate(deps) if not d),
-        chain_next=_chain_links(deps, dependents, compiled.sinks, compiled.needs, compiled.maps),
+        chain_next=_chain_links(
+            deps, dependents, compiled.sinks, compiled.needs, compiled.maps, compiled.priority
+        ),
         priority=compiled.priority,
         needs=compiled.needs,
         maps=compiled.maps,
@@ -239,7 +250,7 @@ def _partial_plan(compiled: CompiledGraph, target_ids: tuple[int, ...]) -> Plan:
         dependents=dependents,
         targets=targets,
         roots=tuple(i for i, d in enumerate(deps) if not d),
-        chain_next=_chain_links(deps, dependents, targets, needs, maps),
+        chain_next=_chain_links(deps, dependents, targets, needs, maps, priority),
         priority=priority,
         needs=needs,
         maps=maps,

@@ -172,6 +172,22 @@ def test_higher_priority_runs_first_among_ready_tasks() -> None:
     assert order == ["top", "high", "mid", "mid2", "low"]
 
 
+@pytest.mark.parametrize("targets", [None, ["B", "C"]])
+def test_a_chain_follower_of_lower_priority_waits_for_a_ready_higher_one(
+    targets: list[str] | None,
+) -> None:
+    """A -> B is a chain by shape, but B (priority -100) must not run right after A
+    while C (priority 5) is ready too: fused, B jumped ahead of C."""
+    order: list[str] = []
+    g = Graph()
+    g.add("root", lambda: order.append("root"))
+    g.add("A", lambda _: order.append("A"), deps=["root"], priority=10)
+    g.add("C", lambda _: order.append("C"), deps=["root"], priority=5)
+    g.add("B", lambda _: order.append("B"), deps=["A"], priority=-100)
+    dagexec.run(g, targets=targets, workers=1, max_in_flight=1)
+    assert order == ["root", "A", "C", "B"]
+
+
 def test_priority_in_the_decorator() -> None:
     order: list[str] = []
     g = Graph()
