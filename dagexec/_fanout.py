@@ -125,13 +125,15 @@ class Fanout:
         for d in extra:  # each item reads them instead of the map
             consumers[d] += count
         # The map itself consumed what it was counted for: over's value (now
-        # items) and its extras (now counted per item).
-        for d in run.deps[m] if source is None else extra:
+        # items, or over's items one by one) and its extras (now counted per item).
+        for d in run.deps[m]:
             consumers[d] -= 1
             if not consumers[d] and not run.is_target[d]:
                 run.values[d] = None
         run.remaining[m] = count
         for b in chained:  # its items will read ours
+            if run.state[b] != WAITING:
+                continue  # skipped already: it will never read them
             for t in span:
                 consumers[t] += 1
             run.remaining[b] -= 1
@@ -167,16 +169,29 @@ class Fanout:
                     values[t] = None
         run.finish(m, DONE, value)
 
-    def skipped(self, task: int) -> None:
-        """A map over a map, skipped before it expanded, will never read the items
-        it was counted for: let their values go."""
-        if task not in self.maps or task in self.span:
-            return
-        source = self.span.get(self.run.deps[task][0])
-        if source is None:
-            return
+    def skipped(self, task: int) -> bool:
+        """``task`` was skipped: let go of the item values it was counted for.
+
+        An expanded map (an item failed) will never gather its items' values; it
+        let go of its own dependencies when it expanded, so True: the caller must
+        not again. A map over a map, skipped before it expanded, will never read
+        the items of its source; its dependencies are the caller's (False).
+        """
+        if task not in self.maps:
+            return False
         values, consumers, is_target = self.run.values, self.run.consumers, self.run.is_target
-        for t in source:
-            consumers[t] -= 1
-            if not consumers[t] and not is_target[t]:
-                values[t] = None
+        span = self.span.get(task)
+        if span is not None:
+            if task in self.keep:
+                for t in span:
+                    consumers[t] -= 1
+                    if not consumers[t] and not is_target[t]:
+                        values[t] = None
+            return True
+        source = self.span.get(self.run.deps[task][0])
+        if source is not None:
+            for t in source:
+                consumers[t] -= 1
+                if not consumers[t] and not is_target[t]:
+                    values[t] = None
+        return False

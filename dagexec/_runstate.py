@@ -415,14 +415,14 @@ class RunState:
                 self.ran_on[worker] += 1
             self._failed(task, payload, worker, started, ended)
         else:
-            if outcome == SKIPPED:  # it will never consume its dependencies' values
+            # A skipped task will never consume its dependencies' values (an
+            # expanded map let go of them when it expanded: see Fanout.skipped).
+            if outcome == SKIPPED and (self.fanout is None or not self.fanout.skipped(task)):
                 consumers, values, is_target = self.consumers, self.values, self.is_target
                 for p in self.deps[task]:
                     consumers[p] -= 1
                     if not consumers[p] and not is_target[p]:
                         values[p] = None
-                if self.fanout is not None:
-                    self.fanout.skipped(task)
             if events is not None:
                 events.append(Event(END, task, -1, outcome))
 

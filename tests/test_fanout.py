@@ -227,3 +227,104 @@ def test_a_skipped_chained_map_lets_the_items_it_would_read_go() -> None:
     result = dagexec.run(g, ["b"], workers=2, on_error="continue", callbacks=[Check()])
     assert result.status["b"] is TaskState.SKIPPED
     assert seen == [0]
+
+
+def _alive_at_run_end(g: Graph, refs: list[Any], **kw: Any) -> tuple[dagexec.RunResult, int]:
+    import gc
+
+    seen: list[int] = []
+
+    class Check:
+        def on_run_end(self, result: dagexec.RunResult) -> None:
+            gc.collect()
+            seen.append(sum(r() is not None for r in refs))
+
+    result = dagexec.run(g, workers=2, on_error="continue", callbacks=[Check()], **kw)
+    return result, seen[0]
+
+
+def test_a_failed_item_lets_its_siblings_values_go() -> None:
+    """With "continue", a failed item skips its map's gather; the values of the
+    items that did succeed were counted for that gather and must be let go."""
+    import weakref
+
+    class Big:
+        pass
+
+    refs: list[weakref.ref[Big]] = []
+
+    def make(x: int) -> Big:
+        if x == 0:
+            raise ValueError("item 0")
+        big = Big()
+        refs.append(weakref.ref(big))
+        return big
+
+    g = Graph()
+    g.add("src", lambda: range(20))
+    g.map("m", make, over="src")
+    g.add("use", len, deps=["m"])
+    result, alive = _alive_at_run_end(g, refs)
+    assert result.status["use"] is TaskState.SKIPPED
+    assert len(refs) == 19
+    assert alive == 0
+
+
+def test_a_chained_map_skipped_before_its_source_expands_lets_the_items_go() -> None:
+    """b (over map a) is skipped by its failed extra dependency before a expands:
+    a's items must not be counted for b then."""
+    import weakref
+
+    class Big:
+        pass
+
+    refs: list[weakref.ref[Big]] = []
+    failed = threading.Event()
+
+    def make(x: int) -> Big:
+        big = Big()
+        refs.append(weakref.ref(big))
+        return big
+
+    class Release:
+        def on_task_end(self, name: object, state: TaskState, seconds: float) -> None:
+            if name == "bad":
+                failed.set()
+
+    def src() -> list[int]:
+        assert failed.wait(30)  # b is skipped before a can expand
+        return [1, 2, 3]
+
+    g = Graph()
+    g.add("bad", lambda: 1 / 0)
+    g.add("src", src)
+    g.map("a", make, over="src")
+    g.map("b", lambda big, e: None, over="a", deps=["bad"])
+    import gc
+
+    seen: list[int] = []
+
+    class Check(Release):
+        def on_run_end(self, result: dagexec.RunResult) -> None:
+            gc.collect()
+            seen.append(sum(r() is not None for r in refs))
+
+    result = dagexec.run(g, ["b"], workers=2, on_error="continue", callbacks=[Check()])
+    assert result.status["b"] is TaskState.SKIPPED
+    assert result.status[("a", 2)] is TaskState.DONE
+    assert len(refs) == 3
+    assert seen == [0]
+
+
+def test_a_skipped_map_does_not_let_its_source_go_twice() -> None:
+    """An expanded map let go of its source's value when it expanded; skipped
+    later (an item failed), it must not count that again, or the value was
+    dropped while another task still needed it ('late' got None)."""
+    g = Graph()
+    g.add("src", lambda: [0, 1, 2])
+    g.map("m", lambda x: 1 / x, over="src")
+    g.add("use", lambda m: m, deps=["m"])
+    g.add("late", lambda s: s, deps=["src"], priority=-5)  # after m is skipped
+    result = dagexec.run(g, workers=1, max_in_flight=1, on_error="continue")
+    assert result.status["m"] is TaskState.SKIPPED
+    assert result["late"] == [0, 1, 2]
