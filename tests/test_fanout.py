@@ -328,3 +328,33 @@ def test_a_skipped_map_does_not_let_its_source_go_twice() -> None:
     result = dagexec.run(g, workers=1, max_in_flight=1, on_error="continue")
     assert result.status["m"] is TaskState.SKIPPED
     assert result["late"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("map_first", [False, True])
+def test_a_task_named_like_a_map_item_is_rejected_before_anything_runs(map_first: bool) -> None:
+    """("rows", 0) would be overwritten by item 0 of map "rows" at run time."""
+    ran: list[str] = []
+    g = Graph()
+    g.add("files", lambda: ran.append("files") or [1, 2])
+    if map_first:
+        g.map("rows", lambda x: x, over="files")
+        g.add(("rows", 0), lambda: "static")
+    else:
+        g.add(("rows", 0), lambda: "static")
+        g.map("rows", lambda x: x, over="files")
+    with pytest.raises(dagexec.DuplicateTaskError, match=r"item 0 of map 'rows'") as info:
+        dagexec.run(g)
+    assert info.value.task == ("rows", 0)
+    with pytest.raises(dagexec.DuplicateTaskError):
+        g.validate()
+    assert ran == []
+
+
+def test_tuple_names_that_are_not_item_names_are_fine() -> None:
+    g = Graph()
+    g.add("files", lambda: [1])
+    g.map("rows", lambda x: x, over="files")
+    g.add(("rows", "header"), lambda: "h")
+    g.add(("rows", -1), lambda: "last")
+    g.add(("other", 0), lambda: 0)
+    assert dagexec.run(g)[("rows", "header")] == "h"
