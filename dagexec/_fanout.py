@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._messages import EXPAND, Event
 from ._result import CANCELLED, DONE, FAILED, SKIPPED, WAITING
 from ._safe import add_note, task_for_message
 
@@ -121,6 +122,8 @@ class Fanout:
                 self.dependents[source[i]].append(t)
         del items
         run.unfinished += count
+        if run.events is not None:  # before any item's own events
+            run.events.append(Event(EXPAND, m, -1, count))
         consumers = run.consumers
         for d in extra:  # each item reads them instead of the map
             consumers[d] += count

@@ -27,6 +27,7 @@ __all__ = [
     "DISPATCH",
     "DONE",
     "END",
+    "EXPAND",
     "FAILED",
     "MEMBER",
     "NOTIFY_START",
@@ -123,15 +124,16 @@ class Chain(NamedTuple):
 Item = Job | Chain
 
 
-# Event kinds, in the order a task meets them.
-READY, DISPATCH, START, END = range(4)
+# Event kinds, in the order a task meets them; EXPAND: a map made its items.
+READY, DISPATCH, START, END, EXPAND = range(5)
 
 
 class Event(NamedTuple):
     """Something that happened to ``task``, for the trace and the callbacks.
 
     ``state`` is the final state code (END only); ``worker`` is -1 for a task
-    that never ran; ``started``/``ended`` are the worker's stamps (END only).
+    that never ran; ``started``/``ended`` are the worker's stamps (END only). For
+    EXPAND, ``task`` is the map and ``state`` the number of its items.
     """
 
     kind: int

@@ -80,7 +80,7 @@ def build_result(run: Run, wall: float) -> RunResult:
     status = StatusMap(names, state.index, codes)
     errors = {names[t]: e for t, e in state.errors.items()}
     stats = RunStats(
-        tasks_planned=len(plan),
+        tasks_planned=len(names),  # with the items of the maps that expanded
         tasks_run=sum(state.ran_on),
         wall_seconds=wall,
         workers=len(run.inboxes),

@@ -148,7 +148,9 @@ class Run:
         self.outcome: Outcome | None = None
         self.abort_requested = False  # written by the caller thread, read here
         self.begun = self.aborted = False  # scheduler thread only, like all below
-        observed = trace or bool(hooks.task_end or hooks.task_dispatch or hooks.task_start)
+        observed = trace or bool(
+            hooks.task_end or hooks.task_dispatch or hooks.task_start or hooks.map_expand
+        )
         self.state = state = RunState(
             plan, on_error=on_error, workers=len(inboxes), observed=observed, capacity=capacity
         )
