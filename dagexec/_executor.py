@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Literal
 
@@ -304,7 +304,7 @@ class Executor:
                 "Executor.run called from one of this executor's own tasks or callbacks, "
                 "which would wait for itself forever; use another Executor for nested runs"
             )
-        with self._run_lock:
+        with self._holding():
             if self._closed:
                 raise RuntimeError("this Executor is shut down; create a new one to run")
             self._wait_for_abandoned()
@@ -373,7 +373,9 @@ class Executor:
 
         Safe to call more than once. Without ``wait`` (what an interrupted ``with``
         block does), tasks still running from an interrupted run finish in the
-        background and their threads exit afterwards.
+        background and their threads exit afterwards; and a run in progress on
+        another thread is not waited for: the executor is closed at once (no
+        further run starts) and its threads exit once that run has ended.
 
         Raises:
             RuntimeError: called from one of this executor's own tasks or callbacks.
@@ -386,15 +388,50 @@ class Executor:
                 "callbacks, which would wait for itself forever; shut it down from the "
                 "thread that called run, after run returns (a `with` block does that)"
             )
-        with self._run_lock:
-            if not self._closed:
-                self._closed = True
-                self._stop_workers()
+        if not wait:
+            # Do not wait for a run in progress (another thread's): no run starts
+            # any more, and the STOPs go in when the current run ends.
+            self._closed = True
+            self._stop_if_closed()
+            return
+        with self._holding():
+            self._closed = True
+            self._stop_workers()  # once: a no-op if the STOPs are in already
         if wait:
             self._wait_for_abandoned()
             for t in self._threads:
                 t.join()
             self._scheduler.join()
+
+    @contextlib.contextmanager
+    def _holding(self) -> Iterator[None]:
+        """Hold the run lock; the wait notices Ctrl-C within ``_INTERRUPT_POLL_SECONDS``.
+
+        A plain ``with lock`` waiting for another thread's run ignores
+        ``_thread.interrupt_main()`` until that run ends (a lock wait is not woken
+        by it); polling with a timeout gives the interrupt a bytecode to land on.
+        On the way out, a ``shutdown(wait=False)`` that came meanwhile gets its
+        STOPs posted.
+        """
+        lock, acquired = self._run_lock, False
+        try:
+            while not acquired:
+                acquired = lock.acquire(timeout=_INTERRUPT_POLL_SECONDS)
+            yield
+        finally:
+            if acquired:
+                lock.release()
+                if self._closed:
+                    self._stop_if_closed()
+
+    def _stop_if_closed(self) -> None:
+        """Post the STOPs of a closed executor unless a run holds it; that run
+        calls this again once it let go, so one of the two surely posts them."""
+        if self._closed and self._run_lock.acquire(blocking=False):
+            try:
+                self._stop_workers()
+            finally:
+                self._run_lock.release()
 
     def __enter__(self) -> Executor:
         return self
