@@ -79,9 +79,13 @@ class Fanout:
         source = self.span.get(over)  # item by item when over is an expanded map
         items: list[Any] = []
         if source is None:
+            # Iterated here, on the scheduler thread: a generator that blocks
+            # stalls dispatch meanwhile (README "Dynamic fan-out"). Whatever it
+            # raises, even a BaseException, is the map's failure, not the
+            # scheduler's; a fatal one still stops the run and reaches the caller.
             try:
                 items = list(run.values[over])
-            except Exception as exc:
+            except BaseException as exc:
                 what, over_name = task_for_message(run.names[m]), task_for_message(run.names[over])
                 add_note(exc, f"dagexec: map {what} iterates the value of {over_name}")
                 run.finish(m, FAILED, exc)

@@ -358,3 +358,28 @@ def test_tuple_names_that_are_not_item_names_are_fine() -> None:
     g.add(("rows", -1), lambda: "last")
     g.add(("other", 0), lambda: 0)
     assert dagexec.run(g)[("rows", "header")] == "h"
+
+
+@pytest.mark.parametrize("fatal", [SystemExit, KeyboardInterrupt, GeneratorExit])
+def test_a_fatal_exception_while_iterating_a_maps_source_names_the_map(
+    fatal: type[BaseException],
+) -> None:
+    """The source is iterated on the scheduler thread; a BaseException there is the
+    map's failure (it reaches the caller as itself, noted with the map), not an
+    "internal error in the scheduler"."""
+
+    def items() -> Any:
+        yield 1
+        raise fatal("from the source")
+
+    g = Graph()
+    g.add("src", items)
+    g.map("m", lambda x: x, over="src")
+    g.add("other", lambda: 1)
+    with dagexec.Executor(workers=2) as ex:
+        with pytest.raises(fatal) as info:
+            ex.run(g, on_error="continue")
+        notes = getattr(info.value, "__notes__", [])
+        assert "dagexec: map 'm' iterates the value of 'src'" in notes
+        assert not any("internal error" in note for note in notes)
+        assert dict(ex.run(g, targets=["other"])) == {"other": 1}  # still usable
