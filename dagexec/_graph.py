@@ -220,9 +220,19 @@ class Graph:
         the whole of ``over``.
 
         Raises:
-            The errors of :meth:`add`.
+            The errors of :meth:`add`; TypeError if ``deps`` is a mapping (unlike
+            ``add``, a map passes its deps by position only).
         """
         if type(deps) is not tuple:
+            if isinstance(deps, Mapping):
+                # Iterating it would silently pass its keys' tasks, by position.
+                raise TypeError(
+                    f"map {describe(name)}: deps must be a collection of task names, "
+                    f"passed after the item by position; got a mapping "
+                    f"{safe_repr(deps)}, which map does not take by keyword: write "
+                    f"deps=[{', '.join(safe_repr(v) for v in deps.values())}] and take "
+                    "them as fn's parameters after the item"
+                )
             if isinstance(deps, (str, bytes, bytearray)) or not isinstance(deps, Iterable):
                 raise TypeError(
                     f"map {describe(name)}: deps must be a collection of task names, got "

@@ -383,3 +383,13 @@ def test_a_fatal_exception_while_iterating_a_maps_source_names_the_map(
         assert "dagexec: map 'm' iterates the value of 'src'" in notes
         assert not any("internal error" in note for note in notes)
         assert dict(ex.run(g, targets=["other"])) == {"other": 1}  # still usable
+
+
+def test_map_deps_by_keyword_are_rejected_not_read_as_the_keys() -> None:
+    g = Graph()
+    g.add("a", lambda: [1, 2])
+    g.add("b", lambda: ",")
+    g.add("sep", lambda: "not this one")
+    with pytest.raises(TypeError, match=r"map 'mm': deps .*mapping .*write deps=\['b'\]"):
+        g.map("mm", lambda x, sep: x, over="a", deps={"sep": "b"})
+    assert "mm" not in g
