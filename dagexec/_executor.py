@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from types import TracebackType
 from typing import Literal
 
@@ -191,8 +191,9 @@ class Executor:
             )
             for i, inbox in enumerate(self._inboxes)
         ]
-        # Held for a whole run and for shutdown: runs are serialised.
-        self._run_lock = threading.Lock()
+        # Held for a whole run and for shutdown: runs are serialised. An RLock only
+        # for its owner test (see _Holding); nothing takes it twice (_on_own_thread).
+        self._run_lock = threading.RLock()
         self._closed = False
         # Runs for the scheduler thread, one at a time; None tells it to exit.
         self._runs: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
@@ -403,26 +404,9 @@ class Executor:
                 t.join()
             self._scheduler.join()
 
-    @contextlib.contextmanager
-    def _holding(self) -> Iterator[None]:
-        """Hold the run lock; the wait notices Ctrl-C within ``_INTERRUPT_POLL_SECONDS``.
-
-        A plain ``with lock`` waiting for another thread's run ignores
-        ``_thread.interrupt_main()`` until that run ends (a lock wait is not woken
-        by it); polling with a timeout gives the interrupt a bytecode to land on.
-        On the way out, a ``shutdown(wait=False)`` that came meanwhile gets its
-        STOPs posted.
-        """
-        lock, acquired = self._run_lock, False
-        try:
-            while not acquired:
-                acquired = lock.acquire(timeout=_INTERRUPT_POLL_SECONDS)
-            yield
-        finally:
-            if acquired:
-                lock.release()
-                if self._closed:
-                    self._stop_if_closed()
+    def _holding(self) -> _Holding:
+        """Hold the run lock (``with self._holding():``); see :class:`_Holding`."""
+        return _Holding(self)
 
     def _stop_if_closed(self) -> None:
         """Post the STOPs of a closed executor unless a run holds it; that run
@@ -451,6 +435,42 @@ class Executor:
             f"<dagexec.Executor workers={self.workers} queue_cap={self.queue_cap} "
             f"max_in_flight={self.max_in_flight} ({state})>"
         )
+
+
+class _Holding:
+    """Holds an executor's run lock; the wait notices Ctrl-C.
+
+    A plain ``with lock`` waiting for another thread's run ignores
+    ``_thread.interrupt_main()`` until that run ends (a lock wait is not woken by
+    it); polling with a timeout (``_INTERRUPT_POLL_SECONDS``) gives the interrupt
+    a bytecode to land on. It may land just after the lock was taken, before
+    anyone knows: then the owner test gives it back. A class, not a generator
+    (``contextlib``): ``with`` arms ``__exit__`` as soon as ``__enter__`` returns,
+    with no bytecode between where an interrupt could land and leave the lock
+    held for good (seen with a generator under repeated interrupts). On the way out, a
+    ``shutdown(wait=False)`` that came meanwhile gets its STOPs posted.
+    """
+
+    __slots__ = ("executor",)
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+
+    def __enter__(self) -> None:
+        lock = self.executor._run_lock
+        try:
+            while not lock.acquire(timeout=_INTERRUPT_POLL_SECONDS):
+                pass
+        except BaseException:
+            if lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        executor = self.executor
+        executor._run_lock.release()
+        if executor._closed:
+            executor._stop_if_closed()
 
 
 class _Stopper:
