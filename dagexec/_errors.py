@@ -149,10 +149,11 @@ class MissingDependencyError(DagexecError, ValueError):
 class DuplicateTaskError(DagexecError, ValueError):
     """A task name was added twice; names identify results, so they must be unique."""
 
-    def __init__(self, task: Hashable) -> None:
+    def __init__(self, task: Hashable, message: str | None = None) -> None:
         self.task = task
         super().__init__(
-            f"task {describe(task)} is already in the graph; give the new task another name"
+            message
+            or f"task {describe(task)} is already in the graph; give the new task another name"
         )
 
 

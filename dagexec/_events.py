@@ -64,11 +64,24 @@ class Callback:
         ``SKIPPED`` or ``CANCELLED`` without ever running.
         """
 
+    def on_map_expand(self, name: Hashable, items: int) -> None:
+        """Map ``name`` expanded into ``items`` tasks, ``(name, 0)`` to
+        ``(name, items - 1)``: the run now has that many more tasks (a progress
+        bar's total grows). Called before any of them is dispatched.
+        """
+
     def on_run_end(self, result: RunResult) -> None:
         """The run is over and every worker is idle; called before errors are raised."""
 
 
-_HOOK_NAMES = ("on_run_start", "on_task_dispatch", "on_task_start", "on_task_end", "on_run_end")
+_HOOK_NAMES = (
+    "on_run_start",
+    "on_task_dispatch",
+    "on_task_start",
+    "on_task_end",
+    "on_map_expand",
+    "on_run_end",
+)
 
 
 def _is_callback(obj: object) -> bool:
@@ -132,7 +145,7 @@ def _as_list(callbacks: object) -> list[object]:
 class Hooks:
     """The hooks a run's callbacks implement, bound once so the hot path is a list walk."""
 
-    __slots__ = ("run_end", "run_start", "task_dispatch", "task_end", "task_start")
+    __slots__ = ("map_expand", "run_end", "run_start", "task_dispatch", "task_end", "task_start")
 
     def __init__(self, callbacks: Iterable[object]) -> None:
         found: dict[str, list[Callable[..., Any]]] = {name: [] for name in _HOOK_NAMES}
@@ -148,9 +161,15 @@ class Hooks:
         self.task_dispatch = tuple(found["on_task_dispatch"])
         self.task_start = tuple(found["on_task_start"])
         self.task_end = tuple(found["on_task_end"])
+        self.map_expand = tuple(found["on_map_expand"])
         self.run_end = tuple(found["on_run_end"])
 
     def __bool__(self) -> bool:
         return bool(
-            self.run_start or self.task_dispatch or self.task_start or self.task_end or self.run_end
+            self.run_start
+            or self.task_dispatch
+            or self.task_start
+            or self.task_end
+            or self.map_expand
+            or self.run_end
         )

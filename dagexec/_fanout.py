@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._messages import EXPAND, Event
 from ._result import CANCELLED, DONE, FAILED, SKIPPED, WAITING
 from ._safe import add_note, task_for_message
 
@@ -80,9 +81,13 @@ class Fanout:
         source = self.span.get(over)  # item by item when over is an expanded map
         items: list[Any] = []
         if source is None:
+            # Iterated here, on the scheduler thread: a generator that blocks
+            # stalls dispatch meanwhile (README "Dynamic fan-out"). Whatever it
+            # raises, even a BaseException, is the map's failure, not the
+            # scheduler's; a fatal one still stops the run and reaches the caller.
             try:
                 items = list(run.values[over])
-            except Exception as exc:
+            except BaseException as exc:
                 what, over_name = task_for_message(run.names[m]), task_for_message(run.names[over])
                 add_note(exc, f"dagexec: map {what} iterates the value of {over_name}")
                 run.finish(m, FAILED, exc)
@@ -126,17 +131,21 @@ class Fanout:
                 self.dependents[source[i]].append(t)
         del items
         run.unfinished += count
+        if run.events is not None:  # before any item's own events
+            run.events.append(Event(EXPAND, m, -1, count))
         consumers = run.consumers
         for d in extra:  # each item reads them instead of the map
             consumers[d] += count
         # The map itself consumed what it was counted for: over's value (now
-        # items) and its extras (now counted per item).
-        for d in run.deps[m] if source is None else extra:
+        # items, or over's items one by one) and its extras (now counted per item).
+        for d in run.deps[m]:
             consumers[d] -= 1
             if not consumers[d] and not run.is_target[d]:
                 run.values[d] = None
         run.remaining[m] = count
         for b in chained:  # its items will read ours
+            if run.state[b] != WAITING:
+                continue  # skipped already: it will never read them
             for t in span:
                 consumers[t] += 1
             run.remaining[b] -= 1
@@ -172,16 +181,29 @@ class Fanout:
                     values[t] = None
         run.finish(m, DONE, value)
 
-    def skipped(self, task: int) -> None:
-        """A map over a map, skipped before it expanded, will never read the items
-        it was counted for: let their values go."""
-        if task not in self.maps or task in self.span:
-            return
-        source = self.span.get(self.run.deps[task][0])
-        if source is None:
-            return
+    def skipped(self, task: int) -> bool:
+        """``task`` was skipped: let go of the item values it was counted for.
+
+        An expanded map (an item failed) will never gather its items' values; it
+        let go of its own dependencies when it expanded, so True: the caller must
+        not again. A map over a map, skipped before it expanded, will never read
+        the items of its source; its dependencies are the caller's (False).
+        """
+        if task not in self.maps:
+            return False
         values, consumers, is_target = self.run.values, self.run.consumers, self.run.is_target
-        for t in source:
-            consumers[t] -= 1
-            if not consumers[t] and not is_target[t]:
-                values[t] = None
+        span = self.span.get(task)
+        if span is not None:
+            if task in self.keep:
+                for t in span:
+                    consumers[t] -= 1
+                    if not consumers[t] and not is_target[t]:
+                        values[t] = None
+            return True
+        source = self.span.get(self.run.deps[task][0])
+        if source is not None:
+            for t in source:
+                consumers[t] -= 1
+                if not consumers[t] and not is_target[t]:
+                    values[t] = None
+        return False

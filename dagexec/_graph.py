@@ -245,9 +245,19 @@ class Graph:
         the whole of ``over``.
 
         Raises:
-            The errors of :meth:`add`.
+            The errors of :meth:`add`; TypeError if ``deps`` is a mapping (unlike
+            ``add``, a map passes its deps by position only).
         """
         if type(deps) is not tuple:
+            if isinstance(deps, Mapping):
+                # Iterating it would silently pass its keys' tasks, by position.
+                raise TypeError(
+                    f"map {describe(name)}: deps must be a collection of task names, "
+                    f"passed after the item by position; got a mapping "
+                    f"{safe_repr(deps)}, which map does not take by keyword: write "
+                    f"deps=[{', '.join(safe_repr(v) for v in deps.values())}] and take "
+                    "them as fn's parameters after the item"
+                )
             if isinstance(deps, (str, bytes, bytearray)) or not isinstance(deps, Iterable):
                 raise TypeError(
                     f"map {describe(name)}: deps must be a collection of task names, got "
@@ -394,8 +404,34 @@ class Graph:
                 )
             except MissingDependencyError as exc:
                 raise self._explain(exc) from None
+            if self._maps:
+                self._check_item_names()
             self._compiled = compiled
         return compiled
+
+    def _check_item_names(self) -> None:
+        """Reject a task named like an item of a map: ``(m, i)`` names item ``i``
+        of map ``m`` at run time, so a task of that name would be overwritten in
+        ``status``, the trace and the callbacks (and ``(m, 0)`` as a dependency would
+        mean either). Checked here, once per change of a graph that has a map, since
+        either may be added first."""
+        names = self._names
+        maps = {names[i] for i in self._maps}
+        for name in names:
+            if type(name) is not tuple or len(name) != 2:
+                continue
+            owner, i = name
+            try:
+                clash = owner in maps and isinstance(i, (int, float)) and i >= 0 and i == int(i)
+            except Exception:  # a hostile name cannot be an item's name: no clash
+                clash = False
+            if clash:
+                raise DuplicateTaskError(
+                    name,
+                    f"task {describe(name)} has the name of item {describe(i)} of map "
+                    f"{describe(owner)} (a map's items are named (map, index) at run "
+                    "time); rename the task or the map",
+                )
 
     def _explain(self, exc: MissingDependencyError) -> MissingDependencyError:
         """The same error, with "did you mean" and where @g.task found the names."""

@@ -27,6 +27,7 @@ __all__ = [
     "DISPATCH",
     "DONE",
     "END",
+    "EXPAND",
     "FAILED",
     "MEMBER",
     "NOTIFY_START",
@@ -126,14 +127,16 @@ Item = Job | Chain
 
 # Event kinds, in the order a task meets them. RETRY: an attempt failed and the
 # task waits for another (retries=); END comes once, with the final state.
-READY, DISPATCH, START, END, RETRY = range(5)
+# EXPAND: a map made its items.
+READY, DISPATCH, START, END, RETRY, EXPAND = range(6)
 
 
 class Event(NamedTuple):
     """Something that happened to ``task``, for the trace and the callbacks.
 
     ``state`` is the final state code (END only); ``worker`` is -1 for a task
-    that never ran; ``started``/``ended`` are the worker's stamps (END only).
+    that never ran; ``started``/``ended`` are the worker's stamps (END only). For
+    EXPAND, ``task`` is the map and ``state`` the number of its items.
     """
 
     kind: int

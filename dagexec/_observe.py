@@ -15,7 +15,7 @@ from time import perf_counter
 from typing import Any
 
 from ._events import Hooks
-from ._messages import DISPATCH, END, START, Event
+from ._messages import DISPATCH, END, EXPAND, START, Event
 from ._result import _FINAL
 from ._safe import add_note, hook_for_message
 from ._trace import Recorder
@@ -60,8 +60,11 @@ class Observer:
             elif kind == DISPATCH:
                 if hooks.task_dispatch:
                     self.call(hooks.task_dispatch, names[event.task], event.worker)
-            elif kind == START and hooks.task_start:
-                self.call(hooks.task_start, names[event.task], event.worker)
+            elif kind == START:
+                if hooks.task_start:
+                    self.call(hooks.task_start, names[event.task], event.worker)
+            elif kind == EXPAND and hooks.map_expand:
+                self.call(hooks.map_expand, names[event.task], event.state)
         events.clear()
 
     def call(self, hooks: tuple[Callable[..., Any], ...], *args: Any) -> None:

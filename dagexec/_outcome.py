@@ -83,7 +83,7 @@ def build_result(run: Run, wall: float) -> RunResult:
     if plan.loaded:
         loaded = sum(1 for t in plan.loaded if codes[t] == DONE)
     stats = RunStats(
-        tasks_planned=len(plan),
+        tasks_planned=len(names),  # with the items of the maps that expanded
         tasks_run=sum(state.ran_on) - loaded,
         wall_seconds=wall,
         workers=len(run.inboxes),

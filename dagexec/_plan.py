@@ -158,6 +158,7 @@ def _chain_links(
     needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
     maps: frozenset[int] | None = None,
     policy: tuple[Policy | None, ...] | None = None,
+    priority: tuple[int, ...] | None = None,
 ) -> tuple[int, ...]:
     """Link each task to the one that can follow it in a single hand-off, or -1.
 
@@ -179,6 +180,14 @@ def _chain_links(
         # part of a chain, either end.
         for i, j in enumerate(links):
             if j >= 0 and (i in maps or j in maps):
+                links[i] = -1
+    if priority is not None:
+        # A follower runs right after its head, ahead of every ready task: only
+        # fair if the scheduler would have ranked it like the head. One of another
+        # priority is dispatched on its own, so a ready task of higher priority
+        # goes first (and a higher-priority follower is not held behind a chain).
+        for i, j in enumerate(links):
+            if j >= 0 and priority[i] != priority[j]:
                 links[i] = -1
     if needs is not None:
         # A task holding resources is dispatched on its own: what it holds is
@@ -207,7 +216,13 @@ def _whole_plan(compiled: CompiledGraph) -> Plan:
         targets=compiled.sinks,
         roots=tuple(i for i, d in enumerate(deps) if not d),
         chain_next=_chain_links(
-            deps, dependents, compiled.sinks, compiled.needs, compiled.maps, compiled.policy
+            deps,
+            dependents,
+            compiled.sinks,
+            compiled.needs,
+            compiled.maps,
+            compiled.policy,
+            compiled.priority,
         ),
         priority=compiled.priority,
         needs=compiled.needs,
@@ -258,7 +273,7 @@ def _partial_plan(compiled: CompiledGraph, target_ids: tuple[int, ...]) -> Plan:
         dependents=dependents,
         targets=targets,
         roots=tuple(i for i, d in enumerate(deps) if not d),
-        chain_next=_chain_links(deps, dependents, targets, needs, maps, policy),
+        chain_next=_chain_links(deps, dependents, targets, needs, maps, policy, priority),
         priority=priority,
         needs=needs,
         maps=maps,
@@ -323,6 +338,11 @@ def restrict_plan(
     maps = None
     if plan.maps is not None:
         maps = frozenset(local[g] for g in plan.maps if g in local and g not in loaded) or None
+    policy = plan.policy
+    if policy is not None:  # a loaded task is not run again: it has no policy left
+        policy = tuple([None if g in loaded else policy[g] for g in order])
+        if all(p is None for p in policy):
+            policy = None
     return Plan(
         names=names,
         index={name: i for i, name in enumerate(names)},
@@ -331,10 +351,11 @@ def restrict_plan(
         dependents=dependents,
         targets=targets,
         roots=tuple(i for i, d in enumerate(deps) if not d),
-        chain_next=_chain_links(deps, dependents, targets, needs, maps),
+        chain_next=_chain_links(deps, dependents, targets, needs, maps, policy, priority),
         priority=priority,
         needs=needs,
         maps=maps,
+        policy=policy,
         loaded=frozenset(local[g] for g in loaded),
     )
 

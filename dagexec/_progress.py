@@ -157,6 +157,10 @@ class ProgressBar:
                 self._install()
             self._draw(self._started_at, final=False)
 
+    def on_map_expand(self, name: Hashable, items: int) -> None:
+        with self._lock:  # a proxied write (any thread) may be drawing the line
+            self.total += items  # the map's items are tasks of the run too
+
     def _task_started(self, name: Hashable, worker: int) -> None:
         with self._lock:  # a proxied write (any thread) may be drawing the line
             self._current[worker] = name
@@ -322,7 +326,8 @@ class ProgressBar:
         To fit, the bar shrinks first, then the least useful parts go (rate,
         running, zero counts), and only then is the line cut.
         """
-        total, finished, counts = self.total, self.finished, self.counts
+        finished, counts = self.finished, self.counts
+        total = max(self.total, finished)  # never past full, whatever was counted
         elapsed = now - self._started_at
         ran = counts[TaskState.DONE] + counts[TaskState.FAILED]
         rate = ran / elapsed if elapsed > 0 else 0.0

@@ -48,9 +48,11 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import random
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 from ._fanout import Fanout
@@ -80,6 +82,25 @@ DEPTH_FIRST = True
 # more often (kept free while the big task waits for the rest); higher keeps
 # capacity busier but lets a big task wait longer behind small ones.
 _PATIENCE = 16
+
+
+def exact(amount: float) -> float:
+    """``amount`` in exact arithmetic, for resource accounting.
+
+    Held amounts are added and subtracted as tasks come and go; in floats,
+    0.1 + 0.2 - 0.2 - 0.1 is not 0 and 3 * 0.1 is more than 0.3, so a task needing
+    all of a capacity could find it never free again, and three tasks of 0.1 would
+    never fit in 0.3. Whole numbers (the usual case) stay ints, which are exact and
+    cost nothing; any other finite amount becomes the :class:`~fractions.Fraction`
+    of the decimal it prints as (``Fraction("0.1") == 1/10``, which is what the user
+    wrote), so sums are exact and compare as written. ``math.inf`` (an unlimited
+    capacity) stays a float: inf minus anything finite is still inf.
+    """
+    if not math.isfinite(amount):
+        return amount
+    if float(amount).is_integer():
+        return int(amount)
+    return Fraction(repr(float(amount)))  # type: ignore[return-value]
 
 
 class RunState:
@@ -171,10 +192,11 @@ class RunState:
         names = sorted({r for need in needs for r, _ in need})
         rid = {r: i for i, r in enumerate(names)}
         self.resource_names = tuple(names)
-        self.capacity = [float(capacity.get(r, 0.0)) for r in names]
+        # Exact numbers (see exact): free is always capacity minus what is held.
+        self.capacity = [exact(capacity.get(r, 0)) for r in names]
         self.free = list(self.capacity)
-        self.peak_held = [0.0] * len(names)
-        self.needs = tuple(tuple((rid[r], float(a)) for r, a in need) for need in needs)
+        self.peak_held = [0] * len(names)
+        self.needs = tuple(tuple((rid[r], exact(a)) for r, a in need) for need in needs)
         # Per resource, a heap of the entries waiting for it.
         self.blocked: list[list[tuple[Any, ...]]] = [[] for _ in names]
         self.parked: dict[int, int] = {}  # task -> the resource it waits for
@@ -324,7 +346,7 @@ class RunState:
         for q, amount in self.needs[task]:
             if q == r:
                 return amount
-        return 0.0
+        return 0
 
     # ---------------------------------------------------------------- dispatch
     def dispatch(self, task: int, worker: int) -> tuple[Any, ...]:
@@ -439,14 +461,14 @@ class RunState:
                 self.ran_on[worker] += 1
             self._failed(task, payload, worker, started, ended)
         else:
-            if outcome == SKIPPED:  # it will never consume its dependencies' values
+            # A skipped task will never consume its dependencies' values (an
+            # expanded map let go of them when it expanded: see Fanout.skipped).
+            if outcome == SKIPPED and (self.fanout is None or not self.fanout.skipped(task)):
                 consumers, values, is_target = self.consumers, self.values, self.is_target
                 for p in self.deps[task]:
                     consumers[p] -= 1
                     if not consumers[p] and not is_target[p]:
                         values[p] = None
-                if self.fanout is not None:
-                    self.fanout.skipped(task)
             if events is not None:
                 events.append(Event(END, task, -1, outcome))
             if self.cleanup is not None:
@@ -620,6 +642,30 @@ class RunState:
             else:
                 self.ready.append(task)
 
+    def stuck_error(self) -> RuntimeError:
+        """The error for a run with unfinished tasks, none in flight and none that
+        can be handed out: a bug (the run could never end), never to be hidden as a
+        cancel. Names the first stuck tasks, their states and what they wait for."""
+        words = {WAITING: "waiting", READY: "ready", HELD: "held in a chain"}
+        stuck = [t for t, code in enumerate(self.state) if code in words]
+        described = []
+        for t in stuck[:5]:
+            text = f"{task_for_message(self.names[t])} ({words[self.state[t]]}"
+            if self.needs is not None and t in self.parked:
+                r = self.parked[t]
+                text += (
+                    f", waits for {float(self._need_of(t, r)):g} of resource "
+                    f"{self.resource_names[r]!r}, {float(self.free[r]):g} free of "
+                    f"{float(self.capacity[r]):g}"
+                )
+            described.append(text + ")")
+        more = f" and {len(stuck) - 5} more" if len(stuck) > 5 else ""
+        return RuntimeError(
+            f"dagexec internal error: {self.unfinished} tasks can never start, though "
+            f"nothing is running: {', '.join(described)}{more}; the run was stopped. "
+            "Please report this bug with the graph that shows it"
+        )
+
     def take_back(self, task: int) -> None:
         """The item headed by ``task`` was taken back before it started: cancel it."""
         self.finish(task, CANCELLED)
@@ -628,6 +674,7 @@ class RunState:
     def peak_resources(self, capacity: Mapping[str, float]) -> dict[str, float]:
         """Resource name -> most of it held at once, for every name in ``capacity``."""
         peaks: dict[str, float] = dict.fromkeys(capacity, 0)
-        for name, peak in zip(self.resource_names, self.peak_held, strict=True):
+        for name, held in zip(self.resource_names, self.peak_held, strict=True):
+            peak = float(held)
             peaks[name] = int(peak) if peak.is_integer() else peak
         return peaks

@@ -45,16 +45,21 @@ def add_note(exc: BaseException, note: str) -> None:
     """Add ``note`` to ``exc`` unless it is there; never raises.
 
     ``add_note`` refuses an exception whose ``__notes__`` is not a list (a task may
-    have set a tuple); such notes are copied into a list with ours at the end.
+    have set a tuple); such notes are copied into a list with ours at the end. Any
+    other value (a string, say) is kept whole as one note: iterating it would
+    split a string into characters, and ``in`` would test for a substring.
     """
     try:
         notes = getattr(exc, "__notes__", None)
         if notes is None:
             exc.add_note(note)
-        elif note not in notes:
-            if isinstance(notes, list):
+        elif isinstance(notes, list):
+            if note not in notes:
                 exc.add_note(note)
-            else:
+        elif isinstance(notes, tuple):
+            if note not in notes:
                 exc.__notes__ = [*notes, note]
+        else:
+            exc.__notes__ = [notes, note]
     except Exception:
         log.debug("could not add the note %r to a %s", note, type(exc).__qualname__)

@@ -176,7 +176,9 @@ class Run:
         self.outcome: Outcome | None = None
         self.abort_requested = False  # written by the caller thread, read here
         self.begun = self.aborted = False  # scheduler thread only, like all below
-        observed = trace or bool(hooks.task_end or hooks.task_dispatch or hooks.task_start)
+        observed = trace or bool(
+            hooks.task_end or hooks.task_dispatch or hooks.task_start or hooks.map_expand
+        )
         self.state = state = RunState(
             plan, on_error=on_error, workers=len(inboxes), observed=observed, capacity=capacity
         )
@@ -314,7 +316,10 @@ class Run:
             elif state.ready:  # cleanup tasks (run_if="all_done") run during a stop
                 pickup = self._dispatch()
             if state.in_flight == 0 and not pickup and wait is None:
-                break  # nothing can report any more: only reachable when stopping
+                if not state.stopping:  # a bug: say so, never end as if it succeeded
+                    state.fail(state.stuck_error())
+                    continue  # report the cancels; the loop then ends
+                break  # nothing can report any more
             try:
                 if wait is not None:
                     wait = min(wait, _PICKUP_RETRY_SECONDS if pickup else _TIMER_POLL_SECONDS)

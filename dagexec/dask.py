@@ -131,6 +131,8 @@ def get(
             raise KeyError(key)
     built = build(nodes, flat, known)
     _prioritise(built, nodes, annotated)
+    if annotated:
+        _check_annotated_capacity(built, annotated, resources, executor)
     with local_callbacks(callbacks) as active:
         values = _execute(
             built,
@@ -190,6 +192,29 @@ def _prioritise(
         need = annotated.get(key)
         graph._set_options(index[key], key, last - ranks.get(key, last), need or None)
     graph._compiled = None
+
+
+def _check_annotated_capacity(
+    built: Built,
+    annotated: Mapping[Hashable, Mapping[str, float]],
+    resources: object,
+    executor: Executor | None,
+) -> None:
+    """Reject a task annotated with a resource that has no capacity, saying where a
+    dask user gives one (the run's own check would point to ``Executor``/``run``)."""
+    if resources is not None and not isinstance(resources, Mapping):
+        return  # the run rejects it, naming the parameter
+    capacity = {**(executor.resources if executor is not None else {}), **(resources or {})}
+    for key in built.deps:
+        for name in annotated.get(key) or ():
+            if name not in capacity:
+                declared = ", ".join(map(repr, sorted(capacity))) or "none"
+                raise ValueError(
+                    f"dask task {key!r} is annotated with resource {name!r}, which has no "
+                    f"capacity (declared: {declared}); pass resources={{{name!r}: ...}} to "
+                    "dagexec.dask.get(...) (through compute(..., resources=...)), or set "
+                    f"the dask config: dask.config.set({{'dagexec.resources': {{{name!r}: ...}}}})"
+                )
 
 
 # ---------------------------------------------------------------------- running

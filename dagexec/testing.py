@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 from ._events import PlanInfo
 from ._graph import Graph
 from ._result import RunResult, TaskState
+from ._runstate import exact
 
 if TYPE_CHECKING:
     from ._plan import Plan
@@ -252,7 +253,9 @@ class ResourceRecorder:
     scheduler's own do (a task holds from dispatch until its end), so from
     another thread :meth:`wait_for_held` tells a test that a capacity is reached
     before it releases a :class:`Gate`; ``peak`` must then equal
-    ``RunStats.peak_resources``.
+    ``RunStats.peak_resources``. Sums are exact, like the scheduler's (three
+    tasks of 0.1 hold 0.3, not 0.30000000000000004); ``held`` and ``peak`` show
+    them as plain numbers.
     """
 
     def __init__(self, graph: Graph) -> None:
@@ -265,6 +268,8 @@ class ResourceRecorder:
         self._out: set[Hashable] = set()  # scheduler thread only
         self.held: dict[str, float] = {}
         self.peak: dict[str, float] = {}
+        self._held: dict[str, float] = {}  # exact sums (see _runstate.exact)
+        self._peak: dict[str, float] = {}
 
     def on_task_dispatch(self, name: Hashable, worker: int) -> None:
         need = self._needs.get(name)
@@ -276,8 +281,9 @@ class ResourceRecorder:
             self._out.add(name)
             with self._cond:
                 for r, amount in need:
-                    self.held[r] = self.held.get(r, 0) + amount
-                    self.peak[r] = max(self.peak.get(r, 0), self.held[r])
+                    held = self._held[r] = self._held.get(r, 0) + exact(amount)
+                    self._peak[r] = max(self._peak.get(r, 0), held)
+                    self.held[r], self.peak[r] = _plain(held), _plain(self._peak[r])
                 self._cond.notify_all()
 
     def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
@@ -285,13 +291,24 @@ class ResourceRecorder:
             self._out.discard(name)
             with self._cond:
                 for r, amount in self._needs[name]:
-                    self.held[r] -= amount
+                    held = self._held[r] = self._held[r] - exact(amount)
+                    self.held[r] = _plain(held)
                 self._cond.notify_all()
 
     def wait_for_held(self, resource: str, amount: float, timeout: float = DEFAULT_TIMEOUT) -> bool:
-        """Block until exactly ``amount`` of ``resource`` is held; False if not in time."""
+        """Block until exactly ``amount`` of ``resource`` is held; False if not in time.
+
+        Exact like the scheduler: 0.3 is reached by three tasks of 0.1.
+        """
+        want = exact(amount)
         with self._cond:
-            return self._cond.wait_for(lambda: self.held.get(resource, 0) == amount, timeout)
+            return self._cond.wait_for(lambda: self._held.get(resource, 0) == want, timeout)
+
+
+def _plain(amount: float) -> float:
+    """An exact sum as a float, or an int when whole (as in ``RunStats``)."""
+    value = float(amount)
+    return int(value) if value.is_integer() else value
 
 
 def assert_resource_reached(result: RunResult, resource: str) -> None:

@@ -59,6 +59,15 @@ def test_an_annotated_resource_without_capacity_is_rejected_before_running() -> 
     ran: list[int] = []
     with dask.annotate(resources={"GPU": 1}):
         part = dask.delayed(ran.append, pure=False)(1)
-    with pytest.raises(ValueError, match=r"needs resource 'GPU', which has no capacity"):
+    with pytest.raises(
+        ValueError, match=r"annotated with resource 'GPU', which has no capacity"
+    ) as info:
         dask.compute(part, scheduler=dagexec.dask.get, optimize_graph=False)
     assert ran == []
+    # The fix it points to is the dask one, not Executor/run which a dask user never calls.
+    message = str(info.value)
+    assert "resources={'GPU': ...} to dagexec.dask.get(" in message
+    assert "'dagexec.resources'" in message
+    with dask.config.set({"dagexec.resources": {"GPU": 1}}):
+        dask.compute(part, scheduler=dagexec.dask.get, optimize_graph=False)
+    assert ran == [1]

@@ -78,3 +78,21 @@ def test_an_internal_error_returns_only_after_the_runs_tasks_drained(
         assert "dagexec: internal error in the scheduler" in info.value.__notes__[0]
         monkeypatch.setattr(RunState, "finish", real)
         assert ex.run(g)["a"] == 1
+
+
+@pytest.mark.parametrize("theirs", ["not a list", "(dagexec: raised by task 'f')"])
+def test_a_task_exception_with_string_notes_keeps_them_as_one_note(theirs: str) -> None:
+    """A str __notes__ was split into characters ([*notes, note]), and a note that
+    is a substring of it ("in") was taken as present already."""
+
+    class Odd(Exception):
+        __notes__ = theirs
+
+    def f() -> None:
+        raise Odd()
+
+    g = dagexec.Graph()
+    g.add("f", f)
+    with pytest.raises(Odd) as info:
+        dagexec.run(g)
+    assert list(info.value.__notes__) == [theirs, "dagexec: raised by task 'f'"]

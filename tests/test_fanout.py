@@ -227,3 +227,169 @@ def test_a_skipped_chained_map_lets_the_items_it_would_read_go() -> None:
     result = dagexec.run(g, ["b"], workers=2, on_error="continue", callbacks=[Check()])
     assert result.status["b"] is TaskState.SKIPPED
     assert seen == [0]
+
+
+def _alive_at_run_end(g: Graph, refs: list[Any], **kw: Any) -> tuple[dagexec.RunResult, int]:
+    import gc
+
+    seen: list[int] = []
+
+    class Check:
+        def on_run_end(self, result: dagexec.RunResult) -> None:
+            gc.collect()
+            seen.append(sum(r() is not None for r in refs))
+
+    result = dagexec.run(g, workers=2, on_error="continue", callbacks=[Check()], **kw)
+    return result, seen[0]
+
+
+def test_a_failed_item_lets_its_siblings_values_go() -> None:
+    """With "continue", a failed item skips its map's gather; the values of the
+    items that did succeed were counted for that gather and must be let go."""
+    import weakref
+
+    class Big:
+        pass
+
+    refs: list[weakref.ref[Big]] = []
+
+    def make(x: int) -> Big:
+        if x == 0:
+            raise ValueError("item 0")
+        big = Big()
+        refs.append(weakref.ref(big))
+        return big
+
+    g = Graph()
+    g.add("src", lambda: range(20))
+    g.map("m", make, over="src")
+    g.add("use", len, deps=["m"])
+    result, alive = _alive_at_run_end(g, refs)
+    assert result.status["use"] is TaskState.SKIPPED
+    assert len(refs) == 19
+    assert alive == 0
+
+
+def test_a_chained_map_skipped_before_its_source_expands_lets_the_items_go() -> None:
+    """b (over map a) is skipped by its failed extra dependency before a expands:
+    a's items must not be counted for b then."""
+    import weakref
+
+    class Big:
+        pass
+
+    refs: list[weakref.ref[Big]] = []
+    failed = threading.Event()
+
+    def make(x: int) -> Big:
+        big = Big()
+        refs.append(weakref.ref(big))
+        return big
+
+    class Release:
+        def on_task_end(self, name: object, state: TaskState, seconds: float) -> None:
+            if name == "bad":
+                failed.set()
+
+    def src() -> list[int]:
+        assert failed.wait(30)  # b is skipped before a can expand
+        return [1, 2, 3]
+
+    g = Graph()
+    g.add("bad", lambda: 1 / 0)
+    g.add("src", src)
+    g.map("a", make, over="src")
+    g.map("b", lambda big, e: None, over="a", deps=["bad"])
+    import gc
+
+    seen: list[int] = []
+
+    class Check(Release):
+        def on_run_end(self, result: dagexec.RunResult) -> None:
+            gc.collect()
+            seen.append(sum(r() is not None for r in refs))
+
+    result = dagexec.run(g, ["b"], workers=2, on_error="continue", callbacks=[Check()])
+    assert result.status["b"] is TaskState.SKIPPED
+    assert result.status[("a", 2)] is TaskState.DONE
+    assert len(refs) == 3
+    assert seen == [0]
+
+
+def test_a_skipped_map_does_not_let_its_source_go_twice() -> None:
+    """An expanded map let go of its source's value when it expanded; skipped
+    later (an item failed), it must not count that again, or the value was
+    dropped while another task still needed it ('late' got None)."""
+    g = Graph()
+    g.add("src", lambda: [0, 1, 2])
+    g.map("m", lambda x: 1 / x, over="src")
+    g.add("use", lambda m: m, deps=["m"])
+    g.add("late", lambda s: s, deps=["src"], priority=-5)  # after m is skipped
+    result = dagexec.run(g, workers=1, max_in_flight=1, on_error="continue")
+    assert result.status["m"] is TaskState.SKIPPED
+    assert result["late"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("map_first", [False, True])
+def test_a_task_named_like_a_map_item_is_rejected_before_anything_runs(map_first: bool) -> None:
+    """("rows", 0) would be overwritten by item 0 of map "rows" at run time."""
+    ran: list[str] = []
+    g = Graph()
+    g.add("files", lambda: ran.append("files") or [1, 2])
+    if map_first:
+        g.map("rows", lambda x: x, over="files")
+        g.add(("rows", 0), lambda: "static")
+    else:
+        g.add(("rows", 0), lambda: "static")
+        g.map("rows", lambda x: x, over="files")
+    with pytest.raises(dagexec.DuplicateTaskError, match=r"item 0 of map 'rows'") as info:
+        dagexec.run(g)
+    assert info.value.task == ("rows", 0)
+    with pytest.raises(dagexec.DuplicateTaskError):
+        g.validate()
+    assert ran == []
+
+
+def test_tuple_names_that_are_not_item_names_are_fine() -> None:
+    g = Graph()
+    g.add("files", lambda: [1])
+    g.map("rows", lambda x: x, over="files")
+    g.add(("rows", "header"), lambda: "h")
+    g.add(("rows", -1), lambda: "last")
+    g.add(("other", 0), lambda: 0)
+    assert dagexec.run(g)[("rows", "header")] == "h"
+
+
+@pytest.mark.parametrize("fatal", [SystemExit, KeyboardInterrupt, GeneratorExit])
+def test_a_fatal_exception_while_iterating_a_maps_source_names_the_map(
+    fatal: type[BaseException],
+) -> None:
+    """The source is iterated on the scheduler thread; a BaseException there is the
+    map's failure (it reaches the caller as itself, noted with the map), not an
+    "internal error in the scheduler"."""
+
+    def items() -> Any:
+        yield 1
+        raise fatal("from the source")
+
+    g = Graph()
+    g.add("src", items)
+    g.map("m", lambda x: x, over="src")
+    g.add("other", lambda: 1)
+    with dagexec.Executor(workers=2) as ex:
+        with pytest.raises(fatal) as info:
+            ex.run(g, on_error="continue")
+        notes = getattr(info.value, "__notes__", [])
+        assert "dagexec: map 'm' iterates the value of 'src'" in notes
+        assert not any("internal error" in note for note in notes)
+        assert dict(ex.run(g, targets=["other"])) == {"other": 1}  # still usable
+
+
+def test_map_deps_by_keyword_are_rejected_not_read_as_the_keys() -> None:
+    g = Graph()
+    g.add("a", lambda: [1, 2])
+    g.add("b", lambda: ",")
+    g.add("sep", lambda: "not this one")
+    with pytest.raises(TypeError, match=r"map 'mm': deps .*mapping .*write deps=\['b'\]"):
+        g.map("mm", lambda x, sep: x, over="a", deps={"sep": "b"})
+    assert "mm" not in g

@@ -96,3 +96,109 @@ def test_interrupted_executor_block_exits_without_waiting_for_running_tasks() ->
     finally:
         gate.open()
     # the autouse fixture then checks that every worker thread exits by itself
+
+
+class _WatchedLock:
+    """The executor's run lock, telling a test when a thread starts waiting for it."""
+
+    def __init__(self, lock: threading.RLock, waiting: threading.Event) -> None:
+        self._lock, self._waiting = lock, waiting
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if blocking and threading.current_thread() is threading.main_thread():
+            self._waiting.set()
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def _is_owned(self) -> bool:
+        return self._lock._is_owned()  # type: ignore[attr-defined, no-any-return]
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_ctrl_c_while_waiting_for_another_threads_run_is_noticed() -> None:
+    """interrupt_main does not wake a blocked lock wait: waiting for another
+    thread's run must poll, or Ctrl-C is ignored until that run ends."""
+    gate = Gate(timeout=10)
+    waiting = threading.Event()
+    ex = dagexec.Executor(workers=1)
+    ex._run_lock = _WatchedLock(ex._run_lock, waiting)  # type: ignore[assignment]
+    busy = dagexec.Graph()
+    busy.add("slow", gate.gated(lambda: "slow"))
+    other = threading.Thread(target=ex.run, args=(busy,))
+    other.start()
+    try:
+        assert gate.wait_for_waiting(1)  # the other run holds the executor
+        interrupter = threading.Thread(target=lambda: (waiting.wait(10), _thread.interrupt_main()))
+        interrupter.start()
+        quick = dagexec.Graph()
+        quick.add("x", lambda: 1)
+        with pytest.raises(KeyboardInterrupt):
+            ex.run(quick)
+        assert other.is_alive()  # noticed while the other run still held the executor
+        interrupter.join()
+    finally:
+        gate.open()
+        other.join()
+        ex.shutdown()
+
+
+def test_shutdown_without_wait_returns_during_another_threads_run() -> None:
+    """shutdown(wait=False) marks the executor closed and returns; the run in
+    progress finishes, and the workers exit after it."""
+    gate = Gate()
+    ex = dagexec.Executor(workers=1)
+    g = dagexec.Graph()
+    g.add("slow", gate.gated(lambda: "slow"))
+    results: list[object] = []
+    other = threading.Thread(target=lambda: results.append(ex.run(g)["slow"]))
+    other.start()
+    try:
+        assert gate.wait_for_waiting(1)
+        ex.shutdown(wait=False)  # before: blocked here until the run ended
+        assert other.is_alive()
+    finally:
+        gate.open()
+        other.join()
+    assert results == ["slow"]
+    with pytest.raises(RuntimeError, match="shut down"):
+        ex.run(g)
+    for t in [*ex._threads, ex._scheduler]:
+        t.join(30)
+        assert not t.is_alive()
+
+
+class _InterruptedJustAfterTaking(_WatchedLock):
+    """Takes the lock, then raises as Ctrl-C would if it landed right after."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        taken = self._lock.acquire(blocking, timeout)
+        if blocking and not self._waiting.is_set():
+            self._waiting.set()
+            raise KeyboardInterrupt
+        return taken
+
+
+def test_ctrl_c_right_after_taking_the_run_lock_does_not_keep_it() -> None:
+    """Polling the lock opens a moment where it is held but nobody knows it yet:
+    an interrupt there must give it back, or every later run waits forever."""
+    with dagexec.Executor(workers=1) as ex:
+        ex._run_lock = _InterruptedJustAfterTaking(  # type: ignore[assignment]
+            ex._run_lock, threading.Event()
+        )
+        g = dagexec.Graph()
+        g.add("x", lambda: 1)
+        with pytest.raises(KeyboardInterrupt):
+            ex.run(g)
+        assert not ex._run_lock._is_owned()
+        done = threading.Event()
+        later = threading.Thread(target=lambda: (ex.run(g), done.set()))
+        later.start()
+        assert done.wait(30), "the run lock was left held"
+        later.join()

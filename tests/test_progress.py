@@ -11,7 +11,7 @@ import pytest
 
 import dagexec
 from dagexec import Graph, PlanInfo, ProgressBar, TaskState
-from dagexec._progress import format_duration
+from dagexec._progress import _BAR_CELLS, format_duration
 
 
 class FakeClock:
@@ -485,3 +485,29 @@ def test_a_new_bar_looks_through_a_proxy_an_interrupted_run_left(
     first, second = _screen(terminal.getvalue())
     assert "INTERRUPTED 0/1 done" in first
     assert second.startswith("dagexec [########################] 1/1")
+
+
+def test_the_total_grows_as_maps_expand_and_the_bar_never_overflows() -> None:
+    """A map of 30 items makes 30 more tasks than the plan's 3: the bar read
+    33/3, and its line overflowed."""
+    seen: list[tuple[object, int]] = []
+
+    class Expansions:
+        def on_map_expand(self, name: object, items: int) -> None:
+            seen.append((name, items))
+
+    g = dagexec.Graph()
+    g.add("files", lambda: list(range(30)))
+    g.map("rows", lambda f: f * 2, over="files")
+    g.map("sizes", lambda r: r, over="rows")
+    g.add("total", len, deps=["sizes"])
+    bar = ProgressBar(io.StringIO(), is_tty=False)
+    result = dagexec.run(g, callbacks=[bar, Expansions()])
+    assert seen == [("rows", 30), ("sizes", 30)]
+    assert bar.total == 64 == len(result.status) == result.stats.tasks_planned
+    line = bar.line(0.0, final=True, width=None)
+    full = f"[{'#' * _BAR_CELLS}] 64/64"
+    assert full in line
+    # Even with a total that lags (a bar that missed an expansion), never past full.
+    bar.total = 3
+    assert full in bar.line(0.0, final=True)

@@ -172,6 +172,22 @@ def test_higher_priority_runs_first_among_ready_tasks() -> None:
     assert order == ["top", "high", "mid", "mid2", "low"]
 
 
+@pytest.mark.parametrize("targets", [None, ["B", "C"]])
+def test_a_chain_follower_of_lower_priority_waits_for_a_ready_higher_one(
+    targets: list[str] | None,
+) -> None:
+    """A -> B is a chain by shape, but B (priority -100) must not run right after A
+    while C (priority 5) is ready too: fused, B jumped ahead of C."""
+    order: list[str] = []
+    g = Graph()
+    g.add("root", lambda: order.append("root"))
+    g.add("A", lambda _: order.append("A"), deps=["root"], priority=10)
+    g.add("C", lambda _: order.append("C"), deps=["root"], priority=5)
+    g.add("B", lambda _: order.append("B"), deps=["A"], priority=-100)
+    dagexec.run(g, targets=targets, workers=1, max_in_flight=1)
+    assert order == ["root", "A", "C", "B"]
+
+
 def test_priority_in_the_decorator() -> None:
     order: list[str] = []
     g = Graph()
@@ -296,3 +312,71 @@ def test_readme_resource_examples_run_as_written() -> None:
         namespace: dict[str, Any] = {}
         exec(compile(block, "README.md", "exec"), namespace)
     namespace["test_gpu_limit_is_reached_exactly"]()
+
+
+def test_fractional_amounts_are_freed_exactly_whatever_the_release_order() -> None:
+    """0.1, 0.2 and 0.7 of a capacity 1.0 released in the order 0.2, 0.7, 0.1: in
+    floats 1.0 then came back as 0.9999999999999999 and a task needing 1.0 was
+    cancelled as if the run succeeded."""
+    released = {name: threading.Event() for name in ("a", "b", "c")}
+    barrier = threading.Barrier(3, timeout=30)
+
+    def part(name: str, after: str | None) -> Callable[[], str]:
+        def fn() -> str:
+            barrier.wait()  # all three hold their share at once
+            if after is not None:
+                assert released[after].wait(30)
+            return name
+
+        return fn
+
+    class Order:
+        def on_task_end(self, name: Hashable, state: dagexec.TaskState, seconds: float) -> None:
+            if name in released:
+                released[name].set()
+
+    g = Graph()
+    g.add("a", part("a", "c"), resources={"mem": 0.1})  # ends last
+    g.add("b", part("b", None), resources={"mem": 0.2})  # ends first
+    g.add("c", part("c", "b"), resources={"mem": 0.7})
+    g.add("all", lambda *parts: parts, deps=["a", "b", "c"], resources={"mem": 1.0})
+    result = dagexec.run(g, workers=3, resources={"mem": 1.0}, callbacks=[Order()])
+    assert result.status["all"] is dagexec.TaskState.DONE
+    assert result["all"] == ("a", "b", "c")
+    assert result.stats.peak_resources == {"mem": 1}
+
+
+def test_three_tenths_fill_a_capacity_of_three_tenths() -> None:
+    """0.1 + 0.1 + 0.1 is 0.30000000000000004 in floats: the third never fitted."""
+    gate = Gate()
+    g = Graph()
+    for i in range(3):
+        g.add(i, gate.gated(lambda i=i: i), resources={"mem": 0.1})
+    recorder = ResourceRecorder(g)
+    with dagexec.Executor(workers=3, resources={"mem": 0.3}) as ex:
+        future = run_in_thread(ex.run, g, callbacks=[recorder])
+        assert recorder.wait_for_held("mem", 0.3)
+        assert gate.wait_for_waiting(3)
+        assert recorder.held == {"mem": 0.3}
+        gate.open()
+        result = future.result(timeout=30)
+    assert dict(result) == {0: 0, 1: 1, 2: 2}
+    assert recorder.peak == {"mem": 0.3} == result.stats.peak_resources
+    assert_resource_reached(result, "mem")
+
+
+def test_a_task_that_can_never_start_is_an_error_not_a_silent_cancel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """If the state machine ever leaves a task unable to start with nothing running
+    (a bug), the run must fail naming the task, not return as if it succeeded."""
+    monkeypatch.setattr(dagexec._runstate.RunState, "_lacking", lambda self, task, need: 0)
+    g = Graph()
+    g.add("free", lambda: 1)
+    g.add("stuck", lambda: 2, resources={"mem": 1})
+    with pytest.raises(
+        RuntimeError,
+        match=r"internal error.*'stuck' \(ready, waits for 1 of "
+        r"resource 'mem', 1 free of 1\)",
+    ):
+        dagexec.run(g, workers=2, resources={"mem": 1})
