@@ -21,6 +21,7 @@ from typing import Any
 from ._draw import display_name
 from ._errors import describe
 from ._graph import Graph
+from ._safe import str_for_message
 
 __all__ = [
     "Fail",
@@ -119,12 +120,9 @@ def check_output(option: str, path: str | None) -> None:
         raise Fail(f"{option} {path}: permission denied")
 
 
-def safe_str(exc: BaseException) -> str:
-    """``str(exc)``, or a stand-in when the exception's own ``__str__`` raises."""
-    try:
-        return str(exc)
-    except Exception:
-        return f"<{type(exc).__name__}.__str__ raised an exception>"
+# ``str(exc)``, or a stand-in when the exception's own ``__str__`` raises: the one
+# the engine's notes and log lines use.
+safe_str = str_for_message
 
 
 def _task_label(name: Hashable) -> str:

@@ -413,8 +413,7 @@ graph.add("unprintable", unprintable)
         ("three", "dagexec: error: task three failed: SystemExit: 3"),
         (
             "unprintable",
-            "dagexec: error: task unprintable failed: Unprintable: "
-            "<Unprintable.__str__ raised an exception>",
+            "dagexec: error: task unprintable failed: Unprintable: <Unprintable (its str raised)>",
         ),
     ],
 )
