@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
@@ -379,11 +380,28 @@ def _join_started(thread: threading.Thread, timeout: float) -> None:
 
 @contextlib.contextmanager
 def no_leaked_threads(timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
-    """Fail if a thread started inside the block is still alive ``timeout`` s after it."""
+    """Fail if a thread started inside the block is still alive ``timeout`` s after it.
+
+    Garbage is collected between short joins: the threads of an ``Executor``
+    dropped without ``shutdown()`` exit when it is collected, and on free-threaded
+    CPython a reference dropped by another thread (the scheduler's, at the end of
+    a run) is merged lazily, so only a collection makes the executor unreachable
+    while this thread waits.
+    """
     before = set(threading.enumerate())
     yield
     deadline = time.monotonic() + timeout
-    for thread in set(threading.enumerate()) - before:
-        _join_started(thread, max(0.0, deadline - time.monotonic()))
+    while True:
+        alive = [t for t in set(threading.enumerate()) - before if t.is_alive()]
+        remaining = deadline - time.monotonic()
+        if not alive or remaining <= 0:
+            break
+        gc.collect()
+        for thread in alive:
+            _join_started(thread, min(_JOIN_SLICE, max(0.0, deadline - time.monotonic())))
     leaked = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
     assert not leaked, f"threads still running after the test: {sorted(leaked)}"
+
+
+# How long no_leaked_threads joins a thread before collecting garbage again.
+_JOIN_SLICE = 0.1
