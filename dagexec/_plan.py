@@ -242,33 +242,49 @@ def _partial_plan(compiled: CompiledGraph, target_ids: tuple[int, ...]) -> Plan:
                 stack.append(d)
     # Keep insertion order: dispatch order then follows the order tasks were added.
     order = sorted(needed)
+    return _cut(compiled, order, target_ids, [compiled.fns[g] for g in order])
+
+
+def _cut(
+    source: CompiledGraph | Plan,
+    order: list[int],
+    target_ids: Iterable[int],
+    fns: list[Callable[..., Any]],
+    loaded: Mapping[int, Any] | None = None,
+) -> Plan:
+    """The plan of the tasks ``order`` (indices into ``source``), renumbered 0..n-1.
+
+    ``fns`` are their functions, in that order. A ``loaded`` task (resumed from a
+    checkpoint) keeps no dependencies, no resource need, no policy and is no map.
+    """
+    loaded = loaded or {}
     local = {g: i for i, g in enumerate(order)}
-    deps = tuple(tuple([local[d] for d in all_deps[g]]) for g in order)
-    names = tuple(compiled.names[g] for g in order)
+    deps = tuple(() if g in loaded else tuple([local[d] for d in source.deps[g]]) for g in order)
+    names = tuple(source.names[g] for g in order)
     dependents = _dependents_of(deps)
     targets = tuple(local[t] for t in target_ids)
-    priority = compiled.priority
+    priority = source.priority
     if priority is not None:
         priority = tuple([priority[g] for g in order])
         if not any(priority):
             priority = None
-    needs = compiled.needs
+    needs = source.needs
     if needs is not None:
-        needs = tuple([needs[g] for g in order])
+        needs = tuple([() if g in loaded else needs[g] for g in order])
         if not any(needs):
             needs = None
-    policy = compiled.policy
-    if policy is not None:
-        policy = tuple([policy[g] for g in order])
-        if not any(p is not None for p in policy):
+    policy = source.policy
+    if policy is not None:  # a loaded task is not run again: it has no policy left
+        policy = tuple([None if g in loaded else policy[g] for g in order])
+        if all(p is None for p in policy):
             policy = None
     maps = None
-    if compiled.maps is not None:
-        maps = frozenset(local[g] for g in compiled.maps if g in local) or None
+    if source.maps is not None:
+        maps = frozenset(local[g] for g in source.maps if g in local and g not in loaded) or None
     return Plan(
         names=names,
         index={name: i for i, name in enumerate(names)},
-        fns=tuple(compiled.fns[g] for g in order),
+        fns=tuple(fns),
         deps=deps,
         dependents=dependents,
         targets=targets,
@@ -278,6 +294,7 @@ def _partial_plan(compiled: CompiledGraph, target_ids: tuple[int, ...]) -> Plan:
         needs=needs,
         maps=maps,
         policy=policy,
+        loaded=frozenset(local[g] for g in loaded) if loaded else None,
     )
 
 
@@ -321,43 +338,8 @@ def restrict_plan(
     run for task ``i`` of ``to_run`` (the checkpoint's saving wrapper).
     """
     order = sorted(to_run | loaded.keys())
-    local = {g: i for i, g in enumerate(order)}
-    deps = tuple(() if g in loaded else tuple([local[d] for d in plan.deps[g]]) for g in order)
-    fns = tuple(_constant(loaded[g]) if g in loaded else wrap(g, plan.fns[g]) for g in order)
-    names = tuple(plan.names[g] for g in order)
-    dependents = _dependents_of(deps)
-    targets = tuple(local[t] for t in plan.targets)
-    priority = plan.priority
-    if priority is not None:
-        priority = tuple([priority[g] for g in order])
-    needs = plan.needs
-    if needs is not None:
-        needs = tuple([() if g in loaded else needs[g] for g in order])
-        if not any(needs):
-            needs = None
-    maps = None
-    if plan.maps is not None:
-        maps = frozenset(local[g] for g in plan.maps if g in local and g not in loaded) or None
-    policy = plan.policy
-    if policy is not None:  # a loaded task is not run again: it has no policy left
-        policy = tuple([None if g in loaded else policy[g] for g in order])
-        if all(p is None for p in policy):
-            policy = None
-    return Plan(
-        names=names,
-        index={name: i for i, name in enumerate(names)},
-        fns=fns,
-        deps=deps,
-        dependents=dependents,
-        targets=targets,
-        roots=tuple(i for i, d in enumerate(deps) if not d),
-        chain_next=_chain_links(deps, dependents, targets, needs, maps, policy, priority),
-        priority=priority,
-        needs=needs,
-        maps=maps,
-        policy=policy,
-        loaded=frozenset(local[g] for g in loaded),
-    )
+    fns = [_constant(loaded[g]) if g in loaded else wrap(g, plan.fns[g]) for g in order]
+    return _cut(plan, order, plan.targets, fns, loaded)
 
 
 def _constant(value: Any) -> Callable[[], Any]:
