@@ -47,3 +47,53 @@ def test_get_wakes_when_an_item_arrives_and_a_blocked_put_wakes_on_get() -> None
     putter.join(5)
     assert not putter.is_alive()
     assert box.get() == "c"
+
+
+def test_a_timed_get_gives_up_when_nothing_comes_and_takes_what_does() -> None:
+    box: Inbox[int] = Inbox(maxsize=1)
+    with pytest.raises(queue.Empty):
+        box.get(timeout=0.01)
+    box.put_nowait(7)  # the sleeper's lock must be consistent after a timeout
+    assert box.get(timeout=5) == 7
+    box.put(1, timeout=5)  # room: goes in at once
+    with pytest.raises(queue.Full):
+        box.put(2, timeout=0.01)  # full: gives up
+    assert box.get_nowait() == 1
+
+
+def test_an_inbox_must_be_bounded() -> None:
+    with pytest.raises(ValueError, match="maxsize=0"):
+        Inbox(maxsize=0)
+
+
+def test_one_consumer_and_a_thief_lose_and_repeat_nothing() -> None:
+    """The worker blocks in get() while another thread (the scheduler's balancer)
+    steals with get_nowait(): every item comes out exactly once, nobody hangs."""
+    box: Inbox[int | None] = Inbox(maxsize=4)
+    n = 20_000
+    got: list[int] = []
+    stolen: list[int] = []
+    done = threading.Event()
+
+    def worker() -> None:
+        while (item := box.get()) is not None:
+            got.append(item)
+        done.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    for i in range(n):
+        while True:
+            try:
+                box.put_nowait(i)
+                break
+            except queue.Full:
+                try:
+                    stolen.append(box.get_nowait())
+                except queue.Empty:
+                    pass
+    box.put(None)
+    assert done.wait(30)
+    t.join(5)
+    assert sorted(got + stolen) == list(range(n))
+    assert got == sorted(got)  # FIFO for the consumer
