@@ -263,7 +263,7 @@ class Run:
                         inbox.get_nowait()
                     except queue.Empty:
                         break
-            probe = Job(results.put, -1, _nothing, (), 0, self.stop, None)
+            probe: Job = (results.put, -1, _nothing, (), 0, self.stop, None)
             for inbox in self.inboxes:
                 inbox.put_nowait(probe)  # emptied above, and we are the only producer
             unanswered = len(self.inboxes)
@@ -364,10 +364,10 @@ class Run:
             policy = None if policies is None else policies[task]
             if policy is not None:
                 fn, job_flags = self._attempt(task, policy)
-                item = Job(report, task, fn, args, flags | job_flags, stop, context)
+                item = (report, task, fn, args, flags | job_flags, stop, context)
                 del fn
             elif chain_next[task] < 0:
-                item = Job(report, task, fns[task], args, flags, stop, context)
+                item = (report, task, fns[task], args, flags, stop, context)
             else:
                 members = [task]
                 while chain_next[members[-1]] >= 0:
@@ -447,7 +447,7 @@ class Run:
                     break
                 assert item is not STOP  # STOPs go in only after a run's cancellation
                 held[w] -= 1
-                self.state.take_back(item.task if isinstance(item, Job) else item.tasks[0])
+                self.state.take_back(item.tasks[0] if isinstance(item, Chain) else item[1])
         if self.state.events:
             self.observer.drain(self.state.events)
 

@@ -34,7 +34,6 @@ from ._messages import (
     Chain,
     ChainEnd,
     Item,
-    Report,
 )
 
 __all__ = ["Running", "register_run", "running_here", "worker_loop"]
@@ -122,7 +121,7 @@ def _loop(worker_id: int, inbox: queue.Queue[Item | None], here: Running) -> Non
         # worker must not keep a large argument or result alive.
         del item
         if flags & NOTIFY_START:
-            report(Report(worker_id, task, STARTED, None, 0.0, 0.0))
+            report((worker_id, task, STARTED, None, 0.0, 0.0))
         started = perf_counter() if flags & TIMED else 0.0
         here.task, here.stop = task, stop
         try:
@@ -131,12 +130,12 @@ def _loop(worker_id: int, inbox: queue.Queue[Item | None], here: Running) -> Non
             del args
             _drop_own_frame(exc)
             ended = perf_counter() if flags & TIMED else 0.0
-            report(Report(worker_id, task, FAILED, exc, started, ended))
+            report((worker_id, task, FAILED, exc, started, ended))
             del exc  # the traceback would keep the task's frames alive
         else:
             del args
             ended = perf_counter() if flags & TIMED else 0.0
-            report(Report(worker_id, task, DONE, value, started, ended))
+            report((worker_id, task, DONE, value, started, ended))
             del value
         here.stop = None
         del report, fn, stop, context
@@ -173,7 +172,7 @@ def _run_chain(worker_id: int, box: list[Chain], here: Running) -> None:
         if k and stop.is_set():
             break
         if flags & NOTIFY_START:
-            report(Report(worker_id, tasks[k], STARTED, None, 0.0, 0.0))
+            report((worker_id, tasks[k], STARTED, None, 0.0, 0.0))
         started = perf_counter() if timed else 0.0
         here.task, here.stop = tasks[k], stop
         try:
@@ -186,15 +185,15 @@ def _run_chain(worker_id: int, box: list[Chain], here: Running) -> None:
             _drop_own_frame(exc)
             if times is not None:
                 times += (started, perf_counter())
-            report(Report(worker_id, tasks, CHAIN, ChainEnd(done, False, exc, times), 0.0, 0.0))
+            report((worker_id, tasks, CHAIN, ChainEnd(done, False, exc, times), 0.0, 0.0))
             del exc
             return
         if times is not None:
             ended = perf_counter()
             times += (started, ended)
             if k < last:
-                report(Report(worker_id, tasks[k], MEMBER, None, started, ended))
+                report((worker_id, tasks[k], MEMBER, None, started, ended))
         args = (value,)
         done = k + 1
     del args
-    report(Report(worker_id, tasks, CHAIN, ChainEnd(done, True, value, times), 0.0, 0.0))
+    report((worker_id, tasks, CHAIN, ChainEnd(done, True, value, times), 0.0, 0.0))
