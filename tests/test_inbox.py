@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 
@@ -88,10 +89,8 @@ def test_one_consumer_and_a_thief_lose_and_repeat_nothing() -> None:
                 box.put_nowait(i)
                 break
             except queue.Full:
-                try:
+                with contextlib.suppress(queue.Empty):
                     stolen.append(box.get_nowait())
-                except queue.Empty:
-                    pass
     box.put(None)
     assert done.wait(30)
     t.join(5)
