@@ -19,9 +19,12 @@ A moved task keeps its place in the bounds: it was already counted in flight.
 
 from __future__ import annotations
 
+import heapq
 import queue
 from collections.abc import Sequence
 from typing import Any
+
+from ._inbox import Inbox
 
 __all__ = ["Balance"]
 
@@ -49,7 +52,7 @@ class Balance:
         "workers",
     )
 
-    def __init__(self, inboxes: Sequence[queue.Queue[Any]], queue_cap: int) -> None:
+    def __init__(self, inboxes: Sequence[Inbox[Any]], queue_cap: int) -> None:
         self.inboxes = inboxes
         self.queues = [inbox.queue for inbox in inboxes]  # the deques: length reads, no lock
         self.workers = range(len(inboxes))
@@ -74,11 +77,38 @@ class Balance:
                 best, best_held = w, h
         return best if best >= 0 else fallback
 
-    def dispatched(self, worker: int, now: float) -> None:
-        """Note a task just put into ``worker``'s inbox."""
+    def share(self, n: int) -> list[int]:
+        """How many of ``n`` tasks each worker gets now: each in turn to the worker
+        that :meth:`pick` would choose, so the fewest-held first, within each inbox's
+        room, and a stalled worker only once no other has room. Fewer than ``n`` in
+        all if the inboxes cannot take them."""
+        held, queues, queue_cap, avoid = self.held, self.queues, self.queue_cap, self.avoid
+        counts = [0] * len(held)
+        for group in (
+            [(held[w], w) for w in self.workers if w not in avoid],
+            [(held[w], w) for w in avoid],
+        ):
+            room = [queue_cap - len(q) for q in queues]
+            heap = [entry for entry in group if room[entry[1]] > 0]
+            heapq.heapify(heap)
+            while n and heap:
+                load, w = heap[0]
+                counts[w] += 1
+                room[w] -= 1
+                n -= 1
+                if room[w]:
+                    heapq.heapreplace(heap, (load + 1, w))
+                else:
+                    heapq.heappop(heap)
+            if not n or not avoid:
+                break
+        return counts
+
+    def dispatched(self, worker: int, now: float, count: int = 1) -> None:
+        """Note ``count`` tasks just put into ``worker``'s inbox."""
         if not self.held[worker]:
             self.last_seen[worker] = now  # it starts working now
-        self.held[worker] += 1
+        self.held[worker] += count
         depth = len(self.queues[worker])
         if depth > self.peak_depth[worker]:
             self.peak_depth[worker] = depth

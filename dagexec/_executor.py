@@ -244,7 +244,7 @@ class Executor:
         self.effective_cap = min(self.max_in_flight, self.workers * (self.queue_cap + 1))
         self.resources = _check_capacity("resources", resources)
         # maxsize >= 1 was checked above: Queue(maxsize=0) would be unbounded.
-        self._inboxes: list[queue.Queue[Item | None]] = [
+        self._inboxes: list[Inbox[Item | None]] = [
             Inbox(maxsize=self.queue_cap) for _ in range(self.workers)
         ]
         self._threads = [
@@ -615,7 +615,7 @@ class _Stopper:
 
     def __init__(
         self,
-        inboxes: list[queue.Queue[Item | None]],
+        inboxes: list[Inbox[Item | None]],
         workers: list[threading.Thread],
         runs: queue.SimpleQueue[_Submission | None],
     ) -> None:

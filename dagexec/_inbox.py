@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Sequence
 from time import monotonic
 from typing import TypeVar
 
@@ -60,6 +61,17 @@ class Inbox(queue.Queue[T]):
             if len(self.queue) >= self.maxsize:
                 raise queue.Full
             self.queue.append(item)
+            if self._sleeping:
+                self._sleeping = False
+                self._wake.release()
+
+    def put_all(self, items: Sequence[T]) -> None:
+        """Append all of ``items`` (one lock, at most one wake-up), or none of them and
+        raise ``queue.Full`` if they do not all fit; never blocks."""
+        with self.mutex:
+            if len(self.queue) + len(items) > self.maxsize:
+                raise queue.Full
+            self.queue.extend(items)
             if self._sleeping:
                 self._sleeping = False
                 self._wake.release()

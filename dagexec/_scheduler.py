@@ -82,6 +82,7 @@ from typing import Any
 from ._balance import Balance
 from ._errors import Cancelled, TaskTimeout
 from ._events import Hooks
+from ._inbox import Inbox
 from ._messages import (
     CHAIN,
     DONE,
@@ -89,7 +90,6 @@ from ._messages import (
     MEMBER,
     NOTIFY_START,
     START,
-    STARTED,
     STOP,
     TIMED,
     Chain,
@@ -135,6 +135,11 @@ def _nothing() -> None:
     return None
 
 
+def _head(item: Item) -> int:
+    """The task an item stands for in the run state: a job's, or a chain's first."""
+    return item.tasks[0] if isinstance(item, Chain) else item[1]
+
+
 class _Abort:
     def __repr__(self) -> str:
         return "ABORT"
@@ -154,7 +159,7 @@ class Run:
     def __init__(
         self,
         plan: Plan,
-        inboxes: list[queue.Queue[Item | None]],
+        inboxes: list[Inbox[Item | None]],
         *,
         queue_cap: int,
         max_in_flight: int,
@@ -298,8 +303,8 @@ class Run:
                 self.observer.drain(events)
             if state.stopping and not self.stop.is_set():
                 self._halt()
-            if self.abort_requested and not self.aborted:
-                handle(ABORT)
+            if self.abort_requested:
+                self._abort()
             if timed:
                 wait = self._timers()
             pickup = False
@@ -332,10 +337,11 @@ class Run:
             self.now = perf_counter()
             if timed:
                 state.now = _clock()  # a failed attempt's retry is due from now
-            handle(msg)
+            batch = [msg]
             del msg
             while not empty():
-                handle(get())
+                batch.append(get())
+            handle(batch)
         state.stop(hard=True)  # a no-op unless the loop above broke out early
         if events:
             self.observer.drain(events)
@@ -345,93 +351,122 @@ class Run:
         self.outcome = conclude(self, perf_counter() - started_at)
 
     def _dispatch(self) -> bool:
-        """Hand ready tasks to workers up to the cap; True if blocked by full inboxes."""
-        state, cap, inboxes = self.state, self.cap, self.inboxes
-        fns, chain_next, events = state.fns, state.chain_next, state.events
-        pick, placed = self.balance.pick, self.balance.dispatched
+        """Hand ready tasks to workers up to the cap; True if blocked by full inboxes.
+
+        They go out in one batch per worker (``Balance.share`` says how many each
+        gets), each put into its inbox under one lock with at most one wake-up, so
+        a worker does not wake to contend for the GIL while its batch is built.
+        """
+        state = self.state
+        wanted = min(len(state.ready), self.cap - state.in_flight)
+        if wanted <= 0:
+            return False
+        counts = self.balance.share(wanted)
+        take, dispatch, fns, chain_next = state.take, state.dispatch, state.fns, state.chain_next
         report, flags, stop, context = self.results.put, self.flags, self.stop, self.context
-        policies = state.policy
+        policies, events = state.policy, state.events
         stopping = state.stopping  # cleanup tasks are dispatched during a stop
-        while state.ready and state.in_flight < cap:
-            worker = pick()
-            if worker < 0:
-                return True
-            task = state.take()
-            if task < 0:
-                return False  # every ready task waits for a resource
-            args = state.dispatch(task, worker)
-            item: Item
-            policy = None if policies is None else policies[task]
-            if policy is not None:
-                fn, job_flags = self._attempt(task, policy)
-                item = (report, task, fn, args, flags | job_flags, stop, context)
-                del fn
-            elif chain_next[task] < 0:
-                item = (report, task, fns[task], args, flags, stop, context)
-            else:
-                members = [task]
-                while chain_next[members[-1]] >= 0:
-                    members.append(chain_next[members[-1]])
-                unit = tuple([fns[m] for m in members])
-                item = Chain(report, tuple(members), unit, args, flags, stop, context)
-            del args
-            if events:  # trace stamp and on_task_dispatch come before the put
+        for worker, count in enumerate(counts):
+            items: list[Item] = []
+            for _ in range(count):
+                task = take()
+                if task < 0:  # every ready task waits for a resource
+                    wanted = 0
+                    break
+                args = dispatch(task, worker)
+                policy = None if policies is None else policies[task]
+                if policy is not None:
+                    fn, job_flags = self._attempt(task, policy)
+                    items.append((report, task, fn, args, flags | job_flags, stop, context))
+                    del fn
+                elif chain_next[task] < 0:
+                    items.append((report, task, fns[task], args, flags, stop, context))
+                else:
+                    items.append(self._chain(task, args))
+                del args
+            if not items:
+                continue
+            if events:  # trace stamps and on_task_dispatch come before the put
                 self.observer.drain(events)
-                if state.stopping and not stopping:  # a callback raised: it never goes out
-                    self.tokens.pop(task, None)
-                    state.take_back(task)
+                if state.stopping and not stopping:  # a callback raised: none goes out
+                    for item in items:
+                        task = _head(item)
+                        self.tokens.pop(task, None)
+                        state.take_back(task)
                     return False
-            inboxes[worker].put_nowait(item)  # room was checked; we are the only producer
-            del item
-            placed(worker, self.now)
+            self.inboxes[worker].put_all(items)  # room was checked; we are the only producer
+            self.balance.dispatched(worker, self.now, len(items))
             if self.debug:
                 log.debug(
                     "dispatch %s to worker %d (in flight %d of %d)",
-                    task_for_message(state.names[task]),
+                    ", ".join(task_for_message(state.names[_head(item)]) for item in items),
                     worker,
                     state.in_flight,
-                    cap,
+                    self.cap,
                 )
-        return False
+            del items
+        return sum(counts) < wanted
 
-    def _handle(self, msg: Any) -> None:
-        state = self.state
-        if msg is ABORT:
-            if not self.aborted:  # else already handled, through abort_requested
-                self.aborted = True
-                unfinished = state.unfinished
-                state.stop(hard=True)
-                self._halt()
-                # Logged now, not when the loop ends: that can be much later, or never.
-                log.warning(
-                    "run interrupted: %d tasks cancelled, %d still running (they finish "
-                    "in the background; their results are dropped)",
-                    unfinished - state.unfinished,
-                    state.in_flight,
-                )
-                self.cancelled.set()
-            return
-        worker, task, kind, payload, started, ended = msg
-        if kind == MEMBER:  # a chain member ended; the chain is still in flight
-            state.finish(task, S_DONE, None, worker, started, ended)
-        elif kind == STARTED:
-            if state.events is not None:
-                state.events.append(Event(START, task, worker))
-            if self.timed:
-                self._started(task, worker)
-        else:  # a job or a chain is off its worker
-            self.balance.held[worker] -= 1  # the balancer's view, updated once per item
-            self.balance.last_seen[worker] = self.now
-            if kind == CHAIN:
-                state.chain_ended(task, payload, worker)
-            else:
-                if self.timed and self._ended(task, worker):
-                    return  # a timed-out attempt returned at last: its slot is free now
+    def _chain(self, task: int, args: tuple[Any, ...]) -> Chain:
+        """The chain headed by ``task``, as one item."""
+        chain_next, fns = self.state.chain_next, self.state.fns
+        members = [task]
+        while chain_next[members[-1]] >= 0:
+            members.append(chain_next[members[-1]])
+        unit = tuple([fns[m] for m in members])
+        return Chain(
+            self.results.put, tuple(members), unit, args, self.flags, self.stop, self.context
+        )
+
+    def _handle(self, batch: list[Any]) -> None:
+        """Apply what arrived on the results queue, in order, and let go of it."""
+        state, balance, now, timed = self.state, self.balance, self.now, self.timed
+        finish, release, held = state.finish, state.release, balance.held
+        for msg in batch:
+            if msg is ABORT:
+                self._abort()
+                continue
+            worker, task, kind, payload, started, ended = msg
+            if kind in (DONE, FAILED):  # a job is off its worker
+                held[worker] -= 1  # the balancer's view, updated once per item
+                balance.last_seen[worker] = now
+                if timed and self._ended(task, worker):
+                    continue  # a timed-out attempt returned at last: its slot is free now
                 outcome = S_DONE if kind == DONE else S_FAILED
                 if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
                     outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
-                state.finish(task, outcome, payload, worker, started, ended)
-                state.release(task)
+                finish(task, outcome, payload, worker, started, ended)
+                release(task)
+            elif kind == CHAIN:
+                held[worker] -= 1
+                balance.last_seen[worker] = now
+                state.chain_ended(task, payload, worker)
+            elif kind == MEMBER:  # a chain member ended; the chain is still in flight
+                finish(task, S_DONE, None, worker, started, ended)
+            else:  # STARTED
+                if state.events is not None:
+                    state.events.append(Event(START, task, worker))
+                if timed:
+                    self._started(task, worker)
+        batch.clear()
+
+    def _abort(self) -> None:
+        """The caller asked to stop (Ctrl-C): cancel what is queued, drop what runs."""
+        if self.aborted:  # already handled, through abort_requested
+            return
+        self.aborted = True
+        state = self.state
+        unfinished = state.unfinished
+        state.stop(hard=True)
+        self._halt()
+        # Logged now, not when the loop ends: that can be much later, or never.
+        log.warning(
+            "run interrupted: %d tasks cancelled, %d still running (they finish "
+            "in the background; their results are dropped)",
+            unfinished - state.unfinished,
+            state.in_flight,
+        )
+        self.cancelled.set()
 
     def _halt(self) -> None:
         """Stop chains between members and take back everything still queued."""
@@ -447,7 +482,7 @@ class Run:
                     break
                 assert item is not STOP  # STOPs go in only after a run's cancellation
                 held[w] -= 1
-                self.state.take_back(item.tasks[0] if isinstance(item, Chain) else item[1])
+                self.state.take_back(_head(item))
         if self.state.events:
             self.observer.drain(self.state.events)
 
