@@ -7,19 +7,20 @@ lock each time): a put and a get cost ~0.9 us together, against ~0.05 us for
 a ``SimpleQueue`` (measured on the project machine, CPython 3.11). On no-op
 graphs that was about a sixth of all the work per task.
 
-Here the mutex guards the deque as before, and a waiting consumer sleeps on a
-lock of its own (``_wake``, held while nobody is asleep) that the next put
-releases; so a put only pays for a wake-up when someone sleeps, and a get that
-finds an item pays for the mutex alone. A put blocked for room (dagexec never
-does this: it only try-puts, and checks for room first) still waits on
-``not_full``, and a get notifies it only when such a put is waiting.
+Here a put appends under the mutex (which makes its bound check exact), and a
+get that finds an item just pops it: ``deque.popleft`` is atomic on its own,
+with or without a GIL. Only a consumer about to sleep takes the mutex, to say
+so; it then sleeps on a lock of its own (``_wake``, held while nobody is
+asleep) that the next put releases. So a put pays for a wake-up only when
+someone sleeps, and a get that finds an item pays for no lock at all.
 
-The contract is ``queue.Queue``'s for ``put``/``put_nowait``/``get``/
-``get_nowait``/``qsize``/``empty``/``full``: bounded (``maxsize`` >= 1), FIFO,
-``queue.Full``/``queue.Empty`` as usual, timeouts honoured. Two limits, both
-fine for a worker's inbox: at most one thread may *block* in ``get`` at a time
-(its worker; anyone may ``get_nowait``), and ``join()``/``task_done()`` are not
-supported.
+The contract is ``queue.Queue``'s for ``put_nowait``/``get``/``get_nowait``/
+``qsize``/``empty``/``full``: bounded (``maxsize`` >= 1), FIFO, ``queue.Full``/
+``queue.Empty`` as usual, timeouts honoured. Limits, all fine for a worker's
+inbox: ``put`` never waits for room (it raises ``queue.Full``, as the scheduler,
+the only producer, never puts into a full inbox), at most one thread may
+*block* in ``get`` at a time (its worker; anyone may ``get_nowait``), and
+``join()``/``task_done()`` are not supported.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ class Inbox(queue.Queue[T]):
         self._wake = threading.Lock()
         self._wake.acquire()
         self._sleeping = False  # a consumer is about to wait, or waits, on _wake
-        self._putters = 0  # threads blocked in put() until there is room
 
     def _put(self, item: T) -> None:
         """Append ``item`` and wake a sleeping consumer; called with the mutex held."""
@@ -77,30 +77,24 @@ class Inbox(queue.Queue[T]):
                 self._wake.release()
 
     def put(self, item: T, block: bool = True, timeout: float | None = None) -> None:
-        """Append ``item``, waiting for room if ``block`` (up to ``timeout`` seconds)."""
-        deadline = None if timeout is None else monotonic() + timeout
-        with self.not_full:
-            while len(self.queue) >= self.maxsize:
-                left = None if deadline is None else deadline - monotonic()
-                if not block or (left is not None and left <= 0):
-                    raise queue.Full
-                self._putters += 1
-                try:
-                    self.not_full.wait(left)
-                finally:
-                    self._putters -= 1
-            self._put(item)
+        """Append ``item`` or raise ``queue.Full``: an inbox never makes its producer
+        wait (the scheduler only try-puts, and checks for room first)."""
+        self.put_nowait(item)
 
     def get(self, block: bool = True, timeout: float | None = None) -> T:
         """Remove and return the oldest item, waiting for one if ``block``."""
-        mutex, items = self.mutex, self.queue
+        items = self.queue
+        try:
+            item: T = items.popleft()  # atomic on its own; the mutex is only for sleeping
+            return item
+        except IndexError:
+            pass
+        mutex = self.mutex
         deadline = None if timeout is None else monotonic() + timeout
         while True:
             with mutex:
                 if items:
-                    item: T = items.popleft()
-                    if self._putters:
-                        self.not_full.notify()
+                    item = items.popleft()
                     return item
                 if not block:
                     raise queue.Empty

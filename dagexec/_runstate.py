@@ -1,7 +1,7 @@
 """The state of one run, as a pure state machine: no threads, no queues, no clocks.
 
 Think :class:`graphlib.TopologicalSorter` with states. A driver (the scheduler
-thread, or a plain loop in a test) asks :meth:`RunState.take` for the next task
+thread, or a plain loop in a test) asks ``RunState.take`` for the next task
 to hand out, marks it handed out with :meth:`RunState.dispatch`, and tells the
 machine how each task ended with :meth:`RunState.finish`, the one place a task
 ends. When a dispatched item (a task, or a chain of them) is off the worker,
@@ -172,7 +172,13 @@ class RunState:
         self.depth_first = DEPTH_FIRST
         ready: Any = [] if self.keyed else deque()
         self.ready = ready
-        self._pop = ready.pop if self.depth_first or self.keyed else ready.popleft
+        # take(): remove and return the next task to hand out, or -1 if none can go
+        # now. Call only while ``has_ready()``. A task taken holds its resources
+        # until :meth:`release`; it must be passed to :meth:`dispatch` next. Without
+        # ranks or resources it is the deque's own pop: no Python frame per task.
+        self.take: Callable[[], int] = (
+            self._take_ranked if self.keyed else ready.pop if self.depth_first else ready.popleft
+        )
         self.resource_names: tuple[str, ...] = ()
         self.peak_held: list[float] = []
         if plan.needs is not None:
@@ -226,20 +232,13 @@ class RunState:
         """True if some task is ready (it may still be blocked on a resource)."""
         return bool(self.ready)
 
-    def take(self) -> int:
-        """Remove and return the next task to hand out, or -1 if none can go now.
-
-        Call only while ``has_ready()``. A task taken holds its resources until
-        :meth:`release`; it must be passed to :meth:`dispatch` next.
-        """
-        if not self.keyed:
-            task: int = self._pop()
-            return task
+    def _take_ranked(self) -> int:
+        """``take`` when tasks are ranked (priorities) or need resources."""
         ready = self.ready
         needs = self.needs
         while ready:
             entry = heapq.heappop(ready)
-            task = entry[-1]
+            task: int = entry[-1]
             if needs is None or not needs[task]:
                 return task
             lacking = self._lacking(task, needs[task])
@@ -359,7 +358,12 @@ class RunState:
             return self._dispatch_again(task, worker)
         values, consumers, is_target = self.values, self.consumers, self.is_target
         task_deps = self.deps[task]
-        args = tuple([values[d] for d in task_deps])
+        # One dependency is the commonest case: a comprehension costs a frame (3.11).
+        args = (
+            (values[task_deps[0]],)
+            if len(task_deps) == 1
+            else tuple([values[d] for d in task_deps])
+        )
         if self.items is not None and task in self.items:  # a map's item: element first
             args = (self.items.pop(task), *args)
         for d in task_deps:

@@ -11,7 +11,8 @@ patched only there).
 
 Every test must pass, except the few in :data:`EXPECTED_FAILURES`, which the
 plugin marks as strict expected failures: once one of them passes, this test
-fails too, and the entry must go.
+fails too, and the entry must go. Entries whose reason starts with "racy:" are
+not strict: they pass or fail depending on how the two workers interleave.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ REPO = Path(__file__).resolve().parents[1]
 # dask test name -> why it cannot pass on dagexec (yet).
 EXPECTED_FAILURES = {
     "test_ordering": (
-        "asserts the order tasks run in on the synchronous scheduler; dagexec takes "
-        "them in dask.order's order, but its default workers run them in parallel"
+        "racy: asserts the order tasks run in on the synchronous scheduler; dagexec "
+        "takes them in dask.order's order, but its default workers run them in "
+        "parallel, so it passes when they happen to finish in that order"
     ),
     "test_complex_ordering": (
         "asserts the sync scheduler's exact execution order (dask.order, one task "
@@ -69,7 +71,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         reason = EXPECTED.get(getattr(item, "originalname", item.name))
         if reason is not None:
-            item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+            strict = not reason.startswith("racy:")
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=strict))
 
 
 def pytest_runtest_logreport(report):
