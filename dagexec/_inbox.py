@@ -83,22 +83,20 @@ class Inbox(queue.Queue[T]):
 
     def get(self, block: bool = True, timeout: float | None = None) -> T:
         """Remove and return the oldest item, waiting for one if ``block``."""
-        items = self.queue
-        try:
-            item: T = items.popleft()  # atomic on its own; the mutex is only for sleeping
-            return item
-        except IndexError:
-            pass
-        mutex = self.mutex
+        items, mutex = self.queue, self.mutex
         deadline = None if timeout is None else monotonic() + timeout
         while True:
+            try:
+                item: T = items.popleft()  # atomic on its own, like a thief's (get_nowait)
+                return item
+            except IndexError:
+                pass
             with mutex:
-                if items:
-                    item = items.popleft()
-                    return item
+                if items:  # a put came in meanwhile
+                    continue
                 if not block:
                     raise queue.Empty
-                self._sleeping = True
+                self._sleeping = True  # a put from now on sees this and wakes us
             if deadline is None:
                 self._wake.acquire()
             elif not self._wake.acquire(timeout=max(0.0, deadline - monotonic())):

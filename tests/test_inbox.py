@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import sys
 import threading
 
 import pytest
@@ -66,34 +67,48 @@ def test_an_inbox_must_be_bounded() -> None:
 
 def test_one_consumer_and_a_thief_lose_and_repeat_nothing() -> None:
     """The worker blocks in get() while another thread (the scheduler's balancer)
-    steals with get_nowait(): every item comes out exactly once, nobody hangs."""
+    steals with get_nowait() all the time: every item comes out exactly once,
+    nobody hangs, and the worker sees its items in order."""
     box: Inbox[int | None] = Inbox(maxsize=4)
-    n = 20_000
+    n = 3_000
     got: list[int] = []
     stolen: list[int | None] = []
-    done = threading.Event()
+    producing = threading.Event()
+    producing.set()
 
     def worker() -> None:
         while (item := box.get()) is not None:
             got.append(item)
-        done.set()
 
-    t = threading.Thread(target=worker)
-    t.start()
+    def thief() -> None:
+        while producing.is_set():
+            with contextlib.suppress(queue.Empty):
+                stolen.append(box.get_nowait())
 
-    def put(item: int | None) -> None:  # as the scheduler does: try, else take back
+    def produce(n: int) -> None:
+        for i in range(n):
+            while True:
+                with contextlib.suppress(queue.Full):
+                    box.put_nowait(i)
+                    break
+        producing.clear()
+        threads[1].join(30)
         while True:
-            try:
-                box.put_nowait(item)
-                return
-            except queue.Full:
-                with contextlib.suppress(queue.Empty):
-                    stolen.append(box.get_nowait())
+            with contextlib.suppress(queue.Full):
+                box.put_nowait(None)
+                break
 
-    for i in range(n):
-        put(i)
-    put(None)
-    assert done.wait(30)
-    t.join(5)
+    threads = [threading.Thread(target=worker), threading.Thread(target=thief)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # with a GIL, a spinning thief must not starve the rest
+    try:
+        for t in threads:
+            t.start()
+        produce(n)
+    finally:
+        sys.setswitchinterval(interval)
+    threads[0].join(30)
+    assert not any(t.is_alive() for t in threads)
+    assert None not in stolen
     assert sorted([*got, *(i for i in stolen if i is not None)]) == list(range(n))
     assert got == sorted(got)  # FIFO for the consumer
