@@ -19,7 +19,6 @@ A moved task keeps its place in the bounds: it was already counted in flight.
 
 from __future__ import annotations
 
-import heapq
 import queue
 from collections.abc import Sequence
 from typing import Any
@@ -64,44 +63,38 @@ class Balance:
         # only moments it can grow, since the scheduler is the only producer.
         self.peak_depth = [0] * len(inboxes)
 
-    def pick(self) -> int:
-        """The worker for the next task, or -1 if no inbox has room right now."""
-        held, queues, queue_cap, avoid = self.held, self.queues, self.queue_cap, self.avoid
-        best, best_held, fallback = -1, queue_cap + 2, -1
-        for w in self.workers:
-            h = held[w]
-            if h < best_held and len(queues[w]) < queue_cap:
-                if w in avoid:
-                    fallback = w
-                    continue
-                best, best_held = w, h
-        return best if best >= 0 else fallback
-
     def share(self, n: int) -> list[int]:
-        """How many of ``n`` tasks each worker gets now: each in turn to the worker
-        that :meth:`pick` would choose, so the fewest-held first, within each inbox's
-        room, and a stalled worker only once no other has room. Fewer than ``n`` in
-        all if the inboxes cannot take them."""
+        """How many of ``n`` tasks each worker gets now: as if each went in turn to the
+        worker holding the fewest (lowest index on a tie), within each inbox's room,
+        and to a stalled worker only once no other has room. Fewer than ``n`` in all
+        if the inboxes cannot take them.
+
+        Computed level by level (water filling), not task by task: the workers
+        holding the fewest are raised together to the next level up, so a round
+        costs a few steps per worker however many tasks it hands out.
+        """
         held, queues, queue_cap, avoid = self.held, self.queues, self.queue_cap, self.avoid
         counts = [0] * len(held)
-        for group in (
-            [(held[w], w) for w in self.workers if w not in avoid],
-            [(held[w], w) for w in avoid],
-        ):
-            room = [queue_cap - len(q) for q in queues]
-            heap = [entry for entry in group if room[entry[1]] > 0]
-            heapq.heapify(heap)
-            while n and heap:
-                load, w = heap[0]
-                counts[w] += 1
-                room[w] -= 1
-                n -= 1
-                if room[w]:
-                    heapq.heapreplace(heap, (load + 1, w))
-                else:
-                    heapq.heappop(heap)
-            if not n or not avoid:
-                break
+        room = [queue_cap - len(q) for q in queues]
+        for group in ([w for w in self.workers if w not in avoid], sorted(avoid)):
+            load = {w: held[w] for w in group if room[w] > 0}
+            while n and load:
+                low = min(load.values())
+                lowest = [w for w in load if load[w] == low]  # in index order
+                higher = [h for h in load.values() if h > low]
+                step = min(min(higher) - low if higher else n, *(room[w] for w in lowest))
+                if step * len(lowest) > n:  # the last level: split what is left
+                    step, extra = divmod(n, len(lowest))
+                    for i, w in enumerate(lowest):
+                        counts[w] += step + (i < extra)
+                    return counts
+                for w in lowest:
+                    counts[w] += step
+                    room[w] -= step
+                    load[w] += step
+                    if not room[w]:
+                        del load[w]
+                n -= step * len(lowest)
         return counts
 
     def dispatched(self, worker: int, now: float, count: int = 1) -> None:

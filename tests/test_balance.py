@@ -1,0 +1,51 @@
+"""Balance.share: the batch split must equal handing tasks out one at a time."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dagexec._balance import Balance
+from dagexec._inbox import Inbox
+
+
+def one_at_a_time(
+    held: list[int], depth: list[int], cap: int, avoid: set[int], n: int
+) -> list[int]:
+    """The reference: each task to the worker holding the fewest (lowest index on a
+    tie) with room in its inbox; to a stalled one only when no other has room."""
+    held, depth = list(held), list(depth)
+    counts = [0] * len(held)
+    for _ in range(n):
+        for group in ([w for w in range(len(held)) if w not in avoid], sorted(avoid)):
+            fits = [w for w in group if depth[w] < cap]
+            if fits:
+                w = min(fits, key=lambda w: (held[w], w))
+                break
+        else:
+            break
+        counts[w] += 1
+        held[w] += 1
+        depth[w] += 1
+    return counts
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_share_equals_one_task_at_a_time(data: st.DataObject) -> None:
+    workers = data.draw(st.integers(1, 6), label="workers")
+    cap = data.draw(st.integers(1, 10), label="queue_cap")
+    depth = data.draw(st.lists(st.integers(0, cap), min_size=workers, max_size=workers))
+    running = data.draw(st.lists(st.integers(0, 1), min_size=workers, max_size=workers))
+    avoid = data.draw(st.sets(st.integers(0, workers - 1)), label="stalled")
+    n = data.draw(st.integers(0, 3 * workers * (cap + 1)), label="n")
+    inboxes: list[Inbox[int]] = [Inbox(cap) for _ in range(workers)]
+    for inbox, d in zip(inboxes, depth, strict=True):
+        for _ in range(d):
+            inbox.put_nowait(0)
+    balance = Balance(inboxes, cap)
+    balance.held[:] = [d + r for d, r in zip(depth, running, strict=True)]
+    balance.avoid = frozenset(avoid)
+    expected = one_at_a_time(balance.held, depth, cap, avoid, n)
+    assert balance.share(n) == expected
+    assert [len(q) for q in balance.queues] == depth  # it only counts; nothing moves
