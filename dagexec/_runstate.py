@@ -354,48 +354,62 @@ class RunState:
         Each dependency now has one consumer fewer; a value nobody else needs is
         dropped here, so only the returned tuple holds it.
         """
-        if self.policy is not None and task in self.kept_args:  # a retry
-            return self._dispatch_again(task, worker)
-        values, consumers, is_target = self.values, self.consumers, self.is_target
-        task_deps = self.deps[task]
-        # One dependency is the commonest case: a comprehension costs a frame (3.11).
-        args = (
-            (values[task_deps[0]],)
-            if len(task_deps) == 1
-            else tuple([values[d] for d in task_deps])
-        )
-        if self.items is not None and task in self.items:  # a map's item: element first
-            args = (self.items.pop(task), *args)
-        for d in task_deps:
-            left = consumers[d] - 1
-            consumers[d] = left
-            if not left and not is_target[d]:
-                values[d] = None
-        state = self.state
-        state[task] = IN_FLIGHT
-        follower = self.chain_next[task]
-        while follower >= 0:
-            state[follower] = HELD
-            follower = self.chain_next[follower]
-        self.in_flight += 1
-        if self.in_flight > self.peak_in_flight:
-            self.peak_in_flight = self.in_flight
-        if self.events is not None:
-            self.events.append(Event(DISPATCH, task, worker))
-        if self.policy is not None:
-            policy = self.policy[task]
-            if policy is not None and policy.retries:
-                self.kept_args[task] = args  # a retry needs them again
-        return args
+        return self.dispatch_all([task], worker)[0]
 
-    def _dispatch_again(self, task: int, worker: int) -> tuple[Any, ...]:
-        self.state[task] = IN_FLIGHT
-        self.in_flight += 1
+    def hand_out(self, n: int, worker: int) -> tuple[list[int], list[tuple[Any, ...]]]:
+        """Take up to ``n`` tasks for ``worker`` and dispatch them: the tasks, in the
+        order taken, and their arguments. Fewer than ``n`` only if the rest of the
+        ready tasks wait for resources (or fewer are ready)."""
+        take, ready = self.take, self.ready
+        tasks: list[int] = []
+        while len(tasks) < n and ready:
+            task = take()
+            if task < 0:
+                break
+            tasks.append(task)
+        return tasks, self.dispatch_all(tasks, worker)
+
+    def dispatch_all(self, tasks: list[int], worker: int) -> list[tuple[Any, ...]]:
+        """:meth:`dispatch` for several tasks at once (one call for a worker's batch)."""
+        values, consumers, is_target = self.values, self.consumers, self.is_target
+        deps, state, chain_next = self.deps, self.state, self.chain_next
+        items, policy, kept = self.items, self.policy, self.kept_args
+        out: list[tuple[Any, ...]] = []
+        for task in tasks:
+            if policy is not None and task in kept:  # a retry: the same arguments again
+                state[task] = IN_FLIGHT
+                out.append(kept[task])
+                continue
+            task_deps = deps[task]
+            # One dependency is the commonest case: a comprehension costs a frame (3.11).
+            args = (
+                (values[task_deps[0]],)
+                if len(task_deps) == 1
+                else tuple([values[d] for d in task_deps])
+            )
+            if items is not None and task in items:  # a map's item: element first
+                args = (items.pop(task), *args)
+            for d in task_deps:
+                left = consumers[d] - 1
+                consumers[d] = left
+                if not left and not is_target[d]:
+                    values[d] = None
+            state[task] = IN_FLIGHT
+            follower = chain_next[task]
+            while follower >= 0:
+                state[follower] = HELD
+                follower = chain_next[follower]
+            if policy is not None:
+                task_policy = policy[task]
+                if task_policy is not None and task_policy.retries:
+                    kept[task] = args  # a retry needs them again
+            out.append(args)
+        self.in_flight += len(tasks)
         if self.in_flight > self.peak_in_flight:
             self.peak_in_flight = self.in_flight
         if self.events is not None:
-            self.events.append(Event(DISPATCH, task, worker))
-        return self.kept_args[task]
+            self.events.extend([Event(DISPATCH, task, worker) for task in tasks])
+        return out
 
     def release(self, task: int) -> None:
         """The item headed by ``task`` is off its worker: free its slot and resources.
@@ -621,6 +635,8 @@ class RunState:
             return
         self.stopping = True
         self.hard = hard
+        if not self.unfinished:
+            return  # every task has ended (a run's normal end): nothing to scan for
         cleanup, state = self.cleanup, self.state
         keep: list[int] = []
         if cleanup is not None and not hard:

@@ -193,6 +193,8 @@ class Run:
             NOTIFY_START if hooks.task_start else 0
         )
         self.balance = Balance(inboxes, queue_cap)
+        # Any chains in the plan? Without them (or a policy), every item is a plain job.
+        self.chained = plan.chain_next.count(-1) != len(plan.chain_next)
         self.now = 0.0  # when the current batch of reports arrived
         # Per-task policy: timers, cancellation tokens, timed-out attempts. Only
         # runs whose plan has a policy (``timed``) ever touch these.
@@ -362,28 +364,35 @@ class Run:
         if wanted <= 0:
             return False
         counts = self.balance.share(wanted)
-        take, dispatch, fns, chain_next = state.take, state.dispatch, state.fns, state.chain_next
+        fns, chain_next, chained = state.fns, state.chain_next, self.chained
         report, flags, stop, context = self.results.put, self.flags, self.stop, self.context
         policies, events = state.policy, state.events
         stopping = state.stopping  # cleanup tasks are dispatched during a stop
         for worker, count in enumerate(counts):
-            items: list[Item] = []
-            for _ in range(count):
-                task = take()
-                if task < 0:  # every ready task waits for a resource
-                    wanted = 0
-                    break
-                args = dispatch(task, worker)
-                policy = None if policies is None else policies[task]
-                if policy is not None:
-                    fn, job_flags = self._attempt(task, policy)
-                    items.append((report, task, fn, args, flags | job_flags, stop, context))
-                    del fn
-                elif chain_next[task] < 0:
-                    items.append((report, task, fns[task], args, flags, stop, context))
-                else:
-                    items.append(self._chain(task, args))
-                del args
+            if not count:
+                continue
+            tasks, arguments = state.hand_out(count, worker)
+            if len(tasks) < count:  # the other ready tasks wait for resources
+                wanted = 0
+            items: list[Item]
+            if policies is None and not chained:  # each a plain job
+                items = [
+                    (report, task, fns[task], args, flags, stop, context)
+                    for task, args in zip(tasks, arguments, strict=True)
+                ]
+            else:
+                items = []
+                for task, args in zip(tasks, arguments, strict=True):
+                    policy = None if policies is None else policies[task]
+                    if policy is not None:
+                        fn, job_flags = self._attempt(task, policy)
+                        items.append((report, task, fn, args, flags | job_flags, stop, context))
+                        del fn
+                    elif chain_next[task] < 0:
+                        items.append((report, task, fns[task], args, flags, stop, context))
+                    else:
+                        items.append(self._chain(task, args))
+            del arguments
             if not items:
                 continue
             if events:  # trace stamps and on_task_dispatch come before the put
