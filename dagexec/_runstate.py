@@ -427,6 +427,54 @@ class RunState:
             follower = self.chain_next[follower]
 
     # ------------------------------------------------------------------ finish
+    def returned(self, reports: list[tuple[Any, ...]], release: bool = True) -> None:
+        """Tasks that returned a value, as workers report them: ``(worker, task, kind,
+        value, started, ended)``, in order. Each is DONE, its value kept if anyone
+        needs it, its dependents one dependency nearer to ready; with ``release``,
+        each was a job (one task, not a chain) and is off its worker as well.
+
+        A batch in one call, not a call per task: on graphs of tiny tasks the
+        calls were a good part of the scheduler's time.
+        """
+        policy, kept, state, ran_on = self.policy, self.kept_args, self.state, self.ran_on
+        values, consumers, is_target, events = (
+            self.values,
+            self.consumers,
+            self.is_target,
+            self.events,
+        )
+        chain_next, dependents, remaining = self.chain_next, self.dependents, self.remaining
+        needs, became_ready, depth_first = self.needs, self.became_ready, self.depth_first
+        for worker, task, _, value, started, ended in reports:
+            if policy is not None and policy[task] is not None:
+                kept.pop(task, None)
+            state[task] = DONE
+            if worker >= 0:  # not a map assembled by the scheduler
+                ran_on[worker] += 1
+            if consumers[task] or is_target[task]:
+                values[task] = value
+            if events is not None:
+                events.append(Event(END, task, worker, DONE, started, ended))
+            follower = chain_next[task]  # always -1 for a job: policies never chain
+            if self.stopping:
+                if self.cleanup is not None:
+                    self._ended(task, values[task])
+            elif follower >= 0:  # a chain member: the next one, on its worker, runs now
+                state[follower] = IN_FLIGHT
+            else:
+                # Last-first, so that depth-first order takes the first one first.
+                for d in reversed(dependents[task]) if depth_first else dependents[task]:
+                    left = remaining[d] - 1
+                    remaining[d] = left
+                    if not left and state[d] == WAITING:
+                        became_ready(d)
+            if release and needs is not None and needs[task]:
+                self._unhold(needs[task])
+        del value
+        self.unfinished -= len(reports)
+        if release:
+            self.in_flight -= len(reports)
+
     def finish(
         self,
         task: int,
@@ -437,12 +485,16 @@ class RunState:
         ended: float = 0.0,
     ) -> None:
         """``task`` ended as ``outcome`` (DONE, FAILED, SKIPPED or CANCELLED). The only
-        place a task ends.
+        place a task ends (a DONE goes on to :meth:`returned`, which the driver also
+        calls directly for a batch of jobs that returned).
 
         ``payload`` is the value (DONE) or the exception (FAILED). ``worker`` and
         the stamps are the worker's, for tasks that ran. With a retry policy, a
         failed attempt may instead send the task back to wait for its retry.
         """
+        if outcome == DONE:
+            self.returned([(worker, task, outcome, payload, started, ended)], release=False)
+            return
         if self.policy is not None and self.policy[task] is not None:
             if outcome == FAILED and self._retry(task, payload, worker, started, ended):
                 return
@@ -450,31 +502,7 @@ class RunState:
         self.state[task] = outcome
         self.unfinished -= 1
         events = self.events
-        if outcome == DONE:
-            if worker >= 0:  # not a map assembled by the scheduler
-                self.ran_on[worker] += 1
-            if self.consumers[task] or self.is_target[task]:
-                self.values[task] = payload
-            del payload
-            if events is not None:
-                events.append(Event(END, task, worker, DONE, started, ended))
-            if self.stopping:
-                if self.cleanup is not None:
-                    self._ended(task, self.values[task])
-                return
-            follower = self.chain_next[task]
-            if follower >= 0:  # already on this worker: it runs next
-                self.state[follower] = IN_FLIGHT
-                return
-            remaining, state = self.remaining, self.state
-            dependents = self.dependents[task]
-            # Last-first, so that depth-first order takes the first one first.
-            for d in reversed(dependents) if self.depth_first else dependents:
-                left = remaining[d] - 1
-                remaining[d] = left
-                if not left and state[d] == WAITING:
-                    self.became_ready(d)
-        elif outcome == FAILED:
+        if outcome == FAILED:
             if worker >= 0:
                 self.ran_on[worker] += 1
             self._failed(task, payload, worker, started, ended)

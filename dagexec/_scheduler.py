@@ -428,17 +428,35 @@ class Run:
         )
 
     def _handle(self, batch: list[Any]) -> None:
-        """Apply what arrived on the results queue, in order, and let go of it."""
+        """Apply what arrived on the results queue, in order, and let go of it.
+
+        Jobs that returned a value (the bulk, on a graph of small tasks) go to the
+        state machine together, in runs between the other messages.
+        """
         state, balance, now, timed = self.state, self.balance, self.now, self.timed
-        finish, release, held = state.finish, state.release, balance.held
+        finish, release, held, last_seen = (
+            state.finish,
+            state.release,
+            balance.held,
+            balance.last_seen,
+        )
+        returned: list[Any] = []
         for msg in batch:
+            if msg is not ABORT and msg[2] == DONE and not timed:
+                held[msg[0]] -= 1  # the balancer's view, updated once per item
+                last_seen[msg[0]] = now
+                returned.append(msg)
+                continue
+            if returned:  # the ones before this message come first
+                state.returned(returned)
+                returned.clear()
             if msg is ABORT:
                 self._abort()
                 continue
             worker, task, kind, payload, started, ended = msg
             if kind in (DONE, FAILED):  # a job is off its worker
-                held[worker] -= 1  # the balancer's view, updated once per item
-                balance.last_seen[worker] = now
+                held[worker] -= 1
+                last_seen[worker] = now
                 if timed and self._ended(task, worker):
                     continue  # a timed-out attempt returned at last: its slot is free now
                 outcome = S_DONE if kind == DONE else S_FAILED
@@ -448,7 +466,7 @@ class Run:
                 release(task)
             elif kind == CHAIN:
                 held[worker] -= 1
-                balance.last_seen[worker] = now
+                last_seen[worker] = now
                 state.chain_ended(task, payload, worker)
             elif kind == MEMBER:  # a chain member ended; the chain is still in flight
                 finish(task, S_DONE, None, worker, started, ended)
@@ -457,6 +475,8 @@ class Run:
                     state.events.append(Event(START, task, worker))
                 if timed:
                     self._started(task, worker)
+        if returned:
+            state.returned(returned)
         batch.clear()
 
     def _abort(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_a_task_exception_with_tuple_notes_still_gets_its_note() -> None:
 def test_an_internal_error_returns_only_after_the_runs_tasks_drained(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """finish() breaks after 'a' ended; 'slow' is still running: the caller must
+    """The engine breaks after 'a' returned; 'slow' is still running: the caller must
     not get the error before 'slow' is done, and the executor stays usable."""
     gate = Gate()
     ended = threading.Event()
@@ -59,14 +60,14 @@ def test_an_internal_error_returns_only_after_the_runs_tasks_drained(
     g.add("slow", lambda: (slow_started.set(), gate.wait(), ended.set()))
     # 'a' ends only once 'slow' runs, so 'slow' cannot be taken back from its inbox.
     g.add("a", lambda: (slow_started.wait(10), a_ran.set(), 1)[-1])
-    real = RunState.finish
+    real = RunState.returned
 
-    def broken(self: RunState, task: int, outcome: int, *args: object) -> None:
-        if self.names[task] == "a":
+    def broken(self: RunState, reports: list[tuple[Any, ...]], release: bool = True) -> None:
+        if any(self.names[report[1]] == "a" for report in reports):  # 'a' returned
             raise RuntimeError("engine bug")
-        real(self, task, outcome, *args)  # type: ignore[arg-type]
+        real(self, reports, release)
 
-    monkeypatch.setattr(RunState, "finish", broken)
+    monkeypatch.setattr(RunState, "returned", broken)
     with dagexec.Executor(workers=2) as ex:
         future = run_in_thread(ex.run, g)
         assert gate.wait_for_waiting(1)
@@ -76,7 +77,7 @@ def test_an_internal_error_returns_only_after_the_runs_tasks_drained(
             future.result(timeout=30)
         assert ended.is_set()  # the caller got the error only after 'slow' ended
         assert "dagexec: internal error in the scheduler" in info.value.__notes__[0]
-        monkeypatch.setattr(RunState, "finish", real)
+        monkeypatch.setattr(RunState, "returned", real)
         assert ex.run(g)["a"] == 1
 
 

@@ -21,7 +21,6 @@ import pytest
 
 import dagexec
 from dagexec import Graph, TaskState
-from dagexec._result import DONE
 from dagexec.testing import (
     ConcurrencyProbe,
     Gate,
@@ -416,16 +415,16 @@ def test_an_internal_scheduler_error_returns_only_after_the_run_drained(
     go, failed, returned = threading.Event(), threading.Event(), threading.Event()
     started_after_return: list[str] = []
     active_at_return: list[int] = []
-    real_finish = RunState.finish
+    real_returned = RunState.returned
 
-    def failing_done(self: RunState, task: int, outcome: int, *args: Any) -> None:
-        # The engine's one place a task ends fails when 'trigger' ends DONE.
-        if self.names[task] == "trigger" and outcome == DONE:
+    def failing_done(self: RunState, reports: list[tuple[Any, ...]], release: bool = True) -> None:
+        # The engine fails where a task ends DONE, when 'trigger' does.
+        if any(self.names[report[1]] == "trigger" for report in reports):
             failed.set()
             raise RuntimeError("injected scheduler bug")
-        real_finish(self, task, outcome, *args)
+        real_returned(self, reports, release)
 
-    monkeypatch.setattr(RunState, "finish", failing_done)
+    monkeypatch.setattr(RunState, "returned", failing_done)
 
     def queued(name: str) -> Callable[[], None]:
         def task() -> None:
@@ -479,16 +478,16 @@ def test_an_internal_error_in_an_interrupted_run_still_waits_for_its_running_tas
 
     gate_x, gate_y = Gate(), Gate()
     failed, y_started, y_ended = threading.Event(), threading.Event(), threading.Event()
-    real_finish = RunState.finish
+    real_returned = RunState.returned
 
-    def failing_done(self: RunState, task: int, outcome: int, *args: Any) -> None:
-        # The engine's one place a task ends fails when 'x' ends DONE.
-        if self.names[task] == "x" and outcome == DONE:
+    def failing_done(self: RunState, reports: list[tuple[Any, ...]], release: bool = True) -> None:
+        # The engine fails where a task ends DONE, when 'x' does.
+        if any(self.names[report[1]] == "x" for report in reports):
             failed.set()
             raise RuntimeError("injected scheduler bug")
-        real_finish(self, task, outcome, *args)
+        real_returned(self, reports, release)
 
-    monkeypatch.setattr(RunState, "finish", failing_done)
+    monkeypatch.setattr(RunState, "returned", failing_done)
 
     def x() -> None:
         assert y_started.wait(10)  # running, so the interrupt cannot cancel it
