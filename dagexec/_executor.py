@@ -48,14 +48,18 @@ log = logging.getLogger("dagexec")
 
 OnError = Literal["raise", "continue"]
 
-# Default inbox depth per worker. Deeper inboxes mean a worker that finishes a
-# task usually finds the next one already waiting, instead of sleeping until the
-# scheduler wakes it: a wake-up costs tens of microseconds here, the Python work
-# per task about three (benchmarks/sweep.py on 2 workers, no-op tasks: queue_cap
-# 2 -> ~20 us/task, 8 -> ~5.5, 16 -> ~3.5-5, 64 -> ~3). Shallower inboxes mean
-# fewer tasks committed to one worker ahead of time: less waiting behind a long
-# task (which _balance.py also corrects) and fewer argument tuples held alive.
-DEFAULT_QUEUE_CAP = 16
+# Default inbox depth per worker. With a GIL, the scheduler and the workers take
+# turns: the workers run what their inboxes hold, each sleeps when its inbox is
+# empty, the scheduler wakes for the reports, refills the inboxes and wakes them.
+# Three wake-ups per turn, tens of microseconds each on a loaded 2-core VM,
+# against ~2 us of Python work per no-op task: a turn is as long as the effective
+# cap, so deeper inboxes pay for fewer turns (2 workers, 10,000-task wide graph,
+# alternating in one process: queue_cap 16 -> 5.6 us/task, 32 -> 3.9, 64 -> 2.7;
+# python benchmarks/queue_depth.py; README "Choosing queue_cap and max_in_flight").
+# Shallower inboxes mean fewer tasks committed to one worker ahead of time: less
+# waiting behind a long task (which _balance.py corrects) and fewer argument
+# tuples held alive (max_in_flight bounds those directly).
+DEFAULT_QUEUE_CAP = 64
 
 # How often a waiting caller wakes to let a pending KeyboardInterrupt surface.
 # Shorter notices Ctrl-C sooner; each wake costs a few microseconds of a thread
@@ -207,7 +211,7 @@ class Executor:
     Args:
         workers: worker threads; default ``os.cpu_count()``.
         queue_cap: most tasks waiting in one worker's inbox (besides the one it
-            runs); default :data:`DEFAULT_QUEUE_CAP` (16).
+            runs); default :data:`DEFAULT_QUEUE_CAP` (64).
         max_in_flight: most tasks queued or running at once across all workers;
             default ``workers * (queue_cap + 1)``, all the inboxes can hold. Set it
             lower to bound how many tasks' arguments are alive at once.

@@ -136,10 +136,10 @@ def test_defaults() -> None:
 
     with dagexec.Executor() as ex:
         assert ex.workers == (os.cpu_count() or 1)
-        assert ex.queue_cap == 16
-        assert ex.max_in_flight == ex.workers * 17  # all the inboxes can hold
+        assert ex.queue_cap == 64
+        assert ex.max_in_flight == ex.workers * 65  # all the inboxes can hold
         result = ex.run(diamond())
-    assert result.stats.effective_cap == ex.workers * 17
+    assert result.stats.effective_cap == ex.workers * 65
     with dagexec.Executor(2, queue_cap=3) as ex:
         assert ex.max_in_flight == ex.effective_cap == 8
 
