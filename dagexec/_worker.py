@@ -15,13 +15,13 @@ of the one before, run back to back and reported once (see ``_plan._chain_links`
 
 from __future__ import annotations
 
-import queue
 import threading
 import weakref
 from collections.abc import Callable, Hashable
 from time import perf_counter
 from typing import Any
 
+from ._inbox import Inbox
 from ._messages import (
     CHAIN,
     DONE,
@@ -83,7 +83,7 @@ def running_here() -> tuple[Hashable, threading.Event] | None:
     return name, here.stop
 
 
-def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
+def worker_loop(worker_id: int, inbox: Inbox[Item | None]) -> None:
     """Run items from ``inbox`` until :data:`STOP`; report every outcome, never raise.
 
     Any ``BaseException`` from a task (``SystemExit`` and ``KeyboardInterrupt``
@@ -102,10 +102,15 @@ def worker_loop(worker_id: int, inbox: queue.Queue[Item | None]) -> None:
         del _running[threading.get_ident()]
 
 
-def _loop(worker_id: int, inbox: queue.Queue[Item | None], here: Running) -> None:
-    get = inbox.get
+def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
+    # An item waiting is popped straight off the inbox's deque (atomic on its own,
+    # as the Inbox docstring says); only an empty inbox costs a call, to sleep.
+    pop, wait = inbox.queue.popleft, inbox.get
     while True:
-        item = get()
+        try:
+            item = pop()
+        except IndexError:
+            item = wait()
         if item is STOP:
             return
         if isinstance(item, Chain):
