@@ -112,3 +112,26 @@ def test_one_consumer_and_a_thief_lose_and_repeat_nothing() -> None:
     assert None not in stolen
     assert sorted([*got, *(i for i in stolen if i is not None)]) == list(range(n))
     assert got == sorted(got)  # FIFO for the consumer
+
+
+def test_put_all_puts_all_or_none_and_wakes_the_sleeping_worker() -> None:
+    box: Inbox[int] = Inbox(maxsize=3)
+    box.put_nowait(0)
+    with pytest.raises(queue.Full):
+        box.put_all([1, 2, 3])  # 4 would not fit: none goes in
+    assert box.qsize() == 1
+    assert box.get_nowait() == 0
+    got: list[int] = []
+    asleep = threading.Event()
+
+    def worker() -> None:
+        asleep.set()
+        got.extend(box.get() for _ in range(3))
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert asleep.wait(5)
+    box.put_all([1, 2, 3])
+    t.join(5)
+    assert not t.is_alive()
+    assert got == [1, 2, 3]

@@ -78,14 +78,30 @@ def drive(
     on_error: str,
     failing: set[int],
     capacity: dict[str, float] | None = None,
+    batched: bool = False,
 ) -> tuple[RunState, list[int]]:
-    """Run the machine with items completed in a random order; check invariants."""
+    """Run the machine with items completed in a random order; check invariants.
+
+    ``batched`` drives it as the scheduler does on its fast path: a random number
+    of tasks at a time through ``hand_out``, and random batches of jobs that
+    returned through ``returned``, besides the one-at-a-time calls."""
     state = RunState(plan, on_error=on_error, workers=1, capacity=capacity)
     running: list[tuple[list[int], tuple[int, ...]]] = []
     ran: list[int] = []
     holding: dict[str, float] = dict.fromkeys(capacity or {}, 0.0)
     while state.unfinished:
         if state.ready and state.in_flight < cap and (not running or rng.random() < 0.6):
+            if batched and rng.random() < 0.7:
+                tasks, arguments = state.hand_out(rng.randint(1, cap - state.in_flight), 0)
+                assert state.in_flight <= cap
+                for task, args in zip(tasks, arguments, strict=True):
+                    for name, amount in plan.needs[task] if plan.needs else ():
+                        holding[name] += amount
+                    running.append((chain_of(plan, task), args))
+                for name, amount in holding.items():
+                    assert amount <= (capacity or {})[name], f"{name} over capacity"
+                if tasks:
+                    continue
             ready_before = [t for t in range(len(plan)) if state.state[t] == READY]
             task = state.take()
             if task >= 0:
@@ -102,6 +118,18 @@ def drive(
                 running.append((chain_of(plan, task), args))
                 continue
         assert running, "nothing in flight, yet tasks are unfinished"
+        jobs = [i for i, (m, _) in enumerate(running) if len(m) == 1 and m[0] not in failing]
+        if batched and jobs and rng.random() < 0.7:
+            reports = []
+            for i in sorted(rng.sample(jobs, rng.randint(1, len(jobs))), reverse=True):
+                (member,), args = running.pop(i)
+                assert all(state.state[d] == DONE for d in plan.deps[member])
+                ran.append(member)
+                reports.append((0, member, DONE, value_of(member, args), 0.0, 0.0))
+                for name, amount in plan.needs[member] if plan.needs else ():
+                    holding[name] -= amount
+            state.returned(reports)  # each DONE, and off its worker
+            continue
         members, args = running.pop(rng.randrange(len(running)))
         for k, member in enumerate(members):
             if k and state.stopping and rng.random() < 0.5:
@@ -151,6 +179,28 @@ def test_random_completion_order_matches_serial(scenario: tuple, on_error: str) 
     plan, _, failing, cap, seed = scenario
     state, ran = drive(plan, random.Random(seed), cap=cap, on_error=on_error, failing=failing)
     check_against_serial(state, ran, plan, failing)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scenarios(priorities=True, resources=True),
+    st.sampled_from(["raise", "continue"]),
+)
+def test_batches_in_and_out_match_serial(scenario: tuple, on_error: str) -> None:
+    """hand_out and returned, the scheduler's batch calls, keep every invariant."""
+    plan, capacity, failing, cap, seed = scenario
+    state, ran = drive(
+        plan,
+        random.Random(seed),
+        cap=cap,
+        on_error=on_error,
+        failing=failing,
+        capacity=capacity,
+        batched=True,
+    )
+    check_against_serial(state, ran, plan, failing)
+    for name, peak in state.peak_resources(capacity).items():
+        assert peak <= capacity[name]
 
 
 @settings(max_examples=300, deadline=None)
