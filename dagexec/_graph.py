@@ -187,12 +187,16 @@ class Graph:
             dep_names: tuple[Hashable, ...] = deps
         else:
             dep_names, kw_deps = check_deps(name, deps)
+        ids: tuple[int, ...] | None
         try:
             # The dependencies' positions, when all of them were added before this
             # task (the usual order): looked up now, while they are fresh in the
             # cache, validate has nothing left to resolve and knows that no cycle
-            # passes through this task. One C loop; it also hashes every name.
-            ids: tuple[int, ...] | None = tuple(map(index.__getitem__, dep_names))
+            # passes through this task. The look-ups also hash every name.
+            if len(dep_names) == 1:  # the commonest shape, without a map object
+                ids = (index[dep_names[0]],)
+            else:
+                ids = tuple(map(index.__getitem__, dep_names))
         except KeyError:  # one is added later, or never: validate resolves them
             _check_hashable(name, dep_names)  # the look-up stopped at the first miss
             ids = None
