@@ -232,3 +232,29 @@ def test_a_validated_graph_keeps_its_names_when_the_graph_grows() -> None:
     assert len(compiled.index) == 2
     assert dict(dagexec.run(g, workers=1)) == {"c": None}
     assert g._compile().index == {"a": 0, "b": 1, "c": 2}
+
+
+def test_plans_list_dependents_roots_and_sinks_in_task_order() -> None:
+    """The planner's transposed edges, against a direct reading of the graph,
+    on graphs with forward references, repeated deps and isolated tasks."""
+    import random
+
+    from dagexec._plan import plan_run
+
+    rng = random.Random(7)
+    for size in (0, 1, 2, 50, 400):
+        g = dagexec.Graph()
+        order = list(range(size))
+        rng.shuffle(order)  # tasks may name tasks added later
+        for t in order:
+            deps = [rng.randrange(t) for _ in range(rng.randrange(4))] if t else []
+            g.add(t, noop, deps=deps)
+        compiled = g._compile()
+        plan = plan_run(compiled, None)
+        deps = compiled.deps
+        n = len(deps)
+        expected = tuple(tuple(i for i in range(n) for d in deps[i] if d == j) for j in range(n))
+        assert plan.dependents == expected
+        assert plan.roots == tuple(i for i in range(n) if not deps[i])
+        assert plan.targets == compiled.sinks == tuple(i for i in range(n) if not expected[i])
+        assert g.sinks() == tuple(compiled.names[i] for i in compiled.sinks)
