@@ -209,6 +209,7 @@ class Graph:
             kwargs = check_kwargs(name, kwargs, kw_deps)
         call = fn
         learned = 0
+        original: Task | None = None
         if kw_deps is None and not args and not kwargs:  # the common case: fn(*deps)
             counts = self._plain_calls.get(id(fn), 0)
             if not counts >> len(dep_names) & 1:
@@ -223,11 +224,11 @@ class Graph:
                 call = KeywordCall(fn, args, kwargs, dep_params)
             else:
                 call = BoundCall(fn, args, kwargs)
-            self._originals[len(self._names)] = Task(
-                name, fn, dep_names, args, FrozenKwargs(kwargs), dep_params
-            )
+            original = Task(name, fn, dep_names, args, FrozenKwargs(kwargs), dep_params)
+        options = None
         if priority or resources:  # plain tasks store nothing here
-            self._set_options(len(self._names), name, priority, resources)
+            options = _check_options(name, priority, resources)
+        policy = None
         if (
             retries
             or retry_delay
@@ -236,9 +237,16 @@ class Graph:
             or retry_on is not Exception
         ):
             policy = check_policy(name, retries, retry_delay, retry_on, timeout, run_if)
-            if policy is not None:
-                self._policy[len(self._names)] = policy
+        # Every check passed: from here on the task is stored, in every column and
+        # side table at once (a failed add must leave nothing for the next task
+        # to inherit at this position).
         position = len(self._names)
+        if original is not None:
+            self._originals[position] = original
+        if options is not None:
+            self._store_options(position, *options)
+        if policy is not None:
+            self._policy[position] = policy
         if self._index_shared:  # the last compiled graph reads it: copy on write
             self._index = index = dict(index)
             self._index_shared = False
@@ -255,12 +263,10 @@ class Graph:
         return name
 
     def _set_options(self, i: int, name: Hashable, priority: object, resources: object) -> None:
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise TypeError(
-                f"task {describe(name)}: priority must be an int, got "
-                f"{type(priority).__name__} {safe_repr(priority)}"
-            )
-        needs = check_resources(name, resources) if resources else ()
+        """Check and store task ``i``'s priority and resources (also used by dagexec.dask)."""
+        self._store_options(i, *_check_options(name, priority, resources))
+
+    def _store_options(self, i: int, priority: int, needs: tuple[tuple[str, float], ...]) -> None:
         if priority:
             self._priority[i] = priority
         if needs:
@@ -552,6 +558,18 @@ class _TaskView(Mapping[Hashable, Task]):
 
     def __len__(self) -> int:
         return len(self._graph)
+
+
+def _check_options(
+    name: Hashable, priority: object, resources: object
+) -> tuple[int, tuple[tuple[str, float], ...]]:
+    """``priority`` and ``resources`` as stored: an int and sorted (name, amount) pairs."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(
+            f"task {describe(name)}: priority must be an int, got "
+            f"{type(priority).__name__} {safe_repr(priority)}"
+        )
+    return priority, check_resources(name, resources) if resources else ()
 
 
 def _check_hashable(task: Hashable, dep_names: tuple[Hashable, ...]) -> None:

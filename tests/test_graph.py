@@ -258,3 +258,20 @@ def test_plans_list_dependents_roots_and_sinks_in_task_order() -> None:
         assert plan.roots == tuple(i for i in range(n) if not deps[i])
         assert plan.targets == compiled.sinks == tuple(i for i in range(n) if not expected[i])
         assert g.sinks() == tuple(compiled.names[i] for i in compiled.sinks)
+
+
+def test_a_failed_add_leaves_nothing_for_the_next_task() -> None:
+    """Options and constants are stored only once every check passed: a task
+    added after a failed one (at the same position) must not inherit them."""
+
+    def anything(*args: object, **kwargs: object) -> None:
+        return None
+
+    g = dagexec.Graph()
+    with pytest.raises(TypeError, match="retries must be an int"):
+        g.add("a", noop, priority=5, resources={"gpu": 1}, retries=-1)
+    with pytest.raises(TypeError, match="priority must be an int"):
+        g.add("c", anything, kwargs={"x": 1}, priority="high")  # type: ignore[arg-type]
+    g.add("b", noop)
+    assert g["b"] == dagexec.Task("b", noop, ())
+    assert (g._priority, g._resources, g._originals, g._policy) == ({}, {}, {}, {})
