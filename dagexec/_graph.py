@@ -102,7 +102,8 @@ class Graph:
     )
 
     def __init__(self) -> None:
-        self._index: dict[Hashable, int] = {}  # name -> position in the columns below
+        # name -> position in the columns below
+        self._index: dict[Hashable, int] = _hash_keeping_dict()
         self._names: list[Hashable] = []
         # What the engine calls with the dependency values: the user's function, or
         # a BoundCall/KeywordCall adding the task's constants.
@@ -558,6 +559,23 @@ class _TaskView(Mapping[Hashable, Task]):
 
     def __len__(self) -> int:
         return len(self._graph)
+
+
+def _hash_keeping_dict() -> dict[Hashable, int]:
+    """An empty dict whose table keeps each key's hash beside it.
+
+    CPython (3.11 and later) keeps a dict whose keys have all been strings in a
+    table without hashes, so a look-up that meets another name on its way reads
+    that string object just for its hash: with a million names, a cache miss per
+    collision, and ``add`` probes once for every new name. A key of another type,
+    once inserted, turns the table into one that keeps hashes for good, even
+    after it is removed: a million-task build then takes 0.13 s less, for 11 MB
+    more. Elsewhere this is just an empty dict.
+    """
+    marker = object()
+    index: dict[Hashable, int] = {marker: 0}
+    del index[marker]
+    return index
 
 
 def _check_options(
