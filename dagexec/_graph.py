@@ -15,6 +15,14 @@ with constants (``args``, ``kwargs``, keyword deps) is stored as a small
 callable from :mod:`dagexec._bind`, and its options as given in a sparse side
 table, so tasks without constants cost nothing extra. Each option is checked by
 one function in :mod:`dagexec._options`.
+
+Dependencies are turned into positions when their task is added, if they were
+added before it (the usual order), while those names are still in the
+processor's cache: validating a graph built in dependency order then resolves
+nothing and walks nothing, since every edge points backwards and no cycle can
+form (on a million-task graph, validation fell from 1.3 s to 0.02 s for 0.4 s
+more spent in ``add``). Only tasks that named a task not added yet are looked up
+again, and checked for cycles, by validation.
 """
 
 from __future__ import annotations
@@ -79,23 +87,41 @@ class Graph:
         "_compiled",
         "_deps",
         "_fns",
+        "_ids",
         "_index",
+        "_index_shared",
         "_inferred",
         "_maps",
         "_names",
         "_originals",
+        "_plain_calls",
         "_policy",
         "_priority",
         "_resources",
+        "_unresolved",
     )
 
     def __init__(self) -> None:
-        self._index: dict[Hashable, int] = {}  # name -> position in the columns below
+        # name -> position in the columns below
+        self._index: dict[Hashable, int] = _hash_keeping_dict()
         self._names: list[Hashable] = []
         # What the engine calls with the dependency values: the user's function, or
         # a BoundCall/KeywordCall adding the task's constants.
         self._fns: list[Callable[..., Any]] = []
         self._deps: list[tuple[Hashable, ...]] = []
+        # The same dependencies as positions, resolved when the task was added, or
+        # None when one of them was not added yet; those tasks' positions, in order.
+        self._ids: list[tuple[int, ...] | None] = []
+        self._unresolved: list[int] = []
+        # True while the last compiled graph holds _index as its own: the next add
+        # copies it first (one C-level copy), so a graph built once and run does
+        # not keep two million-entry dictionaries.
+        self._index_shared = False
+        # Per plain function (by id: the graph keeps every added function alive, so
+        # no id is reused while the graph lives), a bit per dependency count its
+        # signature was checked for: adding one function a million times binds its
+        # signature once per count, and costs a dictionary look-up after that.
+        self._plain_calls: dict[int, int] = {}
         # Sparse: only tasks with constants or keyword deps, by position.
         self._originals: dict[int, Task] = {}
         # Sparse: tasks whose deps @g.task read from parameter names -> function name.
@@ -162,21 +188,34 @@ class Graph:
             dep_names: tuple[Hashable, ...] = deps
         else:
             dep_names, kw_deps = check_deps(name, deps)
+        ids: tuple[int, ...] | None
         try:
-            hash(dep_names)  # one C call checks every dependency name
+            # The dependencies' positions, when all of them were added before this
+            # task (the usual order): looked up now, while they are fresh in the
+            # cache, validate has nothing left to resolve and knows that no cycle
+            # passes through this task. The look-ups also hash every name.
+            if len(dep_names) == 1:  # the commonest shape, without a map object
+                ids = (index[dep_names[0]],)
+            else:
+                ids = tuple(map(index.__getitem__, dep_names))
+        except KeyError:  # one is added later, or never: validate resolves them
+            _check_hashable(name, dep_names)  # the look-up stopped at the first miss
+            ids = None
         except TypeError:
-            bad = next(d for d in dep_names if not _hashable(d))
-            raise TypeError(
-                f"task {describe(name)}: dependency names must be hashable, got "
-                f"{type(bad).__name__} {safe_repr(bad)}"
-            ) from None
+            _check_hashable(name, dep_names)
+            raise
         if type(args) is not tuple:
             args = check_args(name, args)
         if kwargs is not None:
             kwargs = check_kwargs(name, kwargs, kw_deps)
         call = fn
+        learned = 0
+        original: Task | None = None
         if kw_deps is None and not args and not kwargs:  # the common case: fn(*deps)
-            check_plain_call(name, fn, dep_names)
+            counts = self._plain_calls.get(id(fn), 0)
+            if not counts >> len(dep_names) & 1:
+                check_plain_call(name, fn, dep_names)
+                learned = counts | 1 << len(dep_names)
         else:
             kwargs = dict(kwargs or ())
             kw_deps = kw_deps or {}
@@ -186,11 +225,11 @@ class Graph:
                 call = KeywordCall(fn, args, kwargs, dep_params)
             else:
                 call = BoundCall(fn, args, kwargs)
-            self._originals[len(self._names)] = Task(
-                name, fn, dep_names, args, FrozenKwargs(kwargs), dep_params
-            )
+            original = Task(name, fn, dep_names, args, FrozenKwargs(kwargs), dep_params)
+        options = None
         if priority or resources:  # plain tasks store nothing here
-            self._set_options(len(self._names), name, priority, resources)
+            options = _check_options(name, priority, resources)
+        policy = None
         if (
             retries
             or retry_delay
@@ -199,22 +238,36 @@ class Graph:
             or retry_on is not Exception
         ):
             policy = check_policy(name, retries, retry_delay, retry_on, timeout, run_if)
-            if policy is not None:
-                self._policy[len(self._names)] = policy
-        index[name] = len(self._names)
+        # Every check passed: from here on the task is stored, in every column and
+        # side table at once (a failed add must leave nothing for the next task
+        # to inherit at this position).
+        position = len(self._names)
+        if original is not None:
+            self._originals[position] = original
+        if options is not None:
+            self._store_options(position, *options)
+        if policy is not None:
+            self._policy[position] = policy
+        if self._index_shared:  # the last compiled graph reads it: copy on write
+            self._index = index = dict(index)
+            self._index_shared = False
+        index[name] = position
         self._names.append(name)
         self._fns.append(call)
         self._deps.append(dep_names)
+        self._ids.append(ids)
+        if ids is None:
+            self._unresolved.append(position)
+        if learned:  # only now: fn is kept alive by the graph, so its id stays its own
+            self._plain_calls[id(fn)] = learned
         self._compiled = None
         return name
 
     def _set_options(self, i: int, name: Hashable, priority: object, resources: object) -> None:
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise TypeError(
-                f"task {describe(name)}: priority must be an int, got "
-                f"{type(priority).__name__} {safe_repr(priority)}"
-            )
-        needs = check_resources(name, resources) if resources else ()
+        """Check and store task ``i``'s priority and resources (also used by dagexec.dask)."""
+        self._store_options(i, *_check_options(name, priority, resources))
+
+    def _store_options(self, i: int, priority: int, needs: tuple[tuple[str, float], ...]) -> None:
         if priority:
             self._priority[i] = priority
         if needs:
@@ -395,7 +448,10 @@ class Graph:
             try:
                 compiled = compile_graph(
                     self._names,
+                    self._index,
                     self._fns,
+                    self._ids,
+                    self._unresolved,
                     self._deps,
                     self._priority,
                     self._resources,
@@ -406,6 +462,7 @@ class Graph:
                 raise self._explain(exc) from None
             if self._maps:
                 self._check_item_names()
+            self._index_shared = True
             self._compiled = compiled
         return compiled
 
@@ -502,6 +559,49 @@ class _TaskView(Mapping[Hashable, Task]):
 
     def __len__(self) -> int:
         return len(self._graph)
+
+
+def _hash_keeping_dict() -> dict[Hashable, int]:
+    """An empty dict whose table keeps each key's hash beside it.
+
+    CPython (3.11 and later) keeps a dict whose keys have all been strings in a
+    table without hashes, so a look-up that meets another name on its way reads
+    that string object just for its hash: with a million names, a cache miss per
+    collision, and ``add`` probes once for every new name. A key of another type,
+    once inserted, turns the table into one that keeps hashes for good, even
+    after it is removed: a million-task build then takes 0.13 s less, for 11 MB
+    more. Elsewhere this is just an empty dict.
+    """
+    marker = object()
+    index: dict[Hashable, int] = {marker: 0}
+    del index[marker]
+    return index
+
+
+def _check_options(
+    name: Hashable, priority: object, resources: object
+) -> tuple[int, tuple[tuple[str, float], ...]]:
+    """``priority`` and ``resources`` as stored: an int and sorted (name, amount) pairs."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(
+            f"task {describe(name)}: priority must be an int, got "
+            f"{type(priority).__name__} {safe_repr(priority)}"
+        )
+    return priority, check_resources(name, resources) if resources else ()
+
+
+def _check_hashable(task: Hashable, dep_names: tuple[Hashable, ...]) -> None:
+    """Raise the add-time ``TypeError`` naming the first unhashable dependency name."""
+    try:
+        hash(dep_names)  # one C call checks every dependency name
+    except TypeError:
+        bad = next((d for d in dep_names if not _hashable(d)), None)
+        if bad is None:  # a name whose hash fails only sometimes: its own error
+            raise
+        raise TypeError(
+            f"task {describe(task)}: dependency names must be hashable, got "
+            f"{type(bad).__name__} {safe_repr(bad)}"
+        ) from None
 
 
 def _hashable(value: object) -> bool:

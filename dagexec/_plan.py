@@ -14,6 +14,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import accumulate, chain, compress
+from operator import not_
 from typing import Any
 
 from ._errors import UnknownTargetError, describe
@@ -144,11 +146,32 @@ def _target_ids(compiled: CompiledGraph, requested: tuple[Hashable, ...]) -> tup
 
 
 def _dependents_of(deps: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
-    dependents: list[list[int]] = [[] for _ in deps]
+    """For each task, the tasks that depend on it, ascending.
+
+    Filled into one flat list and cut into tuples, rather than grown as one list
+    per task: a million lists alive at once are each tracked by the garbage
+    collector, whose full collections while they are made cost more than making
+    them (on a million-task graph, 0.8 s of 1.4 s; this takes about 0.9 s).
+    """
+    counts = [0] * len(deps)
+    for d in chain.from_iterable(deps):
+        counts[d] += 1
+    starts = [0, *accumulate(counts)]
+    flat = [0] * starts.pop()  # the last start is the number of edges
+    cursor = starts.copy()  # where the next dependent of each task goes
     for task, task_deps in enumerate(deps):
         for d in task_deps:
-            dependents[d].append(task)
-    return tuple(map(tuple, dependents))
+            flat[cursor[d]] = task
+            cursor[d] += 1
+    # Each task's block now runs from its start to its cursor. Listed before the
+    # tuple is made: a tuple grown from an iterator is re-tracked by the garbage
+    # collector on each resize and walked whole by the next young collection.
+    return tuple(list(map(tuple, map(flat.__getitem__, map(slice, starts, cursor)))))
+
+
+def _roots(deps: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """The tasks without dependencies, ascending (one C-level pass)."""
+    return tuple(compress(range(len(deps)), map(not_, deps)))
 
 
 def _chain_links(
@@ -207,18 +230,20 @@ def _chain_links(
 def _whole_plan(compiled: CompiledGraph) -> Plan:
     deps = compiled.deps
     dependents = _dependents_of(deps)
+    # The sinks, read off the dependents in one C-level pass.
+    sinks = tuple(compress(range(len(deps)), map(not_, dependents)))
     return Plan(
         names=compiled.names,
         index=compiled.index,
         fns=compiled.fns,
         deps=deps,
         dependents=dependents,
-        targets=compiled.sinks,
-        roots=tuple(i for i, d in enumerate(deps) if not d),
+        targets=sinks,
+        roots=_roots(deps),
         chain_next=_chain_links(
             deps,
             dependents,
-            compiled.sinks,
+            sinks,
             compiled.needs,
             compiled.maps,
             compiled.policy,
@@ -259,7 +284,7 @@ def _cut(
     """
     loaded = loaded or {}
     local = {g: i for i, g in enumerate(order)}
-    deps = tuple(() if g in loaded else tuple([local[d] for d in source.deps[g]]) for g in order)
+    deps = tuple([() if g in loaded else tuple([local[d] for d in source.deps[g]]) for g in order])
     names = tuple(source.names[g] for g in order)
     dependents = _dependents_of(deps)
     targets = tuple(local[t] for t in target_ids)
@@ -288,7 +313,7 @@ def _cut(
         deps=deps,
         dependents=dependents,
         targets=targets,
-        roots=tuple(i for i, d in enumerate(deps) if not d),
+        roots=_roots(deps),
         chain_next=_chain_links(deps, dependents, targets, needs, maps, policy, priority),
         priority=priority,
         needs=needs,

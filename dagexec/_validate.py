@@ -9,7 +9,8 @@ recurses on graph depth, so a 200,000-task chain validates like any other graph.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from itertools import compress
+from typing import TYPE_CHECKING, Any, cast
 
 from ._errors import CycleError, MissingDependencyError
 
@@ -26,11 +27,12 @@ class CompiledGraph:
     """A validated graph in index form: task ``i`` is ``names[i]``, computed by
     ``fns[i]`` from the results of ``deps[i]``.
 
-    Immutable once built, except for the plans cached by :mod:`dagexec._plan`,
-    which depend only on the immutable fields.
+    Immutable once built, except for the plans cached by :mod:`dagexec._plan` and
+    the sinks, found on first use; both depend only on the immutable fields.
     """
 
     __slots__ = (
+        "_sinks",
         "deps",
         "fns",
         "index",
@@ -40,7 +42,6 @@ class CompiledGraph:
         "plans",
         "policy",
         "priority",
-        "sinks",
     )
 
     def __init__(
@@ -49,7 +50,6 @@ class CompiledGraph:
         index: dict[Hashable, int],
         fns: tuple[Callable[..., Any], ...],
         deps: tuple[tuple[int, ...], ...],
-        sinks: tuple[int, ...],
         priority: tuple[int, ...] | None = None,
         needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
         maps: frozenset[int] | None = None,
@@ -59,7 +59,7 @@ class CompiledGraph:
         self.index = index
         self.fns = fns
         self.deps = deps
-        self.sinks = sinks
+        self._sinks: tuple[int, ...] | None = None
         # Per task, or None when no task has one (see Plan).
         self.priority = priority
         self.needs = needs
@@ -71,10 +71,26 @@ class CompiledGraph:
     def __len__(self) -> int:
         return len(self.names)
 
+    @property
+    def sinks(self) -> tuple[int, ...]:
+        """The tasks nothing depends on, ascending: what a run without targets returns.
+
+        Found on first use rather than when the graph is validated: a graph run for
+        chosen targets never needs them. Two threads may both compute them; they
+        get equal tuples.
+        """
+        sinks = self._sinks
+        if sinks is None:
+            self._sinks = sinks = sinks_of(self.deps)
+        return sinks
+
 
 def compile_graph(
     names: Sequence[Hashable],
+    index: dict[Hashable, int],
     fns: Sequence[Callable[..., Any]],
+    dep_ids: Sequence[tuple[int, ...] | None],
+    unresolved: Sequence[int],
     dep_names: Sequence[tuple[Hashable, ...]],
     priority: Mapping[int, int] | None = None,
     needs: Mapping[int, tuple[tuple[str, float], ...]] | None = None,
@@ -83,41 +99,62 @@ def compile_graph(
 ) -> CompiledGraph:
     """Check a graph given as columns and convert it to index form.
 
+    ``index`` maps each name to its position and becomes the compiled graph's own
+    (the caller must not change it afterwards). ``dep_ids[i]`` are task ``i``'s
+    dependencies as positions, resolved when it was added, or None for the tasks
+    listed in ``unresolved`` (ascending), which named a task not added yet: only
+    those are looked up here, by ``dep_names``. A dependency resolved when its
+    task was added came before it, so only the tasks resolved here can close a
+    cycle, and a graph built in dependency order is checked without a walk.
+
     Raises:
         MissingDependencyError: for the first task (in insertion order) with unknown deps.
         CycleError: if any cycle exists; the path is rotated to start at the task
             added first, so the message does not depend on hash order.
     """
     names = tuple(names)
-    index = dict(zip(names, range(len(names)), strict=True))
-    to_index = index.__getitem__
-    try:
-        deps = tuple([tuple(map(to_index, d)) for d in dep_names])
-    except KeyError:
-        for name, task_deps in zip(names, dep_names, strict=True):
-            missing = [d for d in dict.fromkeys(task_deps) if d not in index]
-            if missing:
-                raise MissingDependencyError(name, missing) from None
-        raise  # unreachable: some dependency was missing
-    # Each dep added before its task (the common case) proves there is no cycle.
-    if any(d and max(d) >= i for i, d in enumerate(deps)):
-        cycle = _find_cycle(deps)
-        if cycle is not None:
-            raise CycleError([names[i] for i in cycle])
-    has_dependents = set().union(*deps) if deps else set()
-    sinks = tuple([i for i in range(len(names)) if i not in has_dependents])
+    if unresolved:
+        resolved = list(dep_ids)
+        to_index = index.__getitem__
+        for i in unresolved:
+            try:
+                resolved[i] = tuple(map(to_index, dep_names[i]))
+            except KeyError:
+                missing = [d for d in dict.fromkeys(dep_names[i]) if d not in index]
+                if missing:
+                    raise MissingDependencyError(names[i], missing) from None
+                raise  # a name whose hash or == raised KeyError: its own error
+        deps = cast("tuple[tuple[int, ...], ...]", tuple(resolved))
+        if any(max(deps[i]) >= i for i in unresolved):  # an edge to a later task
+            cycle = _find_cycle(deps)
+            if cycle is not None:
+                raise CycleError([names[i] for i in cycle])
+    else:
+        deps = cast("tuple[tuple[int, ...], ...]", tuple(dep_ids))
     n = len(names)
     return CompiledGraph(
         names,
         index,
         tuple(fns),
         deps,
-        sinks,
         tuple([priority.get(i, 0) for i in range(n)]) if priority else None,
         tuple([needs.get(i, ()) for i in range(n)]) if needs else None,
         frozenset(maps) or None,
         tuple([policy.get(i) for i in range(n)]) if policy else None,
     )
+
+
+def sinks_of(deps: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """The tasks no task depends on, ascending."""
+    used = bytearray(len(deps))
+    for task_deps in deps:
+        for d in task_deps:
+            used[d] = 1
+    # used.translate flips 0 and 1: compress then keeps the unused positions.
+    return tuple(compress(range(len(deps)), used.translate(_FLIP)))
+
+
+_FLIP = bytes([1]) + bytes(255)
 
 
 def _find_cycle(deps: tuple[tuple[int, ...], ...]) -> list[int] | None:

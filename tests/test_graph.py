@@ -172,3 +172,106 @@ def test_a_200000_task_chain_validates_without_recursion() -> None:
 def test_sinks_are_tasks_nothing_depends_on() -> None:
     g = build({"a": [], "b": ["a"], "c": ["a"], "d": []})
     assert g.sinks() == ("b", "c", "d")
+
+
+def test_unhashable_dependency_after_one_not_added_yet_is_rejected_at_add() -> None:
+    """Dependencies are looked up when a task is added; a miss must not skip the
+    hashability check of the names after it."""
+    g = dagexec.Graph()
+    with pytest.raises(TypeError, match="task 't': dependency names must be hashable, got dict"):
+        g.add("t", noop, deps=["later", {}])
+    assert len(g) == 0
+
+
+def test_dependencies_added_before_and_after_a_task_both_resolve() -> None:
+    g = dagexec.Graph()
+    g.add("c", lambda b, a: b + a, deps=["b", "a"])  # both added later
+    g.add("a", lambda: 1)
+    g.add("b", lambda a: a + 1, deps=["a"])  # added before
+    g.add("d", lambda c, b: c * b, deps=["c", "b"])
+    assert dict(dagexec.run(g, workers=1)) == {"d": 6}
+
+
+def test_a_function_seen_before_is_checked_again_for_another_call_shape() -> None:
+    """The signature verdict is remembered per function and dependency count only."""
+
+    def one(a: int) -> int:
+        return a
+
+    g = build({"r": []})
+    g.add("ok", one, deps=["r"])
+    g.add("ok2", one, deps=["r"])
+    for deps, kwargs in [(["r", "r"], {}), ([], {}), (["r"], {"args": (1,)})]:
+        with pytest.raises(TypeError, match=r"cannot be called as \S*one\("):
+            g.add("bad", one, deps=deps, **kwargs)  # type: ignore[arg-type]
+    assert list(g) == ["r", "ok", "ok2"]
+
+
+def test_a_failed_add_teaches_nothing_about_its_function() -> None:
+    """A function whose add failed after its signature was checked is not kept
+    alive by the graph, so its id may be reused by another function: that one
+    must be checked on its own."""
+    g = build({"r": []})
+    first = lambda a: a  # noqa: E731
+    with pytest.raises(TypeError, match="priority must be an int"):
+        g.add("t", first, deps=["r"], priority="high")  # type: ignore[arg-type]
+    del first
+    for _ in range(20):  # likely to land on the freed function's id
+        second = lambda a, b: a  # noqa: E731
+        with pytest.raises(TypeError, match="cannot be called as"):
+            g.add("t", second, deps=["r"])
+    assert list(g) == ["r"]
+
+
+def test_a_validated_graph_keeps_its_names_when_the_graph_grows() -> None:
+    g = build({"a": [], "b": ["a"]})
+    result = dagexec.run(g, workers=1)
+    compiled = g._compile()
+    g.add("c", noop, deps=["b"])
+    assert "c" not in result.status and "c" not in compiled.index
+    assert len(compiled.index) == 2
+    assert dict(dagexec.run(g, workers=1)) == {"c": None}
+    assert g._compile().index == {"a": 0, "b": 1, "c": 2}
+
+
+def test_plans_list_dependents_roots_and_sinks_in_task_order() -> None:
+    """The planner's transposed edges, against a direct reading of the graph,
+    on graphs with forward references, repeated deps and isolated tasks."""
+    import random
+
+    from dagexec._plan import plan_run
+
+    rng = random.Random(7)
+    for size in (0, 1, 2, 50, 400):
+        g = dagexec.Graph()
+        order = list(range(size))
+        rng.shuffle(order)  # tasks may name tasks added later
+        for t in order:
+            deps = [rng.randrange(t) for _ in range(rng.randrange(4))] if t else []
+            g.add(t, noop, deps=deps)
+        compiled = g._compile()
+        plan = plan_run(compiled, None)
+        deps = compiled.deps
+        n = len(deps)
+        expected = tuple(tuple(i for i in range(n) for d in deps[i] if d == j) for j in range(n))
+        assert plan.dependents == expected
+        assert plan.roots == tuple(i for i in range(n) if not deps[i])
+        assert plan.targets == compiled.sinks == tuple(i for i in range(n) if not expected[i])
+        assert g.sinks() == tuple(compiled.names[i] for i in compiled.sinks)
+
+
+def test_a_failed_add_leaves_nothing_for_the_next_task() -> None:
+    """Options and constants are stored only once every check passed: a task
+    added after a failed one (at the same position) must not inherit them."""
+
+    def anything(*args: object, **kwargs: object) -> None:
+        return None
+
+    g = dagexec.Graph()
+    with pytest.raises(TypeError, match="retries must be an int"):
+        g.add("a", noop, priority=5, resources={"gpu": 1}, retries=-1)
+    with pytest.raises(TypeError, match="priority must be an int"):
+        g.add("c", anything, kwargs={"x": 1}, priority="high")  # type: ignore[arg-type]
+    g.add("b", noop)
+    assert g["b"] == dagexec.Task("b", noop, ())
+    assert (g._priority, g._resources, g._originals, g._policy) == ({}, {}, {}, {})
