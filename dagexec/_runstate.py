@@ -445,6 +445,9 @@ class RunState:
         )
         chain_next, dependents, remaining = self.chain_next, self.dependents, self.remaining
         needs, became_ready, depth_first = self.needs, self.became_ready, self.depth_first
+        # With nothing to rank, expand or tell, a task that became ready is just pushed.
+        plain = became_ready == self._make_ready and not self.keyed and events is None
+        push = self.ready.append
         for worker, task, _, value, started, ended in reports:
             if policy is not None and policy[task] is not None:
                 kept.pop(task, None)
@@ -467,7 +470,11 @@ class RunState:
                     left = remaining[d] - 1
                     remaining[d] = left
                     if not left and state[d] == WAITING:
-                        became_ready(d)
+                        if plain:
+                            state[d] = READY
+                            push(d)
+                        else:
+                            became_ready(d)
             if release and needs is not None and needs[task]:
                 self._unhold(needs[task])
         del value
