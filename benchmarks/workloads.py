@@ -99,10 +99,20 @@ def digest_all(*digests: bytes) -> str:
 
 
 def crunch(loops: int, seed: int, *prev: int) -> int:
-    """Pure-Python integer arithmetic: holds the GIL all along (unless there is none)."""
+    """Pure-Python integer arithmetic: holds the GIL all along (unless there is none).
+
+    The three numbers are made per call, not written as constants: on CPython
+    3.13t the constants of an imported module's code are objects shared by every
+    thread, and two threads updating the reference count of the same int on
+    every loop iteration ran *slower* than one (0.5x over serial for two bare
+    threads here, 2.0x with the numbers made per call; the same function defined
+    in ``__main__`` scaled either way). That is the interpreter's cost, not the
+    executor's, and user code meets it too (README "Free-threaded Python").
+    """
+    mult, inc, mask = int("1103515245"), int("12345"), int("4294967295")
     x = seed + sum(prev)
     for i in range(loops):
-        x = (x * 1103515245 + 12345 + i) & 0xFFFFFFFF
+        x = (x * mult + inc + i) & mask
     return x
 
 
