@@ -634,16 +634,18 @@ class RunState:
         reported yet (a timed chain reports members as they end), then release it."""
         done, ok, outcome, times = end
         last = len(members) - 1
-        for k in range(done if ok else done + 1):
+        returned = []  # one batch for the members that returned, as for jobs
+        for k in range(done):
             member = members[k]
             if self.state[member] == DONE:  # reported as it ended
                 continue
             t0, t1 = (times[2 * k], times[2 * k + 1]) if times is not None else (0.0, 0.0)
-            if k == done:
-                self.finish(member, FAILED, outcome, worker, t0, t1)
-            else:
-                value = outcome if k == last else None
-                self.finish(member, DONE, value, worker, t0, t1)
+            returned.append((worker, member, DONE, outcome if k == last else None, t0, t1))
+        if returned:
+            self.returned(returned, release=False)
+        if not ok:
+            t0, t1 = (times[2 * done], times[2 * done + 1]) if times is not None else (0.0, 0.0)
+            self.finish(members[done], FAILED, outcome, worker, t0, t1)
         del outcome
         self.release(members[0])
 
