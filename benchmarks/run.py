@@ -356,21 +356,24 @@ def run_scale(args: argparse.Namespace) -> dict[str, Any]:
     # Warm run (plan cached, as for every other workload) under tracemalloc: the
     # extra traced bytes are the run state (values are small ints or None).
     state_bytes = traced_peak(lambda: dagexec.run(g, **kwargs))
-    warm_s, _ = timed(lambda: dagexec.run(g, **kwargs))
+    warm_s = statistics.median(timed(lambda: dagexec.run(g, **kwargs))[0] for _ in range(3))
     print(f"\n== scale: {n:,}-task layered graph ({layers} layers x {width}, 1-3 deps)")
     print("  (peers skipped: graphlib+tpe and dask would take minutes at this size)")
     print(f"  generate names/deps (untimed for targets): {gen_s:.2f} s")
     print(f"  build (Graph.add x {n:,} + validate):       {build_s:.2f} s")
     for what, secs in [
         ("dagexec first run (plans the graph)", cold_s),
-        ("dagexec warm run", warm_s),
+        ("dagexec warm run (median of 3)", warm_s),
         ("serial loop", serial_s),
     ]:
         print(f"  {what + ':':<44}{secs:.2f} s = {secs / n * 1e6:.2f} us/task")
     print(f"  run-state (peak traced during warm run):    {state_bytes / n:.0f} bytes/task")
     checks = [
         Check("scale build seconds", build_s, 1.5),
-        Check("scale run us/task (first run)", cold_s / n * 1e6, 4),
+        # Issue 3 bounded the first run (which plans the graph; plans are cached
+        # per target set), issue 13 the run itself: both are shown.
+        Check("scale run us/task (first run, planning included)", cold_s / n * 1e6, 10),
+        Check("scale run us/task (planned)", warm_s / n * 1e6, 4),
         Check("scale run-state bytes/task", state_bytes / n, 300),
     ]
     for c in checks:
