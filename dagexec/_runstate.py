@@ -381,12 +381,15 @@ class RunState:
                 out.append(kept[task])
                 continue
             task_deps = deps[task]
-            # One dependency is the commonest case: a comprehension costs a frame (3.11).
-            args = (
-                (values[task_deps[0]],)
-                if len(task_deps) == 1
-                else tuple([values[d] for d in task_deps])
-            )
+            # One or two dependencies are the commonest cases: a comprehension costs
+            # a frame (3.11).
+            n_deps = len(task_deps)
+            if n_deps == 1:
+                args = (values[task_deps[0]],)
+            elif n_deps == 2:
+                args = (values[task_deps[0]], values[task_deps[1]])
+            else:
+                args = tuple([values[d] for d in task_deps])
             if items is not None and task in items:  # a map's item: element first
                 args = (items.pop(task), *args)
             for d in task_deps:
@@ -466,7 +469,10 @@ class RunState:
                 state[follower] = IN_FLIGHT
             else:
                 # Last-first, so that depth-first order takes the first one first.
-                for d in reversed(dependents[task]) if depth_first else dependents[task]:
+                users = dependents[task]
+                if depth_first and len(users) > 1:
+                    users = users[::-1]  # a slice is cheaper than a reversed() iterator
+                for d in users:
                     left = remaining[d] - 1
                     remaining[d] = left
                     if not left and state[d] == WAITING:
