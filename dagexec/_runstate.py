@@ -384,6 +384,7 @@ class RunState:
             # One or two dependencies are the commonest cases: a comprehension costs
             # a frame (3.11).
             n_deps = len(task_deps)
+            args: tuple[Any, ...]
             if n_deps == 1:
                 args = (values[task_deps[0]],)
             elif n_deps == 2:
