@@ -30,7 +30,8 @@ by one thread or is a queue/Event, which has its own lock):
     RunState, Observer,    the scheduler thread only   the caller, after
     Recorder, Balance,                                 ``finished`` is set
     Run fields
-    inboxes                scheduler put/get_nowait    workers get (Queue lock)
+    inboxes                scheduler put_all (mutex),  workers pop (atomic deque
+                           get_nowait                  ops; mutex only to sleep)
     results                workers, caller (ABORT)     scheduler get (queue lock)
     ``stop`` Event         scheduler                   workers, between chain
                                                        members (Event lock)
