@@ -76,7 +76,19 @@ def build_result(run: Run, wall: float) -> RunResult:
     state = run.state
     plan, codes = run.plan, state.state
     names = tuple(state.names)  # the plan's, and the items of its maps
-    values = {names[t]: state.values[t] for t in plan.targets if codes[t] == DONE}
+    # One C-level pass per column, not a Python loop per target: a big graph can
+    # have a hundred thousand targets (its sinks).
+    targets = plan.targets
+    target_names = tuple(map(names.__getitem__, targets))
+    target_codes = bytes(map(codes.__getitem__, targets))
+    if target_codes.count(DONE) == len(targets):  # the usual case: every target done
+        values = dict(zip(target_names, map(state.values.__getitem__, targets), strict=True))
+    else:
+        values = {
+            name: state.values[t]
+            for name, t, code in zip(target_names, targets, target_codes, strict=True)
+            if code == DONE
+        }
     status = StatusMap(names, state.index, codes)
     errors = {names[t]: e for t, e in state.errors.items()}
     loaded = 0
@@ -100,5 +112,4 @@ def build_result(run: Run, wall: float) -> RunResult:
     )
     recorder = run.observer.recorder
     trace = recorder.records(status, codes) if recorder is not None else ()
-    targets = tuple(names[t] for t in plan.targets)
-    return RunResult(values, status, errors, stats, trace, targets)
+    return RunResult(values, status, errors, stats, trace, target_names)
