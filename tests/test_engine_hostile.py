@@ -97,3 +97,37 @@ def test_a_task_exception_with_string_notes_keeps_them_as_one_note(theirs: str) 
     with pytest.raises(Odd) as info:
         dagexec.run(g)
     assert list(info.value.__notes__) == [theirs, "dagexec: raised by task 'f'"]
+
+
+@pytest.mark.parametrize("fail_at", [1, 5, 40])
+def test_a_dispatch_callback_raising_mid_batch_sends_none_of_that_batch(fail_at: int) -> None:
+    """Tasks go to a worker in batches, and on_task_dispatch is called for each
+    before the batch is put. When it raises for one of them, no task of that batch
+    may run (they are taken back), none runs twice, and the caller gets the error."""
+    ran: list[int] = []
+    lock = threading.Lock()
+
+    def work(i: int) -> int:
+        with lock:
+            ran.append(i)
+        return i
+
+    g = Graph()
+    for i in range(60):
+        g.add(i, work, args=(i,))
+    seen: list[Any] = []
+
+    class Boom:
+        def on_task_dispatch(self, name: Any, worker: int) -> None:
+            seen.append(name)
+            if len(seen) == fail_at:
+                raise LookupError(f"dispatch callback gave up at {name!r}")
+
+    with dagexec.Executor(workers=2, queue_cap=16) as ex:
+        with pytest.raises(LookupError, match="gave up at") as info:
+            ex.run(g, callbacks=[Boom()])
+        culprit = seen[fail_at - 1]
+        assert culprit not in ran  # its batch was taken back before anyone saw it
+        assert len(ran) == len(set(ran))
+        assert any("callback" in note for note in info.value.__notes__)
+        assert dict(ex.run(g, targets=[0])) == {0: 0}  # the executor is fine
