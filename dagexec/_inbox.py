@@ -48,22 +48,9 @@ class Inbox(queue.Queue[T]):
         self._wake.acquire()
         self._sleeping = False  # a consumer is about to wait, or waits, on _wake
 
-    def _put(self, item: T) -> None:
-        """Append ``item`` and wake a sleeping consumer; called with the mutex held."""
-        self.queue.append(item)
-        if self._sleeping:
-            self._sleeping = False
-            self._wake.release()
-
     def put_nowait(self, item: T) -> None:
         """Append ``item`` or raise ``queue.Full``; never blocks."""
-        with self.mutex:
-            if len(self.queue) >= self.maxsize:
-                raise queue.Full
-            self.queue.append(item)
-            if self._sleeping:
-                self._sleeping = False
-                self._wake.release()
+        self.put_all((item,))
 
     def put_all(self, items: Sequence[T]) -> None:
         """Append all of ``items`` (one lock, at most one wake-up), or none of them and

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress
 from operator import not_
 from typing import Any
@@ -65,8 +65,13 @@ class Plan:
     target_mask: bytes = b""
     # Tasks whose value a checkpoint supplied (see restrict_plan), or None.
     loaded: frozenset[int] | None = None
+    # Whether any task heads a chain: without chains (and policies) every item the
+    # scheduler builds is a plain job. Derived from chain_next, once per plan.
+    chained: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
+        chain_next = self.chain_next
+        object.__setattr__(self, "chained", chain_next.count(-1) != len(chain_next))
         if not self.dep_counts and self.names:
             mask = bytearray(len(self.names))
             for t in self.targets:

@@ -188,6 +188,9 @@ class RunState:
         if plan.maps is not None:
             self.fanout = Fanout(self, plan.maps)
             self.became_ready = self.fanout.ready
+        # With nothing to rank, expand or tell, a task that became ready is only
+        # pushed: returned() then does it inline instead of calling became_ready.
+        self.plain_ready = self.fanout is None and not self.keyed and self.events is None
         # Pushed last-first: with depth-first order the first root is taken first.
         for r in reversed(plan.roots) if self.depth_first else plan.roots:
             self._make_ready(r)
@@ -449,9 +452,7 @@ class RunState:
         )
         chain_next, dependents, remaining = self.chain_next, self.dependents, self.remaining
         needs, became_ready, depth_first = self.needs, self.became_ready, self.depth_first
-        # With nothing to rank, expand or tell, a task that became ready is just pushed.
-        plain = became_ready == self._make_ready and not self.keyed and events is None
-        push = self.ready.append
+        plain, push = self.plain_ready, self.ready.append
         for worker, task, _, value, started, ended in reports:
             if policy is not None and policy[task] is not None:
                 kept.pop(task, None)
@@ -462,7 +463,7 @@ class RunState:
                 values[task] = value
             if events is not None:
                 events.append(Event(END, task, worker, DONE, started, ended))
-            follower = chain_next[task]  # always -1 for a job: policies never chain
+            follower = chain_next[task]  # -1 for a job (a chain goes out whole)
             if self.stopping:
                 if self.cleanup is not None:
                     self._ended(task, values[task])
@@ -484,7 +485,6 @@ class RunState:
                             became_ready(d)
             if release and needs is not None and needs[task]:
                 self._unhold(needs[task])
-        del value
         self.unfinished -= len(reports)
         if release:
             self.in_flight -= len(reports)

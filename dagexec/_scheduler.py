@@ -91,6 +91,7 @@ from ._messages import (
     MEMBER,
     NOTIFY_START,
     START,
+    STARTED,
     STOP,
     TIMED,
     Chain,
@@ -194,8 +195,6 @@ class Run:
             NOTIFY_START if hooks.task_start else 0
         )
         self.balance = Balance(inboxes, queue_cap)
-        # Any chains in the plan? Without them (or a policy), every item is a plain job.
-        self.chained = plan.chain_next.count(-1) != len(plan.chain_next)
         self.now = 0.0  # when the current batch of reports arrived
         # Per-task policy: timers, cancellation tokens, timed-out attempts. Only
         # runs whose plan has a policy (``timed``) ever touch these.
@@ -365,7 +364,7 @@ class Run:
         if wanted <= 0:
             return False
         counts = self.balance.share(wanted)
-        fns, chain_next, chained = state.fns, state.chain_next, self.chained
+        fns, chain_next, chained = state.fns, state.chain_next, self.plan.chained
         report, flags, stop, context = self.results.put, self.flags, self.stop, self.context
         policies, events = state.policy, state.events
         stopping = state.stopping  # cleanup tasks are dispatched during a stop
@@ -444,7 +443,7 @@ class Run:
         returned: list[Any] = []
         for msg in batch:
             if msg is not ABORT and msg[2] == DONE and not timed:
-                held[msg[0]] -= 1  # the balancer's view, updated once per item
+                held[msg[0]] -= 1  # the balancer's view, updated once per item (as below)
                 last_seen[msg[0]] = now
                 returned.append(msg)
                 continue
@@ -455,27 +454,26 @@ class Run:
                 self._abort()
                 continue
             worker, task, kind, payload, started, ended = msg
-            if kind in (DONE, FAILED):  # a job is off its worker
-                held[worker] -= 1
-                last_seen[worker] = now
-                if timed and self._ended(task, worker):
-                    continue  # a timed-out attempt returned at last: its slot is free now
-                outcome = S_DONE if kind == DONE else S_FAILED
-                if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
-                    outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
-                finish(task, outcome, payload, worker, started, ended)
-                release(task)
-            elif kind == CHAIN:
-                held[worker] -= 1
-                last_seen[worker] = now
-                state.chain_ended(task, payload, worker)
-            elif kind == MEMBER:  # a chain member ended; the chain is still in flight
+            if kind == MEMBER:  # a chain member ended; the chain is still in flight
                 finish(task, S_DONE, None, worker, started, ended)
-            else:  # STARTED
+            elif kind == STARTED:
                 if state.events is not None:
                     state.events.append(Event(START, task, worker))
                 if timed:
                     self._started(task, worker)
+            else:  # a job or a chain is off its worker
+                held[worker] -= 1
+                last_seen[worker] = now
+                if kind == CHAIN:
+                    state.chain_ended(task, payload, worker)
+                elif timed and self._ended(task, worker):
+                    pass  # a timed-out attempt returned at last: its slot is free now
+                else:
+                    outcome = S_DONE if kind == DONE else S_FAILED
+                    if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
+                        outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
+                    finish(task, outcome, payload, worker, started, ended)
+                    release(task)
         if returned:
             state.returned(returned)
         batch.clear()

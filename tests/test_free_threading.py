@@ -12,11 +12,11 @@ import subprocess
 import sys
 import sysconfig
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from switching import fast_switching
 
 import dagexec
 from dagexec._plan import _PLAN_CACHE_SIZE, plan_run
@@ -24,17 +24,6 @@ from dagexec.testing import ConcurrencyProbe
 
 FREE_THREADED_BUILD = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@contextmanager
-def fast_switching() -> Iterator[None]:
-    """On a GIL build, switch threads every microsecond; restore afterwards."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 def run_together(fn: Callable[[int], None], threads: int) -> list[BaseException]:

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import os
 import random
-import sys
-import sysconfig
 import threading
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Hashable
 
 import pytest
 import test_properties as props
 from hypothesis import HealthCheck, given, settings
+from switching import fast_switching
 
 import dagexec
 from dagexec import TaskState
@@ -27,7 +25,6 @@ from dagexec.testing import ConcurrencyProbe, InFlightRecorder, assert_within_bo
 
 ROUNDS = int(os.environ.get("DAGEXEC_STRESS") or 0)
 EXAMPLES_PER_ROUND = 100
-FREE_THREADED_BUILD = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 pytestmark = pytest.mark.skipif(
     ROUNDS < 1, reason="stress tests are off; DAGEXEC_STRESS=N runs N rounds"
@@ -47,23 +44,9 @@ _property = settings(
 )
 
 
-@contextmanager
-def contended() -> Iterator[None]:
-    """On a GIL build, switch threads every microsecond (restored afterwards)."""
-    if FREE_THREADED_BUILD:
-        yield
-        return
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
-
-
 @pytest.mark.parametrize("round_", range(max(ROUNDS, 1)))
 def test_property_tests_hold_under_contention(round_: int) -> None:
-    with contended():
+    with fast_switching():
         _property()
 
 
@@ -122,7 +105,7 @@ def test_concurrent_random_runs_with_every_feature_on(round_: int) -> None:
                 errors.append(exc)
 
     threads = [threading.Thread(target=runner, args=(round_ * 3 + k, k == 2)) for k in range(3)]
-    with contended():
+    with fast_switching():
         try:
             for t in threads:
                 t.start()
