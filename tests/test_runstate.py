@@ -295,3 +295,11 @@ def test_a_big_task_is_not_starved_by_a_stream_of_small_ones() -> None:
         state.release(done)
     assert dispatched <= _PATIENCE + 4
     assert state.peak_resources({"gpu": 2}) == {"gpu": 2}
+
+
+def test_an_empty_batch_of_returned_jobs_changes_nothing() -> None:
+    plan = flat_plan(3, ())
+    state = RunState(plan)
+    before = (bytes(state.state), state.unfinished, state.in_flight)
+    state.returned([])
+    assert (bytes(state.state), state.unfinished, state.in_flight) == before
