@@ -301,10 +301,12 @@ class Run:
         timed = self.timed
         wait: float | None = None
         while state.unfinished:
-            if events:
-                self.observer.drain(events)
+            # A stop takes effect (chains stop between members) before any callback
+            # hears of it: a callback may be what lets a running task go on.
             if state.stopping and not self.stop.is_set():
                 self._halt()
+            if events:
+                self.observer.drain(events)
             if self.abort_requested:
                 self._abort()
             if timed:
