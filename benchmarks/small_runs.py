@@ -9,8 +9,18 @@ interleaved round by round so machine load hits them alike:
 * ``dagexec.run``        dagexec, a fresh executor per run (threads started each time)
 * ``graphlib+new TPE``   the same, creating (and shutting down) its pool each run
 
+and a reference that is no executor at all:
+
+* ``hand-off floor``     the calling thread hands each level of the graph as one
+  batch to two bare worker threads (root to one, 4 + 4 to both, sink to one)
+  over ``SimpleQueue`` and waits for the replies: no dependency tracking, no
+  checks, no bounds. Any design that runs the tasks on worker threads and waits
+  for them in the caller makes at least these three round trips, so no such
+  design can be faster than this line.
+
 Targets (issue 9, section 2): Executor.run <= 0.3x graphlib+TPE (reused pool);
-dagexec.run <= 1.0x graphlib+new TPE.
+dagexec.run <= 1.0x graphlib+new TPE. The floor's own ratio shows whether the
+first is reachable on this machine.
 
     python benchmarks/small_runs.py [--runs 2000] [--rounds 5] [--workers 2]
 """
@@ -22,6 +32,7 @@ import graphlib
 import queue
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -72,6 +83,39 @@ def graphlib_run(pool: ThreadPoolExecutor, deps: dict[Hashable, tuple[Hashable, 
     return values["sink"]
 
 
+class HandOffFloor:
+    """The fewest thread hand-offs the 1 -> 8 -> 1 graph allows, and nothing else."""
+
+    def __init__(self) -> None:
+        self.inboxes: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue(), queue.SimpleQueue()]
+        self.replies: queue.SimpleQueue[list[Any]] = queue.SimpleQueue()
+        self.threads = [
+            threading.Thread(target=self._work, args=(q,), daemon=True) for q in self.inboxes
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _work(self, inbox: queue.SimpleQueue[Any]) -> None:
+        while (batch := inbox.get()) is not None:
+            self.replies.put([fn(*args) for fn, args in batch])
+
+    def run(self) -> Any:
+        first, second = self.inboxes
+        first.put([(noop, ())])
+        (root,) = self.replies.get()
+        first.put([(noop, (root,))] * 4)
+        second.put([(noop, (root,))] * 4)
+        middle = self.replies.get() + self.replies.get()
+        first.put([(noop, tuple(middle))])
+        return self.replies.get()[0]
+
+    def close(self) -> None:
+        for q in self.inboxes:
+            q.put(None)
+        for t in self.threads:
+            t.join()
+
+
 def timed(fn: Callable[[], Any], runs: int) -> float:
     """Mean microseconds per call over ``runs`` calls."""
     start = time.perf_counter()
@@ -95,7 +139,9 @@ def main() -> None:
         "graphlib+TPE": [],
         "dagexec.run": [],
         "graphlib+new TPE": [],
+        "hand-off floor": [],
     }
+    floor = HandOffFloor()
     with dagexec.Executor(workers=w) as ex, ThreadPoolExecutor(max_workers=w) as pool:
         assert ex.run(g)["sink"] == graphlib_run(pool, deps) == 1
         for _ in range(args.rounds):
@@ -108,6 +154,8 @@ def main() -> None:
 
             results["dagexec.run"].append(timed(lambda: dagexec.run(g, workers=w), fresh_runs))
             results["graphlib+new TPE"].append(timed(fresh_tpe, fresh_runs))
+            results["hand-off floor"].append(timed(floor.run, args.runs))
+    floor.close()
     med = {k: statistics.median(v) for k, v in results.items()}
     print(f"1 -> 8 -> 1 no-op graph, {w} workers, median of {args.rounds} rounds (us per run)")
     for name, us in med.items():
@@ -116,6 +164,8 @@ def main() -> None:
     fresh = med["dagexec.run"] / med["graphlib+new TPE"]
     print(f"  Executor.run / graphlib+TPE     = {reused:.2f}x  (target <= 0.3x)")
     print(f"  dagexec.run / graphlib+new TPE  = {fresh:.2f}x  (target <= 1.0x)")
+    least = med["hand-off floor"] / med["graphlib+TPE"]
+    print(f"  hand-off floor / graphlib+TPE   = {least:.2f}x  (no design on threads goes below)")
 
 
 if __name__ == "__main__":

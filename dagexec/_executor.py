@@ -3,15 +3,24 @@
 Runs on one executor are serialised: a second thread calling :meth:`Executor.run`
 waits until the first run has finished. The bounds are a property of the
 executor's workers and inboxes, so letting two runs share them would make the
-bounds of each meaningless.
+bounds of each meaningless. Whoever drives a run holds ``_slot``.
 
-The calling thread never touches run state. It hands the run to the executor's
-scheduler thread (one per executor, started with the workers: starting a thread
-per run cost more than a whole small run) and waits for it with a timeout, so a
-``KeyboardInterrupt`` is seen within :data:`_INTERRUPT_POLL_SECONDS` even when
-it was raised with ``_thread.interrupt_main()``, which does not wake a thread
-blocked on a lock. The scheduler thread stays free of the caller: a callback
-that blocks it cannot delay the caller's Ctrl-C.
+Who drives a run:
+
+* A plain :meth:`Executor.run` (no callbacks, no ``timeout``, no checkpoint,
+  nothing queued before it) is driven by the calling thread itself: handing the
+  run to another thread and waiting for it cost two thread hand-offs, about a
+  third of a small run. Ctrl-C must not raise inside the driver, so on the main
+  thread SIGINT is turned into a stop request meanwhile (:mod:`dagexec._sigint`);
+  after one, the caller raises ``KeyboardInterrupt`` at once and a thread of the
+  run's own waits for the tasks still running.
+* Every other run is handed to the executor's scheduler thread (one per
+  executor, started with the first such run, reused by every later one) and
+  the caller waits for it with a timeout, so a ``KeyboardInterrupt`` is seen
+  within :data:`_INTERRUPT_POLL_SECONDS` even when it was raised with
+  ``_thread.interrupt_main()``, which does not wake a thread blocked on a lock.
+  There the scheduler thread stays free of the caller: a callback that blocks
+  it cannot delay the caller's Ctrl-C.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import time
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from ._events import Hooks, callback_list
 from ._future import _TIMED_OUT, RunFuture
@@ -37,6 +46,7 @@ from ._messages import STOP, Item
 from ._plan import Plan, check_resources, plan_run
 from ._result import RunResult
 from ._scheduler import Run
+from ._sigint import SigintToAbort, sigint_stops_runs
 from ._worker import worker_loop
 
 if TYPE_CHECKING:
@@ -266,13 +276,23 @@ class Executor:
         self._closed = False
         self._pending: list[RunFuture] = []  # submitted and maybe not done; lock held
         # The run queued last, weakly: a finished run must not outlive its caller.
-        self._last: weakref.ref[_Submission] | None = None  # lock held
+        self._last: tuple[threading.Thread, weakref.ref[_Ending]] | None = None  # lock held
+        # Held by whoever drives a run (the scheduler thread, or a caller driving its
+        # own): runs never overlap on the workers. See _run_here.
+        self._slot = threading.Lock()
+        self._driver: int | None = None  # ident of a caller driving its own run
+        self._slot_passed = False  # _run_here handed the slot to _take_over
         # Runs for the scheduler thread, one at a time; None tells it to exit.
         self._runs: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
-        # The scheduler thread, shared by every run. It holds only the queue, not
-        # the executor, so a dropped executor still becomes unreachable.
+        # The scheduler thread, shared by every queued run, started with the first
+        # (a plain Executor.run drives its run on the calling thread). It holds
+        # only the queue, not the executor, so a dropped executor still becomes
+        # unreachable.
         self._scheduler = threading.Thread(
-            target=_scheduler_loop, args=(self._runs,), name="dagexec-scheduler", daemon=True
+            target=_scheduler_loop,
+            args=(self._runs, self._slot),
+            name="dagexec-scheduler",
+            daemon=True,
         )
         # Ends the workers: called by shutdown, or when this executor is garbage
         # collected without one (the workers hold no reference to it), like
@@ -285,7 +305,6 @@ class Executor:
         try:
             for t in self._threads:
                 t.start()
-            self._scheduler.start()
         except BaseException:
             # Ctrl-C while starting: tell every worker already started (or whose
             # start() was interrupted after the thread began) to exit.
@@ -300,13 +319,13 @@ class Executor:
             self._stopper()  # a no-op once the STOPs are in or handed to a thread
 
     @property
-    def _abandoned(self) -> tuple[threading.Thread, _Submission] | None:
+    def _abandoned(self) -> tuple[threading.Thread, _Ending] | None:
         """An interrupted run and its scheduler, which may still be waiting for its
         running tasks (or, if the interrupt hit Thread.start, about to run)."""
         return self._stopper.abandoned
 
     @_abandoned.setter
-    def _abandoned(self, value: tuple[threading.Thread, _Submission] | None) -> None:
+    def _abandoned(self, value: tuple[threading.Thread, _Ending] | None) -> None:
         self._stopper.abandoned = value
 
     def run(
@@ -463,7 +482,9 @@ class Executor:
                 holder.append((submission, run))
                 self._pending = [f for f in self._pending if not f.done()]
                 self._pending.append(future)
-                self._last = weakref.ref(submission)
+                self._last = (self._scheduler, weakref.ref(submission))
+                if self._scheduler.ident is None:
+                    self._scheduler.start()  # the first queued run
                 self._runs.put(submission)
         except BaseException:
             if store is not None and not holder:
@@ -484,6 +505,13 @@ class Executor:
             if self._closed:
                 raise RuntimeError("this Executor is shut down; create a new one to run")
             self._wait_for_abandoned()
+            here = _plain(job) and all(f.done() for f in self._pending)
+            if here and not self._slot.acquire(blocking=False):
+                here = False  # a queued run is still being driven: queue behind it
+            if here:
+                self._driver = threading.get_ident()
+        if here:
+            return self._run_here(job, capacity)
         deadline = None if job.timeout is None else time.monotonic() + job.timeout
         holder: list[tuple[_Submission, Run]] = []
         try:
@@ -523,6 +551,73 @@ class Executor:
         finally:
             del future  # the caller's traceback should not pin the run's state
 
+    def _run_here(self, job: _Job, capacity: Mapping[str, float]) -> RunResult:
+        """Drive a plain run on the calling thread; ``_slot`` is held and is let go.
+
+        A run handed to the scheduler thread costs two thread hand-offs more
+        (there and back), about a third of a small run (README "Small runs").
+        The caller may drive its own run only where nothing can raise inside
+        the driver: not on the main thread, or on it with Python's own SIGINT
+        handler, which is swapped meanwhile for one that asks the run to stop
+        (:mod:`dagexec._sigint`); and without callbacks, so that no user code
+        runs on the caller's thread and delays its Ctrl-C. After Ctrl-C the run
+        is left to a thread of its own, which waits for the running tasks, and
+        KeyboardInterrupt is raised here at once, as on the queued path.
+        """
+        here = threading.current_thread()
+        try:
+            run = Run(
+                job.plan,
+                self._inboxes,
+                queue_cap=self.queue_cap,
+                max_in_flight=self.max_in_flight,
+                on_error=job.on_error,
+                hooks=job.hooks,
+                trace=job.trace,
+                capacity=capacity,
+                context=contextvars.copy_context(),
+            )
+            self._last = (here, weakref.ref(run))
+            with SigintToAbort(run.abort) as sigint:
+                run.main(detachable=True, wake_every=sigint.wake_every)
+                if run.detached:  # Ctrl-C: queued tasks are cancelled, some still run
+                    self._finish_elsewhere(run)
+                    raise KeyboardInterrupt
+        finally:
+            if not self._slot_passed:
+                self._driver = None
+                self._slot.release()
+            self._slot_passed = False
+        if sigint.fired:  # after the last task ended: the Ctrl-C is not lost
+            raise KeyboardInterrupt
+        outcome = run.outcome
+        del run
+        assert outcome is not None
+        if outcome.error is not None:
+            try:
+                raise outcome.error
+            finally:
+                del outcome  # the caller's traceback should not pin the run's state
+        result = outcome.result
+        assert result is not None
+        return result
+
+    def _finish_elsewhere(self, run: Run) -> None:
+        """Hand an interrupted run, and ``_slot``, to a thread that waits for its tasks."""
+        thread = threading.Thread(
+            target=_take_over, args=(run, self._slot), name="dagexec-interrupted", daemon=True
+        )
+        self._abandoned = (thread, run)
+        self._driver = None
+        self._slot_passed = True
+        try:
+            thread.start()  # SIGINT cannot raise here: it still only stops runs
+        except BaseException:
+            if thread.ident is None:  # no thread (say, none can be made): finish here
+                self._abandoned, self._slot_passed = None, False
+                run.take_over()
+            raise
+
     def _on_own_thread(self) -> bool:
         """Whether the calling thread is one a run or a shutdown of this executor waits for.
 
@@ -533,6 +628,7 @@ class Executor:
         abandoned = self._abandoned
         return (
             here is self._scheduler
+            or here.ident == self._driver
             or here in self._threads
             or (abandoned is not None and here is abandoned[0])
         )
@@ -574,17 +670,18 @@ class Executor:
                         if not future.running():
                             future.cancel()
                 self._pending = []
-                last = None if self._last is None else self._last()
-                if last is not None and not last.cancelled.is_set():
+                last = None if self._last is None else self._last[1]()
+                if last is not None and self._last is not None and not last.cancelled.is_set():
                     # Queued runs go first: the STOPs go in after the last of them
                     # (which runs after every earlier one, the abandoned one too).
-                    self._abandoned = (self._scheduler, last)
+                    self._abandoned = (self._last[0], last)
                 self._stop_workers()
         if wait:
             self._wait_for_abandoned()
             for t in self._threads:
                 t.join()
-            self._scheduler.join()
+            if self._scheduler.ident is not None:  # started (by a queued run)
+                self._scheduler.join()
 
     def __enter__(self) -> Executor:
         return self
@@ -626,7 +723,7 @@ class _Stopper:
         self.inboxes = inboxes
         self.workers = workers  # and the scheduler thread
         self.runs = runs
-        self.abandoned: tuple[threading.Thread, _Submission] | None = None
+        self.abandoned: tuple[threading.Thread, _Ending] | None = None
         self.posted = 0  # inboxes[:posted] have their STOP
         self.done = False
 
@@ -658,7 +755,7 @@ class _Stopper:
 def _post_stops(
     stopper: _Stopper,
     scheduler: threading.Thread | None = None,
-    run: _Submission | None = None,
+    run: _Ending | None = None,
 ) -> None:
     """Put a STOP in every inbox still without one, after ``run`` (if any) took its tasks back.
 
@@ -681,9 +778,10 @@ def _post_stops(
     stopper.done = True
 
 
-def _scheduler_loop(runs: queue.SimpleQueue[_Submission | None]) -> None:
+def _scheduler_loop(runs: queue.SimpleQueue[_Submission | None], slot: threading.Lock) -> None:
     """The scheduler thread: drive each run handed over, until None.
 
+    Each waits for ``slot``, which a caller driving its own run holds meanwhile.
     It holds no reference to the executor, only to the queue (a queued run
     holds the executor, so that its workers outlive it).
     """
@@ -691,8 +789,32 @@ def _scheduler_loop(runs: queue.SimpleQueue[_Submission | None]) -> None:
         submission = runs.get()
         if submission is None:
             return
-        submission.main()
+        with slot:
+            submission.main()
         del submission  # do not keep a finished run's values alive while idle
+
+
+def _plain(job: _Job) -> bool:
+    """Whether the caller may drive this run itself (see Executor._run_here)."""
+    return job.timeout is None and job.checkpoint is None and not job.hooks and sigint_stops_runs()
+
+
+def _take_over(run: Run, slot: threading.Lock) -> None:
+    """Finish an interrupted run handed over by its caller, then let the next run in."""
+    try:
+        run.take_over()
+    finally:
+        slot.release()
+
+
+class _Ending(Protocol):
+    """A run as shutdown and the next run wait for it: a Run or a _Submission."""
+
+    @property
+    def cancelled(self) -> threading.Event: ...  # nothing of it queued will start
+
+    @property
+    def finished(self) -> threading.Event: ...  # nothing of it runs any more
 
 
 class _Submission:
@@ -795,7 +917,7 @@ def _time_out(future: RunFuture, run: Run, timeout: float | None) -> None:
     )
 
 
-def _wait_unless_never_started(scheduler: threading.Thread, run: _Submission, event: str) -> None:
+def _wait_unless_never_started(scheduler: threading.Thread, run: _Ending, event: str) -> None:
     """Wait for ``run``'s ``event``, unless its scheduler thread never started.
 
     A Ctrl-C inside ``Thread.start()`` can come before the thread exists; then

@@ -15,9 +15,10 @@ Data flow::
     +-----------+   (pure: _runstate.py,             callbacks (one stream,
                      _fanout.py)                     in order: _observe.py)
           ^
-      caller thread: hands the Run to the executor's scheduler thread (one per
-      executor, reused by every run), waits for ``finished``; on Ctrl-C puts
-      ABORT on ``results``
+      the "scheduler thread" is whichever thread drives the run: the caller's
+      own for a plain Executor.run (Ctrl-C then becomes ``abort()``, see
+      _sigint.py), else the executor's scheduler thread, with the caller
+      waiting for ``finished`` and putting ABORT on ``results`` on Ctrl-C
 
 Ownership (nothing here relies on the GIL; every shared thing is either owned
 by one thread or is a queue/Event, which has its own lock):
@@ -27,6 +28,8 @@ by one thread or is a queue/Event, which has its own lock):
     =====================  ==========================  =========================
     runs queue (executor)  caller puts a Run           scheduler thread gets
                                                        (SimpleQueue lock)
+    ``_slot`` (executor)   held by the thread that     the next driver waits
+                           drives a run                for it
     RunState, Observer,    the scheduler thread only   the caller, after
     Recorder, Balance,                                 ``finished`` is set
     Run fields
@@ -35,8 +38,9 @@ by one thread or is a queue/Event, which has its own lock):
     results                workers, caller (ABORT)     scheduler get (queue lock)
     ``stop`` Event         scheduler                   workers, between chain
                                                        members (Event lock)
-    ``abort_requested``    caller (then puts ABORT)    scheduler; the ABORT on
-                                                       ``results`` orders it
+    ``abort_requested``    caller, or a SIGINT         scheduler; the ABORT on
+                           handler on the driving      ``results`` orders it
+                           thread (then puts ABORT)
     outcome                scheduler, before           caller, after
                            ``finished.set()``          ``finished.wait()``
     an attempt's token     scheduler sets it (timeout, the task, through
@@ -183,6 +187,8 @@ class Run:
         self.outcome: Outcome | None = None
         self.abort_requested = False  # written by the caller thread, read here
         self.begun = self.aborted = False  # scheduler thread only, like all below
+        self.detachable = self.detached = False  # see main()
+        self.wake_every: float | None = None
         observed = trace or bool(
             hooks.task_end or hooks.task_dispatch or hooks.task_start or hooks.map_expand
         )
@@ -216,31 +222,64 @@ class Run:
         self.abort_requested = True
         self.results.put(ABORT)
 
-    def main(self) -> None:
-        """Drive the run to its end, on the scheduler thread. Never raises: errors go
-        into ``outcome``. A second call (see ``Executor.run``) returns at once."""
+    def main(self, *, detachable: bool = False, wake_every: float | None = None) -> None:
+        """Drive the run to its end. Never raises: errors go into ``outcome``. A second
+        call (see ``Executor.run``) returns at once.
+
+        On the executor's scheduler thread it is called with the defaults. A caller
+        that drives its own run (``Executor.run`` on a plain run, see
+        :mod:`dagexec._executor`) passes ``detachable``: after an abort the call
+        returns as soon as nothing queued can start (``detached`` is then True),
+        and another thread finishes the run with :meth:`take_over`, so that Ctrl-C
+        stays prompt. ``wake_every`` bounds each blocking wait, so that an
+        interrupt raised with ``_thread.interrupt_main()`` (which wakes no lock
+        wait) is handled in time.
+        """
         if self.begun:
             return
         self.begun = True
+        self.detachable, self.wake_every = detachable, wake_every
         try:
             self._run()
         except BaseException as exc:  # a bug here must still release the caller...
-            add_note(exc, "dagexec: internal error in the scheduler; the run was stopped")
-            self.outcome = Outcome(None, exc)
-            # ...but only once none of this run's tasks is queued or running, so
-            # that it cannot overlap the next run on these workers.
-            self._drain_after_error()
+            self._failed(exc)
         finally:
-            for error in self.observer.errors:
-                release_frames(error)
-            self.observer.errors.clear()
-            self.cancelled.set()
-            self.finished.set()
-            # The caller is released by the run's future, once the scheduler
-            # thread has let go of the run (_executor._Submission.main). This frame
-            # stays reachable from a callback error's traceback (through f_back)
-            # after it returns; it must not keep the run alive from there.
+            if not self.detached:
+                self._let_go()
+            # This frame stays reachable from a callback error's traceback (through
+            # f_back) after it returns; it must not keep the run alive from there.
             del self
+
+    def take_over(self) -> None:
+        """Finish a detached run on this thread: wait for its running tasks. Never raises."""
+        assert self.detached
+        self.detachable = self.detached = False
+        self.wake_every = None
+        try:
+            self._loop()
+            self._end()
+        except BaseException as exc:
+            self._failed(exc)
+        finally:
+            self._let_go()
+            del self  # as in main()
+
+    def _failed(self, exc: BaseException) -> None:
+        add_note(exc, "dagexec: internal error in the scheduler; the run was stopped")
+        self.outcome = Outcome(None, exc)
+        self.detached = False
+        # ...but only once none of this run's tasks is queued or running, so
+        # that it cannot overlap the next run on these workers.
+        self._drain_after_error()
+
+    def _let_go(self) -> None:
+        for error in self.observer.errors:
+            release_frames(error)
+        self.observer.errors.clear()
+        self.cancelled.set()
+        self.finished.set()
+        # A queued run's caller is released by the run's future, once the
+        # scheduler thread has let go of the run (_executor._Submission.main).
 
     def _drain_after_error(self) -> None:
         """Stop the run without trusting its (possibly inconsistent) state; never raises.
@@ -283,22 +322,30 @@ class Run:
             log.exception("stopping the run after an internal error failed")
 
     def _run(self) -> None:
-        state, balance, workers = self.state, self.balance, len(self.inboxes)
-        self.started_at = started_at = self.now = perf_counter()
+        state = self.state
+        self.started_at = self.now = perf_counter()
         if self.trace:
-            self.observer.recorder = Recorder(state, started_at)
+            self.observer.recorder = Recorder(state, self.started_at)
         self.debug = log.isEnabledFor(logging.DEBUG)  # dispatch then pays one falsy test
         # current_task() in a plain task names it through this: the names grow as
         # maps expand, and were written before the task was handed out.
         register_run(self.stop, lambda task: state.names[task])
         announce(self)
+        self._loop()
+        if not self.detached:
+            self._end()
+
+    def _loop(self) -> None:
+        """Dispatch and take reports until the run is over (or, detachable, aborted)."""
+        state, balance, started_at = self.state, self.balance, self.started_at
+        workers = len(self.inboxes)
         get, empty, handle, events = (
             self.results.get,
             self.results.empty,
             self._handle,
             state.events,
         )
-        timed = self.timed
+        timed, wake_every = self.timed, self.wake_every
         wait: float | None = None
         while state.unfinished:
             # A stop takes effect (chains stop between members) before any callback
@@ -309,6 +356,9 @@ class Run:
                 self.observer.drain(events)
             if self.abort_requested:
                 self._abort()
+            if self.aborted and self.detachable:
+                self.detached = True  # nothing queued can start: the caller may go
+                return
             if timed:
                 wait = self._timers()
             pickup = False
@@ -333,8 +383,10 @@ class Run:
                 if wait is not None:
                     wait = min(wait, _PICKUP_RETRY_SECONDS if pickup else _TIMER_POLL_SECONDS)
                     msg = get(timeout=max(wait, 0.0))
+                elif pickup:
+                    msg = get(timeout=_PICKUP_RETRY_SECONDS)
                 else:
-                    msg = get(timeout=_PICKUP_RETRY_SECONDS) if pickup else get()
+                    msg = get(timeout=wake_every)
             except queue.Empty:
                 self.now = perf_counter()
                 continue
@@ -346,13 +398,17 @@ class Run:
             while not empty():
                 batch.append(get())
             handle(batch)
+
+    def _end(self) -> None:
+        """After the loop: end what is left, publish the outcome."""
+        state = self.state
         state.stop(hard=True)  # a no-op unless the loop above broke out early
-        if events:
-            self.observer.drain(events)
+        if state.events:
+            self.observer.drain(state.events)
         if self.aborted:
             log.info("interrupted run: its last running tasks have finished")
             return  # the caller has gone; nobody reads an outcome
-        self.outcome = conclude(self, perf_counter() - started_at)
+        self.outcome = conclude(self, perf_counter() - self.started_at)
 
     def _dispatch(self) -> bool:
         """Hand ready tasks to workers up to the cap; True if blocked by full inboxes.

@@ -1,0 +1,87 @@
+"""Ctrl-C as a message while the calling thread drives its own run.
+
+Python raises ``KeyboardInterrupt`` in the main thread between any two
+bytecodes. Inside the scheduler driver that could leave the run state, or a
+worker's inbox, half updated (an inbox whose sleeping worker is never woken).
+So while the main thread drives a run, SIGINT goes to a handler that only asks
+the run to stop (``Run.abort``: a flag and a message on the results queue, both
+safe from a signal handler); the driver handles that at its next step, leaves
+the running tasks to another thread, and the caller raises ``KeyboardInterrupt``
+itself, at once. The previous handler is put back afterwards.
+
+Only Python's own handler is swapped. A program that installed its own SIGINT
+handler keeps it: :func:`sigint_stops_runs` is then False and its runs go to
+the executor's scheduler thread, as every run did before, where no signal
+handler ever runs.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType, TracebackType
+
+__all__ = ["SigintToAbort", "sigint_stops_runs"]
+
+# How long the driver may block before it looks for an interrupt. A real SIGINT
+# wakes its wait at once; ``_thread.interrupt_main()`` wakes nothing, so its
+# handler runs only when the wait times out. The same as Executor.run's
+# waiting caller (_executor._INTERRUPT_POLL_SECONDS).
+_WAKE_EVERY_SECONDS = 0.05
+
+
+def sigint_stops_runs() -> bool:
+    """Whether a Ctrl-C can be turned into a stop while this thread drives a run.
+
+    Threads other than the main thread never see a SIGINT. In the main thread
+    it raises only through Python's default handler, which is ours to swap; a
+    SIGINT that is ignored or kills the process needs nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return True
+    handler = signal.getsignal(signal.SIGINT)
+    return handler in (signal.default_int_handler, signal.SIG_IGN, signal.SIG_DFL)
+
+
+class SigintToAbort:
+    """While in the ``with`` block, a SIGINT calls ``abort`` instead of raising.
+
+    ``fired`` says whether one came. ``wake_every`` is how long the driver may
+    block (None: forever, off the main thread, where no handler runs).
+    """
+
+    __slots__ = ("abort", "fired", "previous", "wake_every")
+
+    def __init__(self, abort: Callable[[], None]) -> None:
+        self.abort = abort
+        self.fired = False
+        self.previous: object = None
+        self.wake_every: float | None = None
+
+    def __enter__(self) -> SigintToAbort:
+        # Only Python's own handler is swapped (sigint_stops_runs was checked by
+        # the caller on this thread, and only code on this thread can change it).
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self.wake_every = _WAKE_EVERY_SECONDS
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.fired = True
+        self.abort()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.previous is not None:
+            # A SIGINT still pending now runs the handler put back: it raises
+            # KeyboardInterrupt, as it would have without us.
+            signal.signal(signal.SIGINT, self.previous)  # type: ignore[arg-type]
+            self.previous = None
