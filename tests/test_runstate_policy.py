@@ -7,6 +7,7 @@ the next retry that is due, so every backoff wait is checked exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -52,6 +53,10 @@ def policy_scenarios(draw: st.DrawFn) -> tuple[Plan, dict[int, int], dict[str, f
             resources=need,
         )
     plan = plan_run(g._compile(), None)
+    # drive() hands out every task as its own job: no chains (test_runstate.py
+    # drives chains). Found by hypothesis: a policy-free pair in a line was
+    # chained, and drive() never ended the chain's second member.
+    plan = dataclasses.replace(plan, chain_next=(-1,) * len(plan))
     return plan, fails, capacity, draw(st.integers(1, 4)), draw(st.integers(0, 2**32))
 
 
