@@ -44,10 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     profile = cProfile.Profile()
     original = scheduler.Run.main
 
-    def profiled(self: Any) -> None:
+    def profiled(self: Any, **options: Any) -> None:
         profile.enable()
         try:
-            original(self)
+            original(self, **options)
         finally:
             profile.disable()
 

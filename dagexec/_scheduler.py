@@ -1,5 +1,5 @@
-"""The scheduler driver: moves messages between the inboxes, the results queue and
-the run state machine. It decides nothing about tasks itself.
+"""One run: its parts, its start and end, and surviving its own errors. The driver
+(the message loop, :mod:`dagexec._driver`) is its base class.
 
 Data flow::
 
@@ -64,55 +64,32 @@ sets ``stop`` (chains stop between members), takes queued items back out of the
 inboxes and cancels them, and sets the token of every running attempt; tasks
 already running finish; only then is the outcome published.
 
-Per-task policy (only in runs whose plan has one, ``timed``): retry waits are
-timers in the state machine, attempt timeouts are timers here (from each
-attempt's STARTED report), and both set the timeout of ``results.get``. A
-timed-out attempt ends for the state machine at once (failed with TaskTimeout,
-maybe retried) but keeps its in-flight slot and resources until its worker
-reports; that late report is recognised by (task, worker), since a worker
-reports in order, and dropped.
+Per-task policy (only in runs whose plan has one): retry waits are timers in
+the state machine, attempt timeouts are :mod:`dagexec._timers`, and both set
+the timeout of ``results.get``.
 """
 
 from __future__ import annotations
 
 import contextvars
-import heapq
 import logging
 import queue
 import threading
 from collections.abc import Mapping
-from time import monotonic, perf_counter
+from time import perf_counter
 from typing import Any
 
 from ._balance import Balance
-from ._errors import Cancelled, TaskTimeout
+from ._driver import ABORT, Driver
 from ._events import Hooks
 from ._inbox import Inbox
-from ._messages import (
-    CHAIN,
-    DONE,
-    FAILED,
-    MEMBER,
-    NOTIFY_START,
-    START,
-    STARTED,
-    STOP,
-    TIMED,
-    Chain,
-    Event,
-    Item,
-    Job,
-)
+from ._messages import CHAIN, DONE, FAILED, NOTIFY_START, TIMED, Item, Job
 from ._observe import OWN_FILES, Observer, release_frames
 from ._outcome import Outcome, announce, conclude
 from ._plan import Plan
-from ._policy import Attempt, CurrentTask, Policy
-from ._result import CANCELLED as S_CANCELLED
-from ._result import DONE as S_DONE
-from ._result import FAILED as S_FAILED
-from ._result import IN_FLIGHT as S_IN_FLIGHT
 from ._runstate import RunState
-from ._safe import add_note, task_for_message
+from ._safe import add_note
+from ._timers import AttemptTimers
 from ._trace import Recorder
 from ._worker import register_run
 
@@ -121,45 +98,16 @@ __all__ = ["ABORT", "Outcome", "Run"]
 log = logging.getLogger("dagexec")
 OWN_FILES.add(__file__)  # callback errors' tracebacks reach these frames
 
-# How long the scheduler waits for a worker to take its next item when it has
-# ready tasks and room under the cap, but every inbox is momentarily full (a
-# worker has reported but not yet picked up). Shorter re-checks sooner but
-# wakes the scheduler more often; the wait ends early on any result anyway.
-_PICKUP_RETRY_SECONDS = 0.001
-
-# The clock of retry waits and timeouts (the trace and the balancer use
-# perf_counter). A module global so that tests can drive it by hand.
-_clock = monotonic
-
-# Longest the scheduler blocks while a retry or a timeout is pending: it then
-# reads the clock again, so a timer is late by at most this much even if the
-# clock jumps. Only runs with a task policy ever wait with a timer.
-_TIMER_POLL_SECONDS = 0.05
-
 
 def _nothing() -> None:
     return None
 
 
-def _head(item: Item) -> int:
-    """The task an item stands for in the run state: a job's, or a chain's first."""
-    return item.tasks[0] if isinstance(item, Chain) else item[1]
-
-
-class _Abort:
-    def __repr__(self) -> str:
-        return "ABORT"
-
-
-ABORT = _Abort()
-"""Put on a run's results queue by the caller thread to stop the run (Ctrl-C)."""
-
-
-class Run:
-    """One run of a plan on a set of worker inboxes. :meth:`main` is the scheduler thread.
+class Run(Driver):
+    """One run of a plan on a set of worker inboxes. :meth:`main` drives it.
 
     ``abort`` may be called from any thread; everything else belongs to the
-    scheduler thread until ``finished`` is set.
+    thread that drives the run until ``finished`` is set.
     """
 
     def __init__(
@@ -182,11 +130,11 @@ class Run:
         self.context = context  # the caller's contextvars, copied per task (None: empty)
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.finished = threading.Event()  # outcome is ready
-        self.stop = threading.Event()  # set by the scheduler on a stop; read by chains
+        self.stop = threading.Event()  # set by the driver on a stop; read by chains
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
-        self.abort_requested = False  # written by the caller thread, read here
-        self.begun = self.aborted = False  # scheduler thread only, like all below
+        self.abort_requested = False  # written by abort(), on any thread
+        self.begun = self.aborted = False  # the driving thread only, like all below
         self.detachable = self.detached = False  # see main()
         self.wake_every: float | None = None
         observed = trace or bool(
@@ -201,26 +149,9 @@ class Run:
             NOTIFY_START if hooks.task_start else 0
         )
         self.balance = Balance(inboxes, queue_cap)
-        self.now = 0.0  # when the current batch of reports arrived
-        # Per-task policy: timers, cancellation tokens, timed-out attempts. Only
-        # runs whose plan has a policy (``timed``) ever touch these.
-        self.timed = plan.policy is not None
-        self.tokens: dict[int, threading.Event] = {}  # task -> its running attempt's token
-        self.deadlines: list[tuple[float, int, int, int]] = []  # (due, seq, task, attempt)
-        self.running_on: dict[int, tuple[int, float]] = {}  # task -> (worker, started)
-        # (task, worker) -> reports still to come from timed-out attempts: they are
-        # discarded, and free their slot and resources only then.
-        self.stale: dict[tuple[int, int], int] = {}
-        self.seq = 0
-
-    def abort(self) -> None:
-        """Ask the run to stop; safe from any thread, including a signal handler.
-
-        The flag stops the very next dispatch round (even one before the scheduler
-        ever blocked on its results); the message wakes a scheduler that is blocked.
-        """
-        self.abort_requested = True
-        self.results.put(ABORT)
+        self.now = self.started_at = 0.0
+        self.timers = None if plan.policy is None else AttemptTimers(state)
+        self.debug = False
 
     def main(self, *, detachable: bool = False, wake_every: float | None = None) -> None:
         """Drive the run to its end. Never raises: errors go into ``outcome``. A second
@@ -335,70 +266,6 @@ class Run:
         if not self.detached:
             self._end()
 
-    def _loop(self) -> None:
-        """Dispatch and take reports until the run is over (or, detachable, aborted)."""
-        state, balance, started_at = self.state, self.balance, self.started_at
-        workers = len(self.inboxes)
-        get, empty, handle, events = (
-            self.results.get,
-            self.results.empty,
-            self._handle,
-            state.events,
-        )
-        timed, wake_every = self.timed, self.wake_every
-        wait: float | None = None
-        while state.unfinished:
-            # A stop takes effect (chains stop between members) before any callback
-            # hears of it: a callback may be what lets a running task go on.
-            if state.stopping and not self.stop.is_set():
-                self._halt()
-            if events:
-                self.observer.drain(events)
-            if self.abort_requested:
-                self._abort()
-            if self.aborted and self.detachable:
-                self.detached = True  # nothing queued can start: the caller may go
-                return
-            if timed:
-                wait = self._timers()
-            pickup = False
-            if not state.stopping:
-                if state.in_flight > 1:
-                    done = sum(state.ran_on)
-                    balance.steer(
-                        self.now, (self.now - started_at) * workers / done if done else 0.0
-                    )
-                if state.ready:
-                    pickup = self._dispatch()
-                if state.in_flight > 1:
-                    balance.feed_idle(self.now)
-            elif state.ready:  # cleanup tasks (run_if="all_done") run during a stop
-                pickup = self._dispatch()
-            if state.in_flight == 0 and not pickup and wait is None:
-                if not state.stopping:  # a bug: say so, never end as if it succeeded
-                    state.fail(state.stuck_error())
-                    continue  # report the cancels; the loop then ends
-                break  # nothing can report any more
-            try:
-                if wait is not None:
-                    wait = min(wait, _PICKUP_RETRY_SECONDS if pickup else _TIMER_POLL_SECONDS)
-                    msg = get(timeout=max(wait, 0.0))
-                elif pickup:
-                    msg = get(timeout=_PICKUP_RETRY_SECONDS)
-                else:
-                    msg = get(timeout=wake_every)
-            except queue.Empty:
-                self.now = perf_counter()
-                continue
-            self.now = perf_counter()
-            if timed:
-                state.now = _clock()  # a failed attempt's retry is due from now
-            batch = [msg]
-            del msg
-            while not empty():
-                batch.append(get())
-            handle(batch)
-
     def _end(self) -> None:
         """After the loop: end what is left, publish the outcome."""
         state = self.state
@@ -409,242 +276,3 @@ class Run:
             log.info("interrupted run: its last running tasks have finished")
             return  # the caller has gone; nobody reads an outcome
         self.outcome = conclude(self, perf_counter() - self.started_at)
-
-    def _dispatch(self) -> bool:
-        """Hand ready tasks to workers up to the cap; True if blocked by full inboxes.
-
-        They go out in one batch per worker (``Balance.share`` says how many each
-        gets), each put into its inbox under one lock with at most one wake-up, so
-        a worker does not wake to contend for the GIL while its batch is built.
-        """
-        state = self.state
-        wanted = min(len(state.ready), self.cap - state.in_flight)
-        if wanted <= 0:
-            return False
-        counts = self.balance.share(wanted)
-        fns, chain_next, chained = state.fns, state.chain_next, self.plan.chained
-        report, flags, stop, context = self.results.put, self.flags, self.stop, self.context
-        policies, events = state.policy, state.events
-        stopping = state.stopping  # cleanup tasks are dispatched during a stop
-        for worker, count in enumerate(counts):
-            if not count:
-                continue
-            tasks, arguments = state.hand_out(count, worker)
-            if len(tasks) < count:  # the other ready tasks wait for resources
-                wanted = 0
-            items: list[Item]
-            if policies is None and not chained:  # each a plain job
-                items = [
-                    (report, task, fns[task], args, flags, stop, context)
-                    for task, args in zip(tasks, arguments, strict=True)
-                ]
-            else:
-                items = []
-                for task, args in zip(tasks, arguments, strict=True):
-                    policy = None if policies is None else policies[task]
-                    if policy is not None:
-                        fn, job_flags = self._attempt(task, policy)
-                        items.append((report, task, fn, args, flags | job_flags, stop, context))
-                        del fn
-                    elif chain_next[task] < 0:
-                        items.append((report, task, fns[task], args, flags, stop, context))
-                    else:
-                        items.append(self._chain(task, args))
-            del arguments
-            if not items:
-                continue
-            if events:  # trace stamps and on_task_dispatch come before the put
-                self.observer.drain(events)
-                if state.stopping and not stopping:  # a callback raised: none goes out
-                    for item in items:
-                        task = _head(item)
-                        self.tokens.pop(task, None)
-                        state.take_back(task)
-                    return False
-            self.inboxes[worker].put_all(items)  # room was checked; we are the only producer
-            self.balance.dispatched(worker, self.now, len(items))
-            if self.debug:
-                log.debug(
-                    "dispatch %s to worker %d (in flight %d of %d)",
-                    ", ".join(task_for_message(state.names[_head(item)]) for item in items),
-                    worker,
-                    state.in_flight,
-                    self.cap,
-                )
-            del items
-        return sum(counts) < wanted
-
-    def _chain(self, task: int, args: tuple[Any, ...]) -> Chain:
-        """The chain headed by ``task``, as one item."""
-        chain_next, fns = self.state.chain_next, self.state.fns
-        members = [task]
-        while chain_next[members[-1]] >= 0:
-            members.append(chain_next[members[-1]])
-        unit = tuple([fns[m] for m in members])
-        return Chain(
-            self.results.put, tuple(members), unit, args, self.flags, self.stop, self.context
-        )
-
-    def _handle(self, batch: list[Any]) -> None:
-        """Apply what arrived on the results queue, in order, and let go of it.
-
-        Jobs that returned a value (the bulk, on a graph of small tasks) go to the
-        state machine together, in runs between the other messages.
-        """
-        state, balance, now, timed = self.state, self.balance, self.now, self.timed
-        finish, release, held, last_seen = (
-            state.finish,
-            state.release,
-            balance.held,
-            balance.last_seen,
-        )
-        returned: list[Any] = []
-        for msg in batch:
-            if msg is not ABORT and msg[2] == DONE and not timed:
-                held[msg[0]] -= 1  # the balancer's view, updated once per item (as below)
-                last_seen[msg[0]] = now
-                returned.append(msg)
-                continue
-            if returned:  # the ones before this message come first
-                state.returned(returned)
-                returned.clear()
-            if msg is ABORT:
-                self._abort()
-                continue
-            worker, task, kind, payload, started, ended = msg
-            if kind == MEMBER:  # a chain member ended; the chain is still in flight
-                finish(task, S_DONE, None, worker, started, ended)
-            elif kind == STARTED:
-                if state.events is not None:
-                    state.events.append(Event(START, task, worker))
-                if timed:
-                    self._started(task, worker)
-            else:  # a job or a chain is off its worker
-                held[worker] -= 1
-                last_seen[worker] = now
-                if kind == CHAIN:
-                    state.chain_ended(task, payload, worker)
-                elif timed and self._ended(task, worker):
-                    pass  # a timed-out attempt returned at last: its slot is free now
-                else:
-                    outcome = S_DONE if kind == DONE else S_FAILED
-                    if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
-                        outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
-                    finish(task, outcome, payload, worker, started, ended)
-                    release(task)
-        if returned:
-            state.returned(returned)
-        batch.clear()
-
-    def _abort(self) -> None:
-        """The caller asked to stop (Ctrl-C): cancel what is queued, drop what runs."""
-        if self.aborted:  # already handled, through abort_requested
-            return
-        self.aborted = True
-        state = self.state
-        unfinished = state.unfinished
-        state.stop(hard=True)
-        self._halt()
-        # Logged now, not when the loop ends: that can be much later, or never.
-        log.warning(
-            "run interrupted: %d tasks cancelled, %d still running (they finish "
-            "in the background; their results are dropped)",
-            unfinished - state.unfinished,
-            state.in_flight,
-        )
-        self.cancelled.set()
-
-    def _halt(self) -> None:
-        """Stop chains between members and take back everything still queued."""
-        self.stop.set()
-        for token in self.tokens.values():  # running attempts see the stop
-            token.set()
-        held = self.balance.held
-        for w, inbox in enumerate(self.inboxes):
-            while True:
-                try:
-                    item = inbox.get_nowait()
-                except queue.Empty:
-                    break
-                assert item is not STOP  # STOPs go in only after a run's cancellation
-                held[w] -= 1
-                self.state.take_back(_head(item))
-        if self.state.events:
-            self.observer.drain(self.state.events)
-
-    # ------------------------------------------------------------ task policy
-    def _attempt(self, task: int, policy: Policy) -> tuple[Attempt, int]:
-        """The function of ``task``'s next attempt, wrapped so that it can see
-        itself (``current_task()``), and the extra flags its job needs."""
-        state = self.state
-        token = threading.Event()  # a cleanup task sent out during a stop starts clear
-        self.tokens[task] = token
-        info = CurrentTask(state.names[task], state.attempt.get(task, 1), token)
-        return Attempt(state.fns[task], info), NOTIFY_START if policy.timeout else 0
-
-    def _started(self, task: int, worker: int) -> None:
-        """An attempt began on ``worker``: its timeout counts from now."""
-        policies = self.state.policy
-        policy = None if policies is None else policies[task]
-        if policy is None or policy.timeout is None:
-            return
-        self.running_on[task] = (worker, self.now)
-        self.seq += 1
-        attempt = self.state.attempt.get(task, 1)
-        heapq.heappush(self.deadlines, (_clock() + policy.timeout, self.seq, task, attempt))
-
-    def _ended(self, task: int, worker: int) -> bool:
-        """An attempt is off ``worker``; True if it had timed out (its report is dropped,
-        its slot and resources are freed)."""
-        stale = self.stale
-        key = (task, worker)
-        left = stale.get(key, 0)
-        if left:
-            if left == 1:
-                del stale[key]
-            else:
-                stale[key] = left - 1
-            self.state.release(task)
-            return True
-        self.tokens.pop(task, None)
-        self.running_on.pop(task, None)
-        return False
-
-    def _timers(self) -> float | None:
-        """Wake the retries that are due, time out the attempts that ran too long;
-        return the seconds until the next timer, or None if there is none."""
-        state, deadlines = self.state, self.deadlines
-        now = _clock()
-        state.wake(now)
-        while deadlines and (deadlines[0][0] <= now or self._over(deadlines[0])):
-            _, _, task, attempt = heapq.heappop(deadlines)
-            self._time_out(task, attempt)
-        state.wake(now)  # a timed-out attempt retried at once
-        due = [q[0][0] for q in (state.timers, deadlines) if q]
-        return min(due) - now if due else None
-
-    def _over(self, deadline: tuple[float, int, int, int]) -> bool:
-        """True if the attempt this deadline was for has ended: it need not wake us."""
-        task, attempt = deadline[2], deadline[3]
-        state = self.state
-        return state.state[task] != S_IN_FLIGHT or state.attempt.get(task, 1) != attempt
-
-    def _time_out(self, task: int, attempt: int) -> None:
-        """``task``'s attempt ran past its timeout: it fails now with TaskTimeout. Its
-        thread runs on; its worker, slot and resources stay held until it returns."""
-        state = self.state
-        if self._over((0.0, 0, task, attempt)):
-            return  # that attempt ended in time
-        worker, started = self.running_on.pop(task)
-        key = (task, worker)
-        self.stale[key] = self.stale.get(key, 0) + 1
-        token = self.tokens.pop(task, None)
-        if token is not None:
-            token.set()
-        policies = state.policy
-        assert policies is not None
-        policy = policies[task]
-        assert policy is not None and policy.timeout is not None
-        exc = TaskTimeout(state.names[task], policy.timeout, attempt)
-        log.info("%s", exc)
-        state.finish(task, S_FAILED, exc, worker, started, perf_counter())

@@ -1,7 +1,7 @@
 """Per-task policy on real threads: retries, timeouts, current_task(), cleanup tasks.
 
 No sleeps: attempts wait on gates and on their own cancellation token; retry
-waits run on a fake clock that only the test moves (``_scheduler._clock``).
+waits run on a fake clock that only the test moves (``_timers._clock``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dagexec import (
     Graph,
     TaskState,
     TaskTimeout,
-    _scheduler,
+    _timers,
     current_task,
 )
 from dagexec.testing import assert_within_bounds
@@ -59,7 +59,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
     fake = FakeClock()
-    monkeypatch.setattr(_scheduler, "_clock", fake)
+    monkeypatch.setattr(_timers, "_clock", fake)
     monkeypatch.setattr(random, "random", lambda: 0.0)  # no jitter: exact waits
     yield fake
 
