@@ -45,6 +45,7 @@ from ._inbox import Inbox
 from ._messages import STOP, Item
 from ._plan import Plan, check_resources, plan_run
 from ._result import RunResult
+from ._safe import add_note
 from ._scheduler import Run
 from ._sigint import SigintToAbort, sigint_stops_runs
 from ._worker import worker_loop
@@ -501,17 +502,14 @@ class Executor:
                 "Executor.run called from one of this executor's own tasks or callbacks, "
                 "which would wait for itself forever; use another Executor for nested runs"
             )
+        if _plain(job):
+            result = self._run_here(job, capacity)
+            if result is not None:
+                return result
         with self._run_lock:
             if self._closed:
                 raise RuntimeError("this Executor is shut down; create a new one to run")
             self._wait_for_abandoned()
-            here = _plain(job) and all(f.done() for f in self._pending)
-            if here and not self._slot.acquire(blocking=False):
-                here = False  # a queued run is still being driven: queue behind it
-            if here:
-                self._driver = threading.get_ident()
-        if here:
-            return self._run_here(job, capacity)
         deadline = None if job.timeout is None else time.monotonic() + job.timeout
         holder: list[tuple[_Submission, Run]] = []
         try:
@@ -551,8 +549,8 @@ class Executor:
         finally:
             del future  # the caller's traceback should not pin the run's state
 
-    def _run_here(self, job: _Job, capacity: Mapping[str, float]) -> RunResult:
-        """Drive a plain run on the calling thread; ``_slot`` is held and is let go.
+    def _run_here(self, job: _Job, capacity: Mapping[str, float]) -> RunResult | None:
+        """Drive a plain run on the calling thread; None if it must be queued instead.
 
         A run handed to the scheduler thread costs two thread hand-offs more
         (there and back), about a third of a small run (README "Small runs").
@@ -563,35 +561,78 @@ class Executor:
         runs on the caller's thread and delays its Ctrl-C. After Ctrl-C the run
         is left to a thread of its own, which waits for the running tasks, and
         KeyboardInterrupt is raised here at once, as on the queued path.
+
+        The handler is swapped before ``_slot`` is taken and put back after it
+        is let go: a KeyboardInterrupt raised between taking the slot and the
+        ``try`` that lets it go would keep it (and ``_driver``) forever. The run
+        is made and recorded as ``_last`` under ``_run_lock``, as a queued run
+        is, so that a shutdown or a submit from another thread sees it.
         """
-        here = threading.current_thread()
-        try:
-            run = Run(
-                job.plan,
-                self._inboxes,
-                queue_cap=self.queue_cap,
-                max_in_flight=self.max_in_flight,
-                on_error=job.on_error,
-                hooks=job.hooks,
-                trace=job.trace,
-                capacity=capacity,
-                context=contextvars.copy_context(),
-            )
-            self._last = (here, weakref.ref(run))
-            with SigintToAbort(run.abort) as sigint:
-                run.main(detachable=True, wake_every=sigint.wake_every)
-                if run.detached:  # Ctrl-C: queued tasks are cancelled, some still run
-                    self._finish_elsewhere(run)
+        run: Run | None = None
+        interrupted, escaped = False, None
+        with SigintToAbort() as sigint:  # from here on Ctrl-C only asks runs to stop
+            # Polled, so that a Ctrl-C while another thread holds the lock still raises.
+            while not self._run_lock.acquire(timeout=_INTERRUPT_POLL_SECONDS):
+                if sigint.fired:
                     raise KeyboardInterrupt
-        finally:
-            if not self._slot_passed:
-                self._driver = None
-                self._slot.release()
-            self._slot_passed = False
-        if sigint.fired:  # after the last task ended: the Ctrl-C is not lost
-            raise KeyboardInterrupt
+            try:
+                if self._closed:
+                    raise RuntimeError("this Executor is shut down; create a new one to run")
+                if (
+                    self._abandoned is not None
+                    or not all(f.done() for f in self._pending)
+                    or not self._slot.acquire(blocking=False)
+                ):
+                    run = None  # a queued or interrupted run goes first: queue behind it
+                else:
+                    try:
+                        run = Run(
+                            job.plan,
+                            self._inboxes,
+                            queue_cap=self.queue_cap,
+                            max_in_flight=self.max_in_flight,
+                            on_error=job.on_error,
+                            hooks=job.hooks,
+                            trace=job.trace,
+                            capacity=capacity,
+                            context=contextvars.copy_context(),
+                        )
+                        self._last = (threading.current_thread(), weakref.ref(run))
+                        self._driver = threading.get_ident()
+                    except BaseException:
+                        self._slot.release()
+                        raise
+            finally:
+                self._run_lock.release()
+            if run is not None:
+                try:
+                    sigint.abort = run.abort
+                    if sigint.fired:  # Ctrl-C while taking the slot: stop at once
+                        run.abort()
+                    run.main(detachable=True, wake_every=sigint.wake_every)
+                    if run.detached:  # Ctrl-C: queued tasks are cancelled, some still run
+                        escaped = run.escaped  # or raised in the driver (a signal handler)
+                        self._finish_elsewhere(run)
+                        interrupted = True
+                finally:
+                    if not run.begun:  # never started: nothing of it will (shutdown waits)
+                        run.cancelled.set()
+                        run.finished.set()
+                    if not self._slot_passed:
+                        self._driver = None
+                        self._slot.release()
+                    self._slot_passed = False
+        if run is None:
+            if sigint.fired:  # while waiting for the lock
+                raise KeyboardInterrupt
+            return None
         outcome = run.outcome
-        del run
+        del run  # an error's traceback holds this frame: it must not pin the run
+        if escaped is not None:
+            add_note(escaped, _ESCAPED_NOTE)
+            raise escaped
+        if interrupted or sigint.fired:  # even one after the last task ended
+            raise KeyboardInterrupt
         assert outcome is not None
         if outcome.error is not None:
             try:
@@ -630,7 +671,13 @@ class Executor:
             here is self._scheduler
             or here.ident == self._driver
             or here in self._threads
-            or (abandoned is not None and here is abandoned[0])
+            # An interrupted run's thread; or, after a shutdown during a run the
+            # caller drives, that caller, but only until the run is over.
+            or (
+                abandoned is not None
+                and here is abandoned[0]
+                and not abandoned[1].finished.is_set()
+            )
         )
 
     def _wait_for_abandoned(self) -> None:
@@ -792,6 +839,12 @@ def _scheduler_loop(runs: queue.SimpleQueue[_Submission | None], slot: threading
         with slot:
             submission.main()
         del submission  # do not keep a finished run's values alive while idle
+
+
+_ESCAPED_NOTE = (
+    "dagexec: raised while this thread drove a run, which was stopped: queued tasks "
+    "never start, running ones finish in the background and their values are dropped"
+)
 
 
 def _plain(job: _Job) -> bool:

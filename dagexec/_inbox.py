@@ -60,8 +60,16 @@ class Inbox(queue.Queue[T]):
                 raise queue.Full
             self.queue.extend(items)
             if self._sleeping:
+                # Release first: an exception raised between the two (a signal
+                # handler's, on a main thread that drives its own run) must not
+                # leave the worker asleep with items in its deque. A release
+                # then repeated by the next put is a spurious wake-up, which
+                # get() takes in its stride.
+                try:  # noqa: SIM105 (no contextlib.suppress object on the hot path)
+                    self._wake.release()
+                except RuntimeError:  # released already
+                    pass
                 self._sleeping = False
-                self._wake.release()
 
     def put(self, item: T, block: bool = True, timeout: float | None = None) -> None:
         """Append ``item`` or raise ``queue.Full``: an inbox never makes its producer

@@ -136,6 +136,7 @@ class Run(Driver):
         self.abort_requested = False  # written by abort(), on any thread
         self.begun = self.aborted = False  # the driving thread only, like all below
         self.detachable = self.detached = False  # see main()
+        self.escaped: BaseException | None = None  # see main()
         self.wake_every: float | None = None
         observed = trace or bool(
             hooks.task_end or hooks.task_dispatch or hooks.task_start or hooks.map_expand
@@ -162,9 +163,14 @@ class Run(Driver):
         :mod:`dagexec._executor`) passes ``detachable``: after an abort the call
         returns as soon as nothing queued can start (``detached`` is then True),
         and another thread finishes the run with :meth:`take_over`, so that Ctrl-C
-        stays prompt. ``wake_every`` bounds each blocking wait, so that an
-        interrupt raised with ``_thread.interrupt_main()`` (which wakes no lock
-        wait) is handled in time.
+        stays prompt. The same happens when an exception escapes the driver on
+        the main thread (``escaped``), where a signal handler of the program's
+        may raise anywhere (a SIGALRM deadline, say): the caller raises it at
+        once and the thread that takes over trusts nothing of the run state.
+        Elsewhere such an exception can only be a bug of ours, and the caller
+        gets it once nothing of the run runs any more, as on the scheduler thread. ``wake_every``
+        bounds each blocking wait, so that an interrupt raised with
+        ``_thread.interrupt_main()`` (which wakes no lock wait) is handled in time.
         """
         if self.begun:
             return
@@ -173,7 +179,10 @@ class Run(Driver):
         try:
             self._run()
         except BaseException as exc:  # a bug here must still release the caller...
-            self._failed(exc)
+            if detachable and threading.current_thread() is threading.main_thread():
+                self.escaped, self.detached = exc, True
+            else:
+                self._failed(exc)
         finally:
             if not self.detached:
                 self._let_go()
@@ -187,8 +196,12 @@ class Run(Driver):
         self.detachable = self.detached = False
         self.wake_every = None
         try:
-            self._loop()
-            self._end()
+            if self.escaped is not None:  # the state may be half updated: trust none of it
+                self.escaped = None
+                self._drain_after_error()
+            else:
+                self._loop()
+                self._end()
         except BaseException as exc:
             self._failed(exc)
         finally:

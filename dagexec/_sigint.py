@@ -53,7 +53,8 @@ class SigintToAbort:
 
     __slots__ = ("abort", "fired", "previous", "wake_every")
 
-    def __init__(self, abort: Callable[[], None]) -> None:
+    def __init__(self, abort: Callable[[], None] | None = None) -> None:
+        # Set once the run exists; a Ctrl-C before that is only ``fired``.
         self.abort = abort
         self.fired = False
         self.previous: object = None
@@ -72,7 +73,8 @@ class SigintToAbort:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.fired = True
-        self.abort()
+        if self.abort is not None:
+            self.abort()
 
     def __exit__(
         self,
@@ -85,3 +87,6 @@ class SigintToAbort:
             # KeyboardInterrupt, as it would have without us.
             signal.signal(signal.SIGINT, self.previous)  # type: ignore[arg-type]
             self.previous = None
+        # A bound Run.abort would keep the run (its values) alive from the
+        # caller's frame, which a task error's traceback holds.
+        self.abort = None

@@ -182,3 +182,46 @@ def test_after_ctrl_c_the_next_run_waits_for_the_tasks_still_running(
     gate.open()
     assert future.result(10)["y"] == "y"
     assert saw_x_over == [True]
+
+
+class Deadline(Exception):
+    """What a program's own signal handler raises (a SIGALRM watchdog, say)."""
+
+
+def test_an_exception_from_another_signal_handler_is_raised_at_once() -> None:
+    """Such a handler can raise at any line of the driver: the run is stopped
+    without trusting its state, the caller gets the exception while a task still
+    runs, and the next run waits for that task."""
+    gate = Gate()
+
+    def on_usr1(signum: int, frame: object) -> None:
+        raise Deadline("too slow")
+
+    g = dagexec.Graph()
+    g.add(
+        "x",
+        lambda: (
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1),
+            gate.wait(),
+        )[1],
+    )
+    for i in range(20):
+        g.add(i, lambda x, i=i: i, deps=["x"])
+    previous = signal.signal(signal.SIGUSR1, on_usr1)
+    try:
+        with dagexec.Executor(workers=2) as ex:
+            with pytest.raises(Deadline) as info:
+                ex.run(g)
+            assert gate.waiting == 1  # raised while its task still runs
+            assert any("was stopped" in note for note in info.value.__notes__)
+            ended: list[int] = []
+            later = dagexec.Graph()
+            later.add("y", lambda: ended.append(gate.waiting) or "y")
+            future = ex.submit(later)
+            gate.open()
+            assert future.result(10)["y"] == "y"
+            assert ended == [0]  # y started after x had left the gate
+            assert ex.run(fan())["sink"] == 36
+    finally:
+        gate.open()
+        signal.signal(signal.SIGUSR1, previous)

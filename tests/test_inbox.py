@@ -131,3 +131,23 @@ def test_put_all_puts_all_or_none_and_wakes_the_sleeping_worker() -> None:
     t.join(5)
     assert not t.is_alive()
     assert got == [1, 2, 3]
+
+
+def test_a_put_cut_short_after_its_wake_up_leaves_no_worker_asleep() -> None:
+    """An exception between a put's release of the sleeper and its clearing of the
+    flag (a signal handler on a main thread that drives its own run) leaves the
+    flag set and the lock released: the next put must not fail, and the
+    consumer must still wake for every item and time out when there is none."""
+    inbox: Inbox[int] = Inbox(4)
+    inbox._sleeping = True
+    inbox._wake.release()  # the state such a put leaves behind
+    inbox.put_all([1])
+    assert inbox.get(timeout=5) == 1
+    with pytest.raises(queue.Empty):
+        inbox.get(timeout=0.01)  # a spurious wake-up is taken in stride
+    got: list[int] = []
+    consumer = threading.Thread(target=lambda: got.append(inbox.get(timeout=10)))
+    consumer.start()
+    inbox.put_all([2])
+    consumer.join()
+    assert got == [2]
