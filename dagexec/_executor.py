@@ -536,12 +536,13 @@ class Executor:
             # start beside this one.
             submission, run = holder[0]
             self._abandoned = (self._scheduler, submission)
-            submission.future.cancel()
+            started = submission.future._cancel()
             # The interrupt may have come before the put: queue it again (a
             # submission that already began ignores the second call), so that
             # it surely ends, cancelling everything at once.
             self._runs.put(submission)
-            run.cancelled.wait(_CANCEL_WAIT_SECONDS)
+            if started:  # else it never starts: nothing to wait for (say, behind
+                run.cancelled.wait(_CANCEL_WAIT_SECONDS)  # another thread's run)
             raise
         del submission, holder, done, run
         try:

@@ -73,17 +73,23 @@ class RunFuture:
         nothing more is dispatched, queued tasks are cancelled, running tasks
         finish in the background and their values are dropped.
         """
+        return self._cancel() is not None
+
+    def _cancel(self) -> bool | None:
+        """:meth:`cancel`; None if the run had finished, else whether it had started
+        (a run cancelled before it started never starts: nothing to wait for)."""
         with self._lock:
             if self._state == _FINISHED:
-                return False
+                return None
             if self._state == _CANCELLED:
-                return True
+                return True  # as far as the caller can tell: it may have started
+            started = self._state == _RUNNING
             self._state = _CANCELLED
             run = self._run
         if run is not None:
             run.abort()  # the one stop path: cancels queued tasks, sets tokens
         self._complete()
-        return True
+        return started
 
     def cancelled(self) -> bool:
         return self._state == _CANCELLED
