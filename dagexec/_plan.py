@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress
-from operator import not_
+from operator import add, not_
 from typing import Any
 
 from ._errors import UnknownTargetError, describe
@@ -59,7 +59,10 @@ class Plan:
     maps: frozenset[int] | None = None  # g.map tasks: expanded at run time
     policy: tuple[Policy | None, ...] | None = None  # retries, timeouts, cleanup tasks
     # Per-run counters start as copies of these (a C-level copy per run, not a
-    # Python loop): dependencies per task, users per task, 1 for each target.
+    # Python loop): dependencies per task; consumers per task, that is its users
+    # plus one for a target (the caller, who reads it at the end: so a target's
+    # count never reaches 0 and its value is never dropped, with no separate
+    # test for targets on the hot path); 1 for each target.
     dep_counts: tuple[int, ...] = ()
     use_counts: tuple[int, ...] = ()
     target_mask: bytes = b""
@@ -77,7 +80,7 @@ class Plan:
             for t in self.targets:
                 mask[t] = 1
             object.__setattr__(self, "dep_counts", tuple(map(len, self.deps)))
-            object.__setattr__(self, "use_counts", tuple(map(len, self.dependents)))
+            object.__setattr__(self, "use_counts", tuple(map(add, map(len, self.dependents), mask)))
             object.__setattr__(self, "target_mask", bytes(mask))
 
     def __len__(self) -> int:

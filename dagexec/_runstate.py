@@ -139,7 +139,9 @@ class RunState:
         self.state = bytearray(n)
         self.values: list[Any] = [None] * n
         self.remaining = list(plan.dep_counts)  # dependencies not yet DONE
-        self.consumers = list(plan.use_counts)  # users not yet handed their arguments
+        # Users not yet handed their arguments, plus one for a target (the caller):
+        # a value is dropped when its count reaches 0, which a target's never does.
+        self.consumers = list(plan.use_counts)
         self.is_target: bytes | bytearray = plan.target_mask
         self.unfinished = n  # tasks not in a final state
         self.in_flight = 0  # items handed out and not released
@@ -403,7 +405,7 @@ class RunState:
     def _arguments_plain(self, tasks: list[int]) -> list[tuple[Any, ...]]:
         """:meth:`_arguments` with no task policy and no map items (the usual run):
         the same steps without the tests for them."""
-        values, consumers, is_target = self.values, self.consumers, self.is_target
+        values, consumers = self.values, self.consumers
         deps, state, chain_next = self.deps, self.state, self.chain_next
         out: list[tuple[Any, ...]] = []
         append = out.append
@@ -417,7 +419,7 @@ class RunState:
                 append((values[d],))
                 left = consumers[d] - 1
                 consumers[d] = left
-                if not left and not is_target[d]:
+                if not left:
                     values[d] = None
             else:
                 if len(task_deps) == 2:  # a comprehension costs a frame (3.11)
@@ -427,7 +429,7 @@ class RunState:
                 for d in task_deps:
                     left = consumers[d] - 1
                     consumers[d] = left
-                    if not left and not is_target[d]:
+                    if not left:
                         values[d] = None
             state[task] = IN_FLIGHT
             follower = chain_next[task]
@@ -438,7 +440,7 @@ class RunState:
 
     def _arguments(self, tasks: list[int]) -> list[tuple[Any, ...]]:
         """Mark ``tasks`` handed out; their arguments, in order (see :meth:`dispatch`)."""
-        values, consumers, is_target = self.values, self.consumers, self.is_target
+        values, consumers = self.values, self.consumers
         deps, state, chain_next = self.deps, self.state, self.chain_next
         items, policy, kept = self.items, self.policy, self.kept_args
         out: list[tuple[Any, ...]] = []
@@ -463,7 +465,7 @@ class RunState:
             for d in task_deps:
                 left = consumers[d] - 1
                 consumers[d] = left
-                if not left and not is_target[d]:
+                if not left:
                     values[d] = None
             state[task] = IN_FLIGHT
             follower = chain_next[task]
@@ -508,12 +510,7 @@ class RunState:
                 self.in_flight -= len(reports)
             return
         policy, kept, state, ran_on = self.policy, self.kept_args, self.state, self.ran_on
-        values, consumers, is_target, events = (
-            self.values,
-            self.consumers,
-            self.is_target,
-            self.events,
-        )
+        values, consumers, events = self.values, self.consumers, self.events
         chain_next, dependents, remaining = self.chain_next, self.dependents, self.remaining
         needs, became_ready, depth_first = self.needs, self.became_ready, self.depth_first
         plain, push = self.plain_ready, self.ready.append
@@ -523,7 +520,7 @@ class RunState:
             state[task] = DONE
             if worker >= 0:  # not a map assembled by the scheduler
                 ran_on[worker] += 1
-            if consumers[task] or is_target[task]:
+            if consumers[task]:
                 values[task] = value
             if events is not None:
                 events.append(Event(END, task, worker, DONE, started, ended))
@@ -557,13 +554,7 @@ class RunState:
         """:meth:`returned` in a plain run (see ``plain``) that is not stopping: the
         same steps without the tests that such a run always passes (no policy,
         resources, maps or events; nothing to clean up after)."""
-        state, ran_on, values, consumers, is_target = (
-            self.state,
-            self.ran_on,
-            self.values,
-            self.consumers,
-            self.is_target,
-        )
+        state, ran_on, values, consumers = self.state, self.ran_on, self.values, self.consumers
         chain_next, dependents, remaining = self.chain_next, self.dependents, self.remaining
         ready, depth_first = self.ready, self.depth_first
         push = ready.append
@@ -571,7 +562,7 @@ class RunState:
             state[task] = DONE
             if worker >= 0:
                 ran_on[worker] += 1
-            if consumers[task] or is_target[task]:
+            if consumers[task]:
                 values[task] = value
             follower = chain_next[task]
             if follower >= 0:  # a chain member: the next one, on its worker, runs now
@@ -629,10 +620,10 @@ class RunState:
             # A skipped task will never consume its dependencies' values (an
             # expanded map let go of them when it expanded: see Fanout.skipped).
             if outcome == SKIPPED and (self.fanout is None or not self.fanout.skipped(task)):
-                consumers, values, is_target = self.consumers, self.values, self.is_target
+                consumers, values = self.consumers, self.values
                 for p in self.deps[task]:
                     consumers[p] -= 1
-                    if not consumers[p] and not is_target[p]:
+                    if not consumers[p]:
                         values[p] = None
             if events is not None:
                 events.append(Event(END, task, -1, outcome))
