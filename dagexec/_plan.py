@@ -71,10 +71,15 @@ class Plan:
     # Whether any task heads a chain: without chains (and policies) every item the
     # scheduler builds is a plain job. Derived from chain_next, once per plan.
     chained: bool = field(init=False, default=False)
+    # The targets' names, in order: every run's result is keyed by them. Read off
+    # once per plan, not per run (the million-task graph has ~175,000 targets, and
+    # picking their names cost ~30 ms a run).
+    target_names: tuple[Hashable, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         chain_next = self.chain_next
         object.__setattr__(self, "chained", chain_next.count(-1) != len(chain_next))
+        object.__setattr__(self, "target_names", tuple(map(self.names.__getitem__, self.targets)))
         if not self.dep_counts and self.names:
             mask = bytearray(len(self.names))
             for t in self.targets:
