@@ -737,6 +737,20 @@ class RunState:
         reported yet (a timed chain reports members as they end), then release it."""
         done, ok, outcome, times = end
         last = len(members) - 1
+        if done > last and times is None and self.plain and not self.stopping:
+            # The usual chain in a plain run: every member returned, and reports
+            # only now (untimed). What returned() would do, less the per-member
+            # steps that change nothing here: a member before the last passed its
+            # value on, on the worker, so it keeps none and readies nobody. No
+            # resources to free, no member left to cancel.
+            state = self.state
+            for member in members[:last]:
+                state[member] = DONE
+            self.ran_on[worker] += last
+            self.unfinished -= last
+            self._returned_plain([(worker, members[last], DONE, outcome, 0.0, 0.0)])
+            self.in_flight -= 1  # released
+            return
         returned = []  # one batch for the members that returned, as for jobs
         for k in range(done):
             member = members[k]
