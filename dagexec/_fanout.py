@@ -140,7 +140,7 @@ class Fanout:
         # items, or over's items one by one) and its extras (now counted per item).
         for d in run.deps[m]:
             consumers[d] -= 1
-            if not consumers[d] and not run.is_target[d]:
+            if not consumers[d]:
                 run.values[d] = None
         run.remaining[m] = count
         for b in chained:  # its items will read ours
@@ -191,19 +191,19 @@ class Fanout:
         """
         if task not in self.maps:
             return False
-        values, consumers, is_target = self.run.values, self.run.consumers, self.run.is_target
+        values, consumers = self.run.values, self.run.consumers
         span = self.span.get(task)
         if span is not None:
             if task in self.keep:
                 for t in span:
                     consumers[t] -= 1
-                    if not consumers[t] and not is_target[t]:
+                    if not consumers[t]:
                         values[t] = None
             return True
         source = self.span.get(self.run.deps[task][0])
         if source is not None:
             for t in source:
                 consumers[t] -= 1
-                if not consumers[t] and not is_target[t]:
+                if not consumers[t]:
                     values[t] = None
         return False

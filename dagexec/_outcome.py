@@ -44,7 +44,7 @@ def announce(run: Run) -> None:
     if run.hooks.run_start:
         info = PlanInfo(
             tasks=plan.names,
-            targets=tuple(plan.names[t] for t in plan.targets),
+            targets=plan.target_names,
             workers=workers,
             queue_cap=run.queue_cap,
             max_in_flight=run.max_in_flight,
@@ -77,9 +77,9 @@ def build_result(run: Run, wall: float) -> RunResult:
     plan, codes = run.plan, state.state
     names = tuple(state.names)  # the plan's, and the items of its maps
     # One C-level pass per column, not a Python loop per target: a big graph can
-    # have a hundred thousand targets (its sinks).
-    targets = plan.targets
-    target_names = tuple(map(names.__getitem__, targets))
+    # have a hundred thousand targets (its sinks). Targets are the plan's tasks,
+    # never a map's items, so their names are the plan's.
+    targets, target_names = plan.targets, plan.target_names
     target_codes = bytes(map(codes.__getitem__, targets))
     if target_codes.count(DONE) == len(targets):  # the usual case: every target done
         values = dict(zip(target_names, map(state.values.__getitem__, targets), strict=True))

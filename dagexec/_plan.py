@@ -12,10 +12,10 @@ plans themselves are immutable and built outside it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress
-from operator import not_
+from operator import add, not_
 from typing import Any
 
 from ._errors import UnknownTargetError, describe
@@ -59,7 +59,10 @@ class Plan:
     maps: frozenset[int] | None = None  # g.map tasks: expanded at run time
     policy: tuple[Policy | None, ...] | None = None  # retries, timeouts, cleanup tasks
     # Per-run counters start as copies of these (a C-level copy per run, not a
-    # Python loop): dependencies per task, users per task, 1 for each target.
+    # Python loop): dependencies per task; consumers per task, that is its users
+    # plus one for a target (the caller, who reads it at the end: so a target's
+    # count never reaches 0 and its value is never dropped, with no separate
+    # test for targets on the hot path); 1 for each target.
     dep_counts: tuple[int, ...] = ()
     use_counts: tuple[int, ...] = ()
     target_mask: bytes = b""
@@ -68,16 +71,21 @@ class Plan:
     # Whether any task heads a chain: without chains (and policies) every item the
     # scheduler builds is a plain job. Derived from chain_next, once per plan.
     chained: bool = field(init=False, default=False)
+    # The targets' names, in order: every run's result is keyed by them. Read off
+    # once per plan, not per run (the million-task graph has ~175,000 targets, and
+    # picking their names cost ~30 ms a run).
+    target_names: tuple[Hashable, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         chain_next = self.chain_next
         object.__setattr__(self, "chained", chain_next.count(-1) != len(chain_next))
+        object.__setattr__(self, "target_names", tuple(map(self.names.__getitem__, self.targets)))
         if not self.dep_counts and self.names:
             mask = bytearray(len(self.names))
             for t in self.targets:
                 mask[t] = 1
             object.__setattr__(self, "dep_counts", tuple(map(len, self.deps)))
-            object.__setattr__(self, "use_counts", tuple(map(len, self.dependents)))
+            object.__setattr__(self, "use_counts", tuple(map(add, map(len, self.dependents), mask)))
             object.__setattr__(self, "target_mask", bytes(mask))
 
     def __len__(self) -> int:
@@ -150,8 +158,13 @@ def _target_ids(compiled: CompiledGraph, requested: tuple[Hashable, ...]) -> tup
     return tuple(index[t] for t in requested)
 
 
-def _dependents_of(deps: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+def _dependents_of(
+    deps: tuple[tuple[int, ...], ...], same: Sequence[int] | None = None
+) -> tuple[tuple[int, ...], ...]:
     """For each task, the tasks that depend on it, ascending.
+
+    ``same``, if given, holds at ``t`` the int object that stands for task ``t``
+    in ``deps`` (see :func:`_numbers`); the dependents are made of those objects.
 
     Filled into one flat list and cut into tuples, rather than grown as one list
     per task: a million lists alive at once are each tracked by the garbage
@@ -164,7 +177,7 @@ def _dependents_of(deps: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], 
     starts = [0, *accumulate(counts)]
     flat = [0] * starts.pop()  # the last start is the number of edges
     cursor = starts.copy()  # where the next dependent of each task goes
-    for task, task_deps in enumerate(deps):
+    for task, task_deps in zip(range(len(deps)) if same is None else same, deps, strict=True):
         for d in task_deps:
             flat[cursor[d]] = task
             cursor[d] += 1
@@ -172,6 +185,20 @@ def _dependents_of(deps: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], 
     # tuple is made: a tuple grown from an iterator is re-tracked by the garbage
     # collector on each resize and walked whole by the next young collection.
     return tuple(list(map(tuple, map(flat.__getitem__, map(slice, starts, cursor)))))
+
+
+def _numbers(index: Mapping[Any, int]) -> Sequence[int] | None:
+    """The int objects that ``deps`` were built from, in task order, or None.
+
+    Above 256 every int is an object of its own, and ``deps`` hold the ones the
+    name index holds. Dependents made of those same objects let the scheduler,
+    which meets a task's number in both, touch one object per task rather than
+    two far apart in memory: on the million-task graph a cache miss fewer per
+    task (cachegrind, 2 MiB last-level cache, 50,000 tasks: 7.45 -> 6.54 misses
+    per task). Checked in one C-level pass, not assumed.
+    """
+    numbers = list(index.values())
+    return numbers if numbers == list(range(len(numbers))) else None
 
 
 def _roots(deps: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
@@ -234,7 +261,7 @@ def _chain_links(
 
 def _whole_plan(compiled: CompiledGraph) -> Plan:
     deps = compiled.deps
-    dependents = _dependents_of(deps)
+    dependents = _dependents_of(deps, _numbers(compiled.index))
     # The sinks, read off the dependents in one C-level pass.
     sinks = tuple(compress(range(len(deps)), map(not_, dependents)))
     return Plan(
@@ -291,7 +318,7 @@ def _cut(
     local = {g: i for i, g in enumerate(order)}
     deps = tuple([() if g in loaded else tuple([local[d] for d in source.deps[g]]) for g in order])
     names = tuple(source.names[g] for g in order)
-    dependents = _dependents_of(deps)
+    dependents = _dependents_of(deps, _numbers(local))
     targets = tuple(local[t] for t in target_ids)
     priority = source.priority
     if priority is not None:

@@ -303,3 +303,46 @@ def test_an_empty_batch_of_returned_jobs_changes_nothing() -> None:
     before = (bytes(state.state), state.unfinished, state.in_flight)
     state.returned([])
     assert (bytes(state.state), state.unfinished, state.in_flight) == before
+
+
+def test_users_one_return_makes_ready_go_out_first_user_first() -> None:
+    """Depth-first order hands out the users a task made ready in task order, also
+    when users in between still wait for another dependency (the plain path turns
+    the ones it pushed around in place, rather than copying the users reversed)."""
+    g = Graph()
+    g.add("a", lambda: 1)
+    g.add("b", lambda: 2)
+    for name, deps in [("u1", ["a"]), ("u2", ["a", "b"]), ("u3", ["a"]), ("u4", ["a"])]:
+        g.add(name, lambda *args: sum(args), deps=deps)
+    plan = plan_run(g._compile(), None)
+    state = RunState(plan)
+    a, b = plan.index["a"], plan.index["b"]
+    roots, _ = state.hand_out(2, 0)
+    assert roots == [a, b]
+    state.returned([(0, a, DONE, 1, 0.0, 0.0)])
+    taken, arguments = state.hand_out(10, 0)
+    assert [plan.names[t] for t in taken] == ["u1", "u3", "u4"]
+    assert arguments == [(1,), (1,), (1,)]
+    state.returned([(0, b, DONE, 2, 0.0, 0.0)])
+    taken, arguments = state.hand_out(10, 0)
+    assert [plan.names[t] for t in taken] == ["u2"]
+    assert arguments == [(1, 2)]
+
+
+def test_a_target_keeps_its_value_after_its_users_took_it_and_others_do_not() -> None:
+    """A value goes once its last user has it, unless it is a target: the caller
+    counts as one more consumer of a target."""
+    g = Graph()
+    g.add("a", lambda: 1)
+    g.add("b", lambda: 2)
+    g.add("c", lambda x, y: x + y, deps=["a", "b"])
+    plan = plan_run(g._compile(), ["a", "c"])
+    state = RunState(plan)
+    a, b, c = plan.index["a"], plan.index["b"], plan.index["c"]
+    state.hand_out(2, 0)
+    state.returned([(0, a, DONE, 1, 0.0, 0.0), (0, b, DONE, 2, 0.0, 0.0)])
+    assert state.hand_out(1, 0) == ([c], [(1, 2)])
+    assert state.values[a] == 1  # a target: kept for the caller
+    assert state.values[b] is None  # its one user has it
+    state.returned([(0, c, DONE, 3, 0.0, 0.0)])
+    assert (state.values[a], state.values[c], state.unfinished) == (1, 3, 0)

@@ -52,11 +52,10 @@ def policy_scenarios(draw: st.DrawFn) -> tuple[Plan, dict[int, int], dict[str, f
             run_if="all_done" if cleanup else "all_success",
             resources=need,
         )
-    plan = plan_run(g._compile(), None)
-    # drive() hands out every task as its own job: no chains (test_runstate.py
-    # drives chains). Found by hypothesis: a policy-free pair in a line was
-    # chained, and drive() never ended the chain's second member.
-    plan = dataclasses.replace(plan, chain_next=(-1,) * len(plan))
+    # drive() hands tasks out one at a time, each ended by finish and release: no
+    # chains (a chain goes out whole and ends through chain_ended; releasing its
+    # head alone cancels the rest, which the serial reference does not expect).
+    plan = dataclasses.replace(plan_run(g._compile(), None), chain_next=(-1,) * n)
     return plan, fails, capacity, draw(st.integers(1, 4)), draw(st.integers(0, 2**32))
 
 
