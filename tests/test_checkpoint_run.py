@@ -176,7 +176,13 @@ def test_a_cancelled_run_keeps_what_finished(tmp_path: Path) -> None:
         assert gate.wait_for_waiting(1)
         assert future.cancel()
         gate.open()
-        # The next run on this executor starts after the cancelled one's store closed.
+        # A checkpointed run reads the file when it is submitted, so first let the
+        # cancelled run end: a run queued behind it starts once its store has
+        # closed, with everything saved before the cancel written. (Without this,
+        # on 3.13t the next run often read the file before the writer had.)
+        barrier = dagexec.Graph()
+        barrier.add("after", lambda: "after")
+        assert ex.run(barrier)["after"] == "after"
         ran.clear()
         result = ex.run(g, ["quick", "held"], checkpoint=path)
     assert result["held"] == 2
