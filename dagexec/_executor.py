@@ -441,6 +441,25 @@ class Executor:
         check_resources(plan, capacity)
         return capacity
 
+    def _new_run(
+        self,
+        job: _Job,
+        plan: Plan,
+        capacity: Mapping[str, float],
+        context: contextvars.Context,
+    ) -> Run:
+        return Run(
+            plan,
+            self._inboxes,
+            queue_cap=self.queue_cap,
+            max_in_flight=self.max_in_flight,
+            on_error=job.on_error,
+            hooks=job.hooks,
+            trace=job.trace,
+            capacity=capacity,
+            context=context,
+        )
+
     def _enqueue(
         self, job: _Job, capacity: Mapping[str, float], holder: list[tuple[_Submission, Run]]
     ) -> _Submission:
@@ -465,17 +484,7 @@ class Executor:
             with self._run_lock:
                 if self._closed:
                     raise RuntimeError("this Executor is shut down; create a new one to run")
-                run = Run(
-                    plan,
-                    self._inboxes,
-                    queue_cap=self.queue_cap,
-                    max_in_flight=self.max_in_flight,
-                    on_error=job.on_error,
-                    hooks=job.hooks,
-                    trace=job.trace,
-                    capacity=capacity,
-                    context=context,
-                )
+                run = self._new_run(job, plan, capacity, context)
                 future = RunFuture()
                 future._run = run
                 future._own_thread = _weak_own_thread(self)
@@ -587,17 +596,7 @@ class Executor:
                     run = None  # a queued or interrupted run goes first: queue behind it
                 else:
                     try:
-                        run = Run(
-                            job.plan,
-                            self._inboxes,
-                            queue_cap=self.queue_cap,
-                            max_in_flight=self.max_in_flight,
-                            on_error=job.on_error,
-                            hooks=job.hooks,
-                            trace=job.trace,
-                            capacity=capacity,
-                            context=contextvars.copy_context(),
-                        )
+                        run = self._new_run(job, job.plan, capacity, contextvars.copy_context())
                         self._last = (threading.current_thread(), weakref.ref(run))
                         self._driver = threading.get_ident()
                     except BaseException:
