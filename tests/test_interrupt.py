@@ -119,10 +119,16 @@ class _WatchedLock:
         self.release()
 
 
-def test_ctrl_c_while_waiting_for_another_threads_run_is_noticed() -> None:
+@pytest.mark.parametrize("queued", [False, True], ids=["plain", "queued"])
+def test_ctrl_c_while_waiting_for_another_threads_run_is_noticed(
+    queued: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """interrupt_main does not wake a blocked lock wait: waiting for another
-    thread's run must poll, or Ctrl-C is ignored until that run ends."""
-    gate = Gate(timeout=10)
+    thread's run must poll, or Ctrl-C is ignored until that run ends. And a run
+    cancelled before it started never starts: the caller must not wait for the
+    scheduler to reach it (it used to wait up to _CANCEL_WAIT_SECONDS)."""
+    monkeypatch.setattr(dagexec._executor, "_CANCEL_WAIT_SECONDS", 60.0)
+    gate = Gate(timeout=30)
     waiting = threading.Event()
     ex = dagexec.Executor(workers=1)
     ex._run_lock = _WatchedLock(ex._run_lock, waiting)  # type: ignore[assignment]
@@ -136,9 +142,10 @@ def test_ctrl_c_while_waiting_for_another_threads_run_is_noticed() -> None:
         interrupter.start()
         quick = dagexec.Graph()
         quick.add("x", lambda: 1)
+        callbacks = [dagexec.testing.InFlightRecorder()] if queued else []
         with pytest.raises(KeyboardInterrupt):
-            ex.run(quick)
-        assert other.is_alive()  # noticed while the other run still held the executor
+            ex.run(quick, callbacks=callbacks)
+        assert gate.waiting == 1  # noticed while the other run still held the executor
         interrupter.join()
     finally:
         gate.open()
@@ -171,33 +178,3 @@ def test_shutdown_without_wait_returns_during_another_threads_run() -> None:
             continue  # the scheduler thread starts with the first queued run only
         t.join(30)
         assert not t.is_alive()
-
-
-def test_ctrl_c_while_queued_behind_another_threads_run_does_not_wait_for_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A run that never started never will once cancelled: the caller need not
-    wait for the scheduler to reach it (it used to wait up to a second)."""
-    monkeypatch.setattr(dagexec._executor, "_CANCEL_WAIT_SECONDS", 60.0)
-    gate = Gate(timeout=30)
-    waiting = threading.Event()
-    ex = dagexec.Executor(workers=1)
-    ex._run_lock = _WatchedLock(ex._run_lock, waiting)  # type: ignore[assignment]
-    busy = dagexec.Graph()
-    busy.add("slow", gate.gated(lambda: "slow"))
-    other = threading.Thread(target=ex.run, args=(busy,))
-    other.start()
-    try:
-        assert gate.wait_for_waiting(1)
-        interrupter = threading.Thread(target=lambda: (waiting.wait(10), _thread.interrupt_main()))
-        interrupter.start()
-        quick = dagexec.Graph()
-        quick.add("x", lambda: 1)
-        with pytest.raises(KeyboardInterrupt):
-            ex.run(quick, callbacks=[dagexec.testing.InFlightRecorder()])  # queued
-        assert gate.waiting == 1  # raised while the other run still holds the executor
-        interrupter.join()
-    finally:
-        gate.open()
-        other.join()
-        ex.shutdown()
