@@ -125,10 +125,15 @@ class Balance:
         if depth > self.peak_depth[worker]:
             self.peak_depth[worker] = depth
 
-    def steer(self, now: float, mean_task_seconds: float) -> None:
-        """Mark stalled workers (no new work) and move their waiting tasks elsewhere."""
+    def steer(self, now: float, started: float, finished: int) -> None:
+        """Mark stalled workers (no new work) and move their waiting tasks elsewhere.
+
+        ``finished`` tasks since ``started`` give the mean time of a task on one
+        worker, which says how long a silence is too long.
+        """
         held, queues, last_seen = self.held, self.queues, self.last_seen
-        patience = max(_STALL_FLOOR, _STALL_FACTOR * mean_task_seconds)
+        mean = (now - started) * len(held) / finished if finished else 0.0
+        patience = max(_STALL_FLOOR, _STALL_FACTOR * mean)
         stalled = frozenset(w for w in self.workers if held[w] and now - last_seen[w] > patience)
         self.avoid = stalled
         for victim in stalled:
@@ -150,6 +155,18 @@ class Balance:
                 if not queues[victim]:
                     return
                 self._move(victim, idle, now)
+
+    def take_back_all(self) -> list[Any]:
+        """Empty every inbox (a stop): the items taken back, none held any more."""
+        taken: list[Any] = []
+        for w, inbox in enumerate(self.inboxes):
+            while True:
+                try:
+                    taken.append(inbox.get_nowait())
+                except queue.Empty:
+                    break
+                self.held[w] -= 1
+        return taken
 
     def _room(self, exclude: frozenset[int]) -> int:
         best, best_held = -1, self.queue_cap + 1

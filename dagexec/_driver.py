@@ -24,6 +24,7 @@ from ._inbox import Inbox
 from ._items import head, log_dispatch, plain_jobs, special_items, take_back
 from ._messages import CHAIN, DONE, MEMBER, START, STARTED, STOP, Event, Item
 from ._observe import Observer
+from ._outcome import log_interrupted
 from ._plan import Plan
 from ._result import CANCELLED as S_CANCELLED
 from ._result import DONE as S_DONE
@@ -108,7 +109,7 @@ class Driver:
             if timers is not None:
                 wait = timers.due()
             if not state.stopping and state.in_flight > 1:
-                balance.steer(self.now, self._task_seconds())
+                balance.steer(self.now, self.started_at, sum(state.ran_on))
             # Cleanup tasks (run_if="all_done") are dispatched during a stop too.
             pickup = bool(state.ready) and self._dispatch()
             if not state.stopping and state.in_flight > 1:
@@ -121,11 +122,6 @@ class Driver:
             batch = self._receive(pickup, wait)
             if batch:
                 self._handle(batch)
-
-    def _task_seconds(self) -> float:
-        """Mean seconds per finished task on one worker, so far (0.0 before any)."""
-        done = sum(self.state.ran_on)
-        return (self.now - self.started_at) * len(self.inboxes) / done if done else 0.0
 
     def _receive(self, pickup: bool, wait: float | None) -> list[Any]:
         """Block for reports, at most until a timer is due (``wait``) or an inbox
@@ -238,12 +234,7 @@ class Driver:
         state.stop(hard=True)
         self._halt()
         # Logged now, not when the loop ends: that can be much later, or never.
-        log.warning(
-            "run interrupted: %d tasks cancelled, %d still running (they finish "
-            "in the background; their results are dropped)",
-            unfinished - state.unfinished,
-            state.in_flight,
-        )
+        log_interrupted(unfinished - state.unfinished, state.in_flight)
         self.cancelled.set()
 
     def _halt(self) -> None:
@@ -251,15 +242,8 @@ class Driver:
         self.stop.set()
         if self.timers is not None:
             self.timers.stop_all()  # running attempts see the stop
-        held = self.balance.held
-        for w, inbox in enumerate(self.inboxes):
-            while True:
-                try:
-                    item = inbox.get_nowait()
-                except queue.Empty:
-                    break
-                assert item is not STOP  # STOPs go in only after a run's cancellation
-                held[w] -= 1
-                self.state.take_back(head(item))
+        for item in self.balance.take_back_all():
+            assert item is not STOP  # STOPs go in only after a run's cancellation
+            self.state.take_back(head(item))
         if self.state.events:
             self.observer.drain(self.state.events)

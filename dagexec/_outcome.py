@@ -54,6 +54,16 @@ def announce(run: Run) -> None:
         run.observer.call(run.hooks.run_start, info)
 
 
+def log_interrupted(cancelled: int, running: int) -> None:
+    """Say that a run was stopped from outside (Ctrl-C, cancel, its timeout)."""
+    log.warning(
+        "run interrupted: %d tasks cancelled, %d still running (they finish "
+        "in the background; their results are dropped)",
+        cancelled,
+        running,
+    )
+
+
 def conclude(run: Run, wall: float) -> Outcome:
     """The outcome of a finished run; logs its end and calls ``on_run_end``."""
     result = build_result(run, wall)
