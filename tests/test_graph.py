@@ -275,3 +275,30 @@ def test_a_failed_add_leaves_nothing_for_the_next_task() -> None:
     g.add("b", noop)
     assert g["b"] == dagexec.Task("b", noop, ())
     assert (g._priority, g._resources, g._originals, g._policy) == ({}, {}, {}, {})
+
+
+def test_the_fast_add_path_keeps_every_check_of_the_general_one() -> None:
+    """Once a function is known for a dependency count, ``add`` stores such tasks
+    on a short path; every case it does not handle must still meet the checks."""
+
+    def step(*xs: int) -> int:
+        return sum(xs)
+
+    g = dagexec.Graph()
+    g.add("a", step)
+    g.add("b", step, deps=("a",))
+    g.add("c", step, deps=("a", "b"))  # step is now known for 0, 1 and 2 deps
+    with pytest.raises(DuplicateTaskError):
+        g.add("b", step, deps=("a",))
+    with pytest.raises(TypeError, match="hashable"):
+        g.add(["x"], step, deps=("a",))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="hashable"):
+        g.add("x", step, deps=(["a"],))  # type: ignore[arg-type]
+    assert dagexec.run(g)["c"] == 0
+    g.add("d", step, deps=("c", "later"))  # a dependency not added yet
+    with pytest.raises(MissingDependencyError, match="later"):
+        g.validate()  # the change dropped the cached validation
+    g.add("later", step, deps=("a",))
+    assert dagexec.run(g, targets=["d"])["d"] == 0
+    assert dagexec.run(g, targets=["b"])["b"] == 0  # the earlier compiled index was not changed
+    assert len(g) == 5
