@@ -21,7 +21,7 @@ from typing import Any
 from ._balance import Balance
 from ._errors import Cancelled
 from ._inbox import Inbox
-from ._items import head, log_dispatch, plain_jobs, special_items, take_back
+from ._items import chained_jobs, head, log_dispatch, plain_jobs, special_items, take_back
 from ._messages import CHAIN, DONE, MEMBER, START, STARTED, STOP, Event, Item
 from ._observe import Observer
 from ._outcome import log_interrupted
@@ -156,7 +156,10 @@ class Driver:
         if wanted <= 0:
             return False
         counts = self.balance.share(wanted)
-        build = special_items if state.policy is not None or self.plan.chained else plain_jobs
+        if state.policy is not None:
+            build = special_items
+        else:
+            build = chained_jobs if self.plan.chained else plain_jobs
         events, stopping = state.events, state.stopping
         for worker, count in enumerate(counts):
             if not count:

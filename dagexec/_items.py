@@ -1,8 +1,9 @@
 """What a worker is handed, built from what the run state hands out, for the driver.
 
 A plain job is a tuple (see ``_messages.Job``); a task with a policy, or a
-chain, needs more (:func:`special_items`). Runs with neither build a whole batch
-in one list comprehension (:func:`plain_jobs`): that is the hot path.
+chain, needs more (:func:`special_items`). Runs without a policy build a whole
+batch in one list comprehension (:func:`plain_jobs`, :func:`chained_jobs`): that
+is the hot path.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ._safe import task_for_message
 if TYPE_CHECKING:
     from ._driver import Driver
 
-__all__ = ["head", "log_dispatch", "plain_jobs", "special_items", "take_back"]
+__all__ = ["chained_jobs", "head", "log_dispatch", "plain_jobs", "special_items", "take_back"]
 
 log = logging.getLogger("dagexec")
 
@@ -58,12 +59,36 @@ def special_items(
         elif chain_next[task] < 0:
             items.append((report, task, fns[task], args, flags, stop, context))
         else:
-            members = [task]
-            while chain_next[members[-1]] >= 0:
-                members.append(chain_next[members[-1]])
-            unit = tuple([fns[m] for m in members])
-            items.append(Chain(report, tuple(members), unit, args, flags, stop, context))
+            items.append(_chain(driver, task, args))
     return items
+
+
+def chained_jobs(
+    driver: Driver, tasks: Sequence[int], arguments: Sequence[tuple[Any, ...]]
+) -> list[Item]:
+    """:func:`special_items` for a run with chains but no task policy: one list
+    comprehension, like :func:`plain_jobs`, since most tasks head no chain (a
+    million-task random graph has chains, and the loop cost ~4% of the driver)."""
+    fns, chain_next, report = driver.state.fns, driver.state.chain_next, driver.results.put
+    flags, stop, context = driver.flags, driver.stop, driver.context
+    return [
+        (report, task, fns[task], args, flags, stop, context)
+        if chain_next[task] < 0
+        else _chain(driver, task, args)
+        for task, args in zip(tasks, arguments, strict=True)
+    ]
+
+
+def _chain(driver: Driver, task: int, args: tuple[Any, ...]) -> Chain:
+    """The chain that ``task`` heads, as one item."""
+    chain_next, fns = driver.state.chain_next, driver.state.fns
+    members = [task]
+    while chain_next[members[-1]] >= 0:
+        members.append(chain_next[members[-1]])
+    unit = tuple([fns[m] for m in members])
+    return Chain(
+        driver.results.put, tuple(members), unit, args, driver.flags, driver.stop, driver.context
+    )
 
 
 def take_back(driver: Driver, items: list[Item]) -> None:
