@@ -717,11 +717,14 @@ class Executor:
                         if not future.running():
                             future.cancel()
                 self._pending = []
-                last = None if self._last is None else self._last[1]()
-                if last is not None and self._last is not None and not last.cancelled.is_set():
-                    # Queued runs go first: the STOPs go in after the last of them
-                    # (which runs after every earlier one, the abandoned one too).
-                    self._abandoned = (self._last[0], last)
+                if self._last is not None:
+                    driver, ref = self._last
+                    last = ref()
+                    if last is not None and not last.cancelled.is_set():
+                        # Queued runs go first: the STOPs go in after the last of
+                        # them (which runs after every earlier one, the abandoned
+                        # one too).
+                        self._abandoned = (driver, last)
                 self._stop_workers()
         if wait:
             self._wait_for_abandoned()

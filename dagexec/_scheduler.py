@@ -168,8 +168,9 @@ class Run(Driver):
         may raise anywhere (a SIGALRM deadline, say): the caller raises it at
         once and the thread that takes over trusts nothing of the run state.
         Elsewhere such an exception can only be a bug of ours, and the caller
-        gets it once nothing of the run runs any more, as on the scheduler thread. ``wake_every``
-        bounds each blocking wait, so that an interrupt raised with
+        gets it once nothing of the run runs any more, as on the scheduler thread.
+
+        ``wake_every`` bounds each blocking wait, so that an interrupt raised with
         ``_thread.interrupt_main()`` (which wakes no lock wait) is handled in time.
         """
         if self.begun:

@@ -61,9 +61,9 @@ class SigintToAbort:
 
     __slots__ = ("abort", "fired", "previous", "wake_every")
 
-    def __init__(self, abort: Callable[[], None] | None = None) -> None:
+    def __init__(self) -> None:
         # Set once the run exists; a Ctrl-C before that is only ``fired``.
-        self.abort = abort
+        self.abort: Callable[[], None] | None = None
         self.fired = False
         self.previous: object = None
         self.wake_every: float | None = None

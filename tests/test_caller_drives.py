@@ -106,13 +106,19 @@ def gated_fan(gate: Gate, ended: list[int]) -> dagexec.Graph:
     return g
 
 
+def probe(ended: list[int], seen: list[int]) -> dagexec.Graph:
+    """One task "y" that records how many of ``ended`` it saw when it started."""
+    g = dagexec.Graph()
+    g.add("y", lambda: seen.append(len(ended)) or "second")
+    return g
+
+
 def test_a_run_queued_first_runs_first(ex: dagexec.Executor) -> None:
     """submit() then run(): the caller must not drive its run past the queued one."""
     gate = Gate()
     ended: list[int] = []
     seen: list[int] = []
-    second = dagexec.Graph()
-    second.add("y", lambda: seen.append(len(ended)) or "second")
+    second = probe(ended, seen)
     future = ex.submit(gated_fan(gate, ended))
     assert gate.wait_for_waiting(1)
     opener = threading.Thread(target=gate.open)
@@ -127,8 +133,7 @@ def test_a_run_queued_while_a_caller_drives_waits_for_it(ex: dagexec.Executor) -
     gate = Gate()
     ended: list[int] = []
     seen: list[int] = []
-    second = dagexec.Graph()
-    second.add("y", lambda: seen.append(len(ended)) or "second")
+    second = probe(ended, seen)
     results: list[object] = []
     driver = threading.Thread(target=lambda: results.append(dict(ex.run(gated_fan(gate, ended)))))
     driver.start()
