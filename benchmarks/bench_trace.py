@@ -31,8 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dagexec
-from dagexec._executor import DEFAULT_QUEUE_CAP
-from dagexec._progress import ProgressBar
+from dagexec._engine.executor import DEFAULT_QUEUE_CAP
+from dagexec._observation.progress import ProgressBar
 
 
 class NoOp(dagexec.Callback):

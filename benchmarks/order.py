@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workloads import memory
 
 import dagexec
-import dagexec._runstate
+import dagexec._state.runstate
 
 
 class Chunk:
@@ -64,14 +64,14 @@ def map_reduce(n: int) -> dagexec.Graph:
 
 
 def peak_chunks(g: dagexec.Graph, workers: int, depth_first: bool) -> int:
-    dagexec._runstate.DEPTH_FIRST = depth_first
+    dagexec._state.runstate.DEPTH_FIRST = depth_first
     Chunk.peak = Chunk.live = 0
     dagexec.run(g, workers=workers)
     return Chunk.peak
 
 
 def peak_bytes(workers: int, depth_first: bool) -> int:
-    dagexec._runstate.DEPTH_FIRST = depth_first
+    dagexec._state.runstate.DEPTH_FIRST = depth_first
     spec = memory(20)
     g = dagexec.Graph()
     for name, (fn, deps) in spec.tasks.items():
@@ -97,7 +97,7 @@ def main() -> None:
             f"  {label:22s} map-reduce N={args.n}: {chunks:5d} chunks alive at peak;"
             f"  memory chain: {mib:6.1f} MiB peak"
         )
-    dagexec._runstate.DEPTH_FIRST = True
+    dagexec._state.runstate.DEPTH_FIRST = True
 
 
 if __name__ == "__main__":

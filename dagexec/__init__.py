@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ._errors import (
+from ._core.errors import (
     Cancelled,
     CycleError,
     DagexecError,
@@ -19,13 +19,13 @@ from ._errors import (
     TaskTimeout,
     UnknownTargetError,
 )
-from ._events import Callback, PlanInfo
-from ._executor import Executor, run
-from ._future import RunFuture
-from ._graph import Graph, Task
-from ._policy import MISSING, CurrentTask, Missing, current_task
-from ._progress import ProgressBar
-from ._result import RunResult, RunStats, StatusMap, TaskState, TraceRecord
+from ._core.graph import Graph, Task
+from ._core.hooks import Callback, PlanInfo
+from ._core.policy import MISSING, CurrentTask, Missing, current_task
+from ._core.result import RunResult, RunStats, StatusMap, TaskState, TraceRecord
+from ._engine.executor import Executor, run
+from ._engine.future import RunFuture
+from ._observation.progress import ProgressBar
 
 __all__ = [
     "MISSING",
@@ -69,7 +69,7 @@ def __getattr__(name: str) -> Any:
     # Optional integrations load only when asked for, so `import dagexec` stays
     # std-only and fast (the way concurrent.futures loads ProcessPoolExecutor).
     if name == "CheckpointError":  # sqlite3 loads only for a checkpointed run
-        from ._checkpoint import CheckpointError
+        from ._persist.checkpoint import CheckpointError
 
         CheckpointError.__module__ = "dagexec"
         return CheckpointError

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ._cli import main
+from ._integrations.cli import main
 
 raise SystemExit(main())

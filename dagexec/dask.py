@@ -34,12 +34,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'dagexec[dask]'"
     ) from exc
 
-from ._dask_callbacks import bridge_for
-from ._dask_graph import Built, build, flatten_keys, nest, to_dask_graph
-from ._errors import describe
-from ._executor import DEFAULT_QUEUE_CAP, Executor
-from ._graph import Graph
-from ._result import RunResult, RunStats, TaskState
+from ._core.errors import describe
+from ._core.graph import Graph
+from ._core.result import RunResult, RunStats, TaskState
+from ._engine.executor import DEFAULT_QUEUE_CAP, Executor
+from ._integrations.dask_callbacks import bridge_for
+from ._integrations.dask_graph import Built, build, flatten_keys, nest, to_dask_graph
 
 __all__ = ["get", "run_on", "shutdown", "to_dask"]
 

@@ -28,13 +28,13 @@ from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-from ._events import PlanInfo
-from ._graph import Graph
-from ._result import RunResult, TaskState
-from ._runstate import exact
+from ._core.graph import Graph
+from ._core.hooks import PlanInfo
+from ._core.result import RunResult, TaskState
+from ._state.runstate import exact
 
 if TYPE_CHECKING:
-    from ._plan import Plan
+    from ._core.plan import Plan
 
 __all__ = [
     "ConcurrencyProbe",

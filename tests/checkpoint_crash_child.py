@@ -3,7 +3,7 @@
 Usage: ``python checkpoint_crash_child.py PATH COUNT DURABLE`` (DURABLE: 1 or 0).
 It prints, one line each, flushed at once so the parent knows how far it got:
 
-* ``START <n>``: opened the store and planned the resume (``dagexec._resume``):
+* ``START <n>``: opened the store and planned the resume (``dagexec._persist.resume``):
   ``n`` tasks need not run;
 * ``RAN <identity hex>``: computed a task (it was not in the store);
 * ``COMMITTED <identity hex>``: the store reported the value committed;
@@ -20,9 +20,9 @@ import sys
 import threading
 from typing import Any
 
-from dagexec._checkpoint import CheckpointStore
-from dagexec._identity import task_identities
-from dagexec._resume import resume
+from dagexec._persist.checkpoint import CheckpointStore
+from dagexec._persist.identity import task_identities
+from dagexec._persist.resume import resume
 
 
 def step(previous: bytes, i: int) -> bytes:

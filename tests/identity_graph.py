@@ -10,7 +10,7 @@ import functools
 import operator
 from typing import Any
 
-from dagexec._identity import task_identities
+from dagexec._persist.identity import task_identities
 
 LIMIT = 3
 

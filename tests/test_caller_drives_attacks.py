@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import dagexec
-import dagexec._executor as executor_module
-from dagexec._scheduler import Run
+import dagexec._engine.executor as executor_module
+from dagexec._engine.scheduler import Run
 from dagexec.testing import Gate
 
 

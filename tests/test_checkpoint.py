@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from checkpoint_crash_child import chain
 
-from dagexec._checkpoint import CheckpointError, CheckpointStore, pickle_value
+from dagexec._persist.checkpoint import CheckpointError, CheckpointStore, pickle_value
 from dagexec.testing import run_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,7 +252,7 @@ def test_a_value_sqlite_refuses_fails_alone_not_its_batch(
 ) -> None:
     """The writer's connection refuses values over 5,000 bytes; the batch is
     [small, big, small] (held together by a gate); only 'big' is lost."""
-    import dagexec._checkpoint as module
+    import dagexec._persist.checkpoint as module
 
     connect = module._connect
 
@@ -287,7 +287,7 @@ def test_a_value_sqlite_refuses_fails_alone_not_its_batch(
 def test_a_writer_that_cannot_start_fails_loudly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dagexec._checkpoint as module
+    import dagexec._persist.checkpoint as module
 
     connect = module._connect
 
@@ -414,7 +414,7 @@ def test_ctrl_c_inside_the_block_still_writes_and_joins(tmp_path: Path) -> None:
 def test_a_store_left_open_at_exit_writes_what_was_queued(tmp_path: Path) -> None:
     path = tmp_path / "c.sqlite"
     code = (
-        "from dagexec._checkpoint import CheckpointStore\n"
+        "from dagexec._persist.checkpoint import CheckpointStore\n"
         f"s = CheckpointStore({str(path)!r})\n"
         "for i in range(50): s.save_nowait(i.to_bytes(16, 'big'), i, name=i)\n"
     )

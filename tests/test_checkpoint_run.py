@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 import dagexec
-from dagexec._checkpoint import CheckpointStore
-from dagexec._plan import plan_run
-from dagexec._resume import checkpoint_identities
+from dagexec._core.plan import plan_run
+from dagexec._persist.checkpoint import CheckpointStore
+from dagexec._persist.resume import checkpoint_identities
 from dagexec.testing import Gate
 
 CHILD = Path(__file__).with_name("checkpoint_run_child.py")
@@ -329,7 +329,7 @@ def test_no_checkpoint_costs_no_import_no_thread_no_wrapper() -> None:
         "    ex.run(g)\n"
         "    assert threading.active_count() == n\n"
         "assert g._compile().plans[None].fns[0] is f\n"
-        "assert 'sqlite3' not in sys.modules and 'dagexec._checkpoint' not in sys.modules\n"
+        "assert 'sqlite3' not in sys.modules and 'dagexec._persist.checkpoint' not in sys.modules\n"
     )
     root = Path(__file__).resolve().parent.parent
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True, timeout=60)

@@ -154,7 +154,7 @@ def test_task_failure_exits_1_naming_the_task(failing: Path) -> None:
         "dagexec: error: task explode failed: ValueError: bad input on two lines"
     )
     assert 'raise ValueError("bad input\\non two lines")' in proc.stderr  # the failing line
-    assert "_executor.py" not in proc.stderr  # the task's frames only
+    assert "_engine" not in proc.stderr  # the task's frames only
     assert _table(proc.stdout)["failed"] == "1"
 
 

@@ -14,7 +14,7 @@ import platform
 import pytest
 
 import dagexec
-from dagexec import _demo
+from dagexec._integrations import demo as _demo
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 import dagexec
 from dagexec import Graph
-from dagexec._runstate import RunState
+from dagexec._state.runstate import RunState
 from dagexec.testing import Gate, run_in_thread
 
 

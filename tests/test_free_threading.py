@@ -19,7 +19,7 @@ import pytest
 from switching import fast_switching
 
 import dagexec
-from dagexec._plan import _PLAN_CACHE_SIZE, plan_run
+from dagexec._core.plan import _PLAN_CACHE_SIZE, plan_run
 from dagexec.testing import ConcurrencyProbe
 
 FREE_THREADED_BUILD = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))

@@ -239,7 +239,7 @@ def test_plans_list_dependents_roots_and_sinks_in_task_order() -> None:
     on graphs with forward references, repeated deps and isolated tasks."""
     import random
 
-    from dagexec._plan import plan_run
+    from dagexec._core.plan import plan_run
 
     rng = random.Random(7)
     for size in (0, 1, 2, 50, 400):

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagexec._checkpoint import CheckpointError
-from dagexec._identity import task_identities
+from dagexec._persist.checkpoint import CheckpointError
+from dagexec._persist.identity import task_identities
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -127,7 +127,7 @@ def test_ctrl_c_while_waiting_for_another_threads_run_is_noticed(
     thread's run must poll, or Ctrl-C is ignored until that run ends. And a run
     cancelled before it started never starts: the caller must not wait for the
     scheduler to reach it (it used to wait up to _CANCEL_WAIT_SECONDS)."""
-    monkeypatch.setattr(dagexec._executor, "_CANCEL_WAIT_SECONDS", 60.0)
+    monkeypatch.setattr(dagexec._engine.executor, "_CANCEL_WAIT_SECONDS", 60.0)
     gate = Gate(timeout=30)
     waiting = threading.Event()
     ex = dagexec.Executor(workers=1)

@@ -12,7 +12,7 @@ import pytest
 
 import dagexec
 from dagexec import Graph, RunResult, RunStats, TaskState, TraceRecord
-from dagexec._gantt import MAX_BARS, gantt_svg
+from dagexec._observation.gantt import MAX_BARS, gantt_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -23,9 +23,9 @@ from dagexec import (
     Graph,
     TaskState,
     TaskTimeout,
-    _timers,
     current_task,
 )
+from dagexec._engine import timers as _timers
 from dagexec.testing import assert_within_bounds
 
 WAIT = 30.0  # a safety net for gates: a hang fails here, a pass never waits this long
@@ -452,7 +452,7 @@ def test_a_cleanup_task_is_never_fused_into_a_chain() -> None:
     g.add("a", lambda: 1)
     g.add("clean", lambda a: a, deps=["a"], run_if="all_done")
     g.add("z", lambda c: c, deps=["clean"])
-    plan = dagexec._plan.plan_run(g._compile(), None)
+    plan = dagexec._core.plan.plan_run(g._compile(), None)
     assert plan.chain_next == (-1, -1, -1)
     assert dagexec.run(g)["z"] == 1
 

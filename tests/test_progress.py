@@ -11,7 +11,7 @@ import pytest
 
 import dagexec
 from dagexec import Graph, PlanInfo, ProgressBar, TaskState
-from dagexec._progress import _BAR_CELLS, format_duration
+from dagexec._observation.progress import _BAR_CELLS, format_duration
 
 
 class FakeClock:

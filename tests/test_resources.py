@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dagexec
-import dagexec._runstate
+import dagexec._state.runstate
 from dagexec import Graph
 from dagexec.testing import (
     ConcurrencyProbe,
@@ -222,7 +222,7 @@ def test_first_in_first_out_is_what_the_default_order_avoids(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The test above pins the default, not chance: FIFO gives another order."""
-    monkeypatch.setattr(dagexec._runstate, "DEPTH_FIRST", False)
+    monkeypatch.setattr(dagexec._state.runstate, "DEPTH_FIRST", False)
     order: list[str] = []
     g = Graph()
     for i in range(2):
@@ -370,7 +370,7 @@ def test_a_task_that_can_never_start_is_an_error_not_a_silent_cancel(
 ) -> None:
     """If the state machine ever leaves a task unable to start with nothing running
     (a bug), the run must fail naming the task, not return as if it succeeded."""
-    monkeypatch.setattr(dagexec._runstate.RunState, "_lacking", lambda self, task, need: 0)
+    monkeypatch.setattr(dagexec._state.runstate.RunState, "_lacking", lambda self, task, need: 0)
     g = Graph()
     g.add("free", lambda: 1)
     g.add("stuck", lambda: 2, resources={"mem": 1})

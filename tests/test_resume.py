@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagexec._checkpoint import CheckpointStore
-from dagexec._resume import plan_resume, resume
+from dagexec._persist.checkpoint import CheckpointStore
+from dagexec._persist.resume import plan_resume, resume
 
 # a --> b --> d        (indices 0..4)
 # a --> c --> d

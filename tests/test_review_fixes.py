@@ -99,7 +99,7 @@ def test_plan_cache_survives_many_threads_planning_one_graph() -> None:
     holds, so nearly every call builds, inserts and evicts), with the interpreter
     switching threads as often as it can. Unlocked, this raised a bare KeyError
     (two threads evicting the same oldest plan) in every run we tried."""
-    from dagexec._plan import _PLAN_CACHE_SIZE, plan_run
+    from dagexec._core.plan import _PLAN_CACHE_SIZE, plan_run
 
     g = Graph()
     for i in range(40):
@@ -419,7 +419,7 @@ def test_an_internal_scheduler_error_returns_only_after_the_run_drained(
     trigger           ends when told; handling its result raises inside the scheduler
     q-0 .. q-5        queued behind them; must never start once run() returned
     """
-    from dagexec._runstate import RunState
+    from dagexec._state.runstate import RunState
 
     gate, probe = Gate(), ConcurrencyProbe()
     go, failed, returned = threading.Event(), threading.Event(), threading.Event()
@@ -484,7 +484,7 @@ def test_an_internal_error_in_an_interrupted_run_still_waits_for_its_running_tas
     """Two features at once: after Ctrl-C, 'x' and 'y' run on in the background;
     handling 'x''s end fails inside the scheduler. The next run on the executor
     must still wait for 'y'."""
-    from dagexec._runstate import RunState
+    from dagexec._state.runstate import RunState
 
     gate_x, gate_y = Gate(), Gate()
     failed, y_started, y_ended = threading.Event(), threading.Event(), threading.Event()
@@ -896,7 +896,7 @@ def test_ctrl_c_between_the_stops_of_run_leaks_no_thread(
     after: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Ctrl-C after the first STOP went in, before or after the second."""
-    from dagexec._inbox import Inbox
+    from dagexec._engine.inbox import Inbox
 
     real_put = Inbox.put_nowait
     stops = 0

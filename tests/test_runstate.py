@@ -1,6 +1,6 @@
 """The run state machine on its own: no threads, driven by a seeded random 'world'.
 
-Every test here drives :class:`dagexec._runstate.RunState` the way the scheduler
+Every test here drives :class:`dagexec._state.runstate.RunState` the way the scheduler
 does (take, dispatch, finish, release), but completes items in a random order
 chosen by the test, and compares the outcome with a serial reference.
 """
@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dagexec import Graph
-from dagexec import _runstate as runstate
-from dagexec._plan import Plan, plan_run
-from dagexec._result import CANCELLED, DONE, FAILED, IN_FLIGHT, READY, SKIPPED
-from dagexec._runstate import _PATIENCE, RunState
+from dagexec._core.plan import Plan, plan_run
+from dagexec._core.result import CANCELLED, DONE, FAILED, IN_FLIGHT, READY, SKIPPED
+from dagexec._state import runstate
+from dagexec._state.runstate import _PATIENCE, RunState
 
 MOD = 1_000_003
 

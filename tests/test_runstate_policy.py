@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dagexec import MISSING, Graph
-from dagexec._plan import Plan, plan_run
-from dagexec._policy import backoff
-from dagexec._result import CANCELLED, DONE, FAILED, IN_FLIGHT, SKIPPED, WAITING
-from dagexec._runstate import RunState
+from dagexec._core.plan import Plan, plan_run
+from dagexec._core.policy import backoff
+from dagexec._core.result import CANCELLED, DONE, FAILED, IN_FLIGHT, SKIPPED, WAITING
+from dagexec._state.runstate import RunState
 
 MOD = 1_000_003
 

@@ -1,0 +1,227 @@
+"""The options of ``Graph.add`` and ``@g.task``, one check per option.
+
+Each check turns what the user passed into what the graph stores, or raises a
+``TypeError`` that names the task, the option, the value and the fix. Kept
+apart from :mod:`dagexec._core.graph` so that a new option is one more function
+here and one more line in ``Graph.add``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from typing import Any
+
+from .bind import callable_name
+from .errors import describe
+
+__all__ = [
+    "NO_KWARGS",
+    "FrozenKwargs",
+    "check_args",
+    "check_deps",
+    "check_kwargs",
+    "check_resources",
+    "deps_from_signature",
+    "name_of",
+    "safe_repr",
+]
+
+
+class FrozenKwargs(Mapping[str, Any]):
+    """A task's ``kwargs``: read-only, and hashable when its values are.
+
+    Hashable so that a :class:`Task` stays hashable like any tuple of hashable
+    values (a ``MappingProxyType`` is not).
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        self._items = dict(items)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __repr__(self) -> str:
+        return repr(self._items)
+
+
+NO_KWARGS: Mapping[str, Any] = FrozenKwargs({})
+
+
+def safe_repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__} with a failing repr>"
+
+
+def check_deps(
+    task: Hashable, deps: object
+) -> tuple[tuple[Hashable, ...], dict[str, Hashable] | None]:
+    """``deps`` as (task names, {parameter: task name} when given as a mapping, else None)."""
+    if isinstance(deps, Mapping):
+        bad = [p for p in deps if not isinstance(p, str)]
+        if bad:
+            raise TypeError(
+                f"task {describe(task)}: a deps mapping goes from parameter name to task "
+                f"name, got the key {safe_repr(bad[0])}; write deps={{'param': "
+                f"{safe_repr(bad[0])}}}, or a list for positional dependencies"
+            )
+        return tuple(deps.values()), dict(deps)
+    if isinstance(deps, str):
+        fix = f"write deps=[{deps!r}]"
+        raise TypeError(
+            f"task {describe(task)}: deps must be a collection of task names, got the "
+            f"string {deps!r}; {fix}"
+        )
+    if isinstance(deps, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"task {describe(task)}: deps must be a collection of task names, got "
+            f"{type(deps).__name__} {safe_repr(deps)} (which iterates as integers); "
+            f"write deps=[{safe_repr(deps)}] for one task named by it"
+        )
+    if deps is None:
+        raise TypeError(
+            f"task {describe(task)}: deps must be a collection of task names, got None; "
+            "write deps=() (the default) for a task without dependencies"
+        )
+    if isinstance(deps, (set, frozenset)):
+        raise TypeError(
+            f"task {describe(task)}: deps must be ordered (dependency values are passed "
+            f"in deps order), got a {type(deps).__name__}; use a list, or a mapping "
+            "{parameter: task} to pass them by keyword"
+        )
+    if not isinstance(deps, Iterable):
+        raise TypeError(
+            f"task {describe(task)}: deps must be a collection of task names, got "
+            f"{type(deps).__name__} {safe_repr(deps)}; write deps=[{safe_repr(deps)}]"
+        )
+    return tuple(deps), None
+
+
+def check_args(task: Hashable, args: object) -> tuple[Any, ...]:
+    if isinstance(args, (str, bytes, bytearray)):
+        raise TypeError(
+            f"task {describe(task)}: args must be a tuple of values, got "
+            f"{type(args).__name__} {args!r}; write args=({args!r},)"
+        )
+    if isinstance(args, Mapping):
+        raise TypeError(
+            f"task {describe(task)}: args takes positional values, got a mapping; "
+            f"pass keyword arguments as kwargs={safe_repr(args)}"
+        )
+    if not isinstance(args, Iterable):
+        raise TypeError(
+            f"task {describe(task)}: args must be a tuple of values, got "
+            f"{type(args).__name__} {safe_repr(args)}; write args=({safe_repr(args)},)"
+        )
+    return tuple(args)
+
+
+def check_kwargs(
+    task: Hashable, kwargs: object, kw_deps: Mapping[str, Hashable] | None
+) -> Mapping[str, Any]:
+    if not isinstance(kwargs, Mapping):
+        raise TypeError(
+            f"task {describe(task)}: kwargs must be a mapping of parameter name to "
+            f"value, got {type(kwargs).__name__} {safe_repr(kwargs)}"
+        )
+    for key in kwargs:
+        if not isinstance(key, str):
+            raise TypeError(
+                f"task {describe(task)}: kwargs keys are parameter names, got {safe_repr(key)}"
+            )
+        if kw_deps and key in kw_deps:
+            raise TypeError(
+                f"task {describe(task)}: parameter {key!r} is given both by deps (the "
+                f"value of {describe(kw_deps[key])}) and by kwargs; drop one of them"
+            )
+    return kwargs
+
+
+def name_of(func: Callable[..., Any]) -> Hashable:
+    name = getattr(func, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"@g.task names a task after its function, but {callable_name(func)} has no "
+            "__name__ (a functools.partial or a callable object); write "
+            "g.task(name=..., deps=[...])(fn), or g.add(name, fn, deps=[...])"
+        )
+    return name
+
+
+def deps_from_signature(
+    name: Hashable,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+) -> tuple[str, ...]:
+    """The positional parameters without defaults that args and kwargs leave, in order."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except Exception:
+        raise TypeError(
+            f"task {describe(name)}: @g.task cannot read the parameters of "
+            f"{callable_name(func)} to find its dependencies; pass deps=[...]"
+        ) from None
+    filled = set(kwargs or ())
+    required: list[str] = []
+    for param in params:
+        if param.kind is param.VAR_POSITIONAL:
+            raise TypeError(
+                f"task {describe(name)}: @g.task cannot tell which tasks "
+                f"*{param.name} of {callable_name(func)} should receive; list them: "
+                f"@g.task(deps=['a', 'b'])"
+            )
+        if param.kind is param.VAR_KEYWORD or param.default is not param.empty:
+            continue
+        if param.name in filled:
+            continue
+        if param.kind is param.KEYWORD_ONLY:
+            raise TypeError(
+                f"task {describe(name)}: keyword-only parameter {param.name!r} has no "
+                "default, but @g.task passes dependency values positionally; give it a "
+                f"default, pass it in kwargs=, or pass deps={{{param.name!r}: 'task'}}"
+            )
+        required.append(param.name)
+    return tuple(required[: max(0, len(required) - len(args))])
+
+
+def check_resources(name: Hashable, resources: object) -> tuple[tuple[str, float], ...]:
+    """``resources`` as sorted (name, amount) pairs, amounts positive and finite."""
+    if not isinstance(resources, Mapping):
+        raise TypeError(
+            f"task {describe(name)}: resources must be a mapping of resource name to "
+            f"amount, like {{'gpu': 1}}; got {type(resources).__name__} {safe_repr(resources)}"
+        )
+    needs = []
+    for key, amount in resources.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"task {describe(name)}: resource names must be strings, got "
+                f"{type(key).__name__} {safe_repr(key)}"
+            )
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, (int, float))
+            or not 0 < amount < math.inf
+        ):
+            raise ValueError(
+                f"task {describe(name)}: resources[{key!r}] must be a positive finite "
+                f"number, got {safe_repr(amount)}; leave the resource out if the task "
+                "needs none"
+            )
+        needs.append((key, amount))
+    return tuple(sorted(needs))

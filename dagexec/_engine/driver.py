@@ -1,0 +1,253 @@
+"""The scheduler driver: moves messages between the inboxes, the results queue and
+the run state machine, and decides nothing about tasks itself.
+
+Which tasks are ready, in what order, with which arguments, and what a report
+means for them is :mod:`dagexec._state.runstate`; which worker gets how many is
+:mod:`dagexec._engine.balance`; what a job with a policy or a chain looks like is
+:mod:`dagexec._engine.items`; attempt timeouts are :mod:`dagexec._engine.timers`. Starting,
+ending, and surviving its own errors is the run's (:mod:`dagexec._engine.scheduler`).
+Everything here runs on the one thread that drives the run.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import queue
+import threading
+from time import perf_counter
+from typing import Any
+
+from .._core.errors import Cancelled
+from .._core.plan import Plan
+from .._core.result import CANCELLED as S_CANCELLED
+from .._core.result import DONE as S_DONE
+from .._core.result import FAILED as S_FAILED
+from .._observation.observer import Observer
+from .._state.events import START, Event
+from .._state.runstate import RunState
+from .balance import Balance
+from .inbox import Inbox
+from .items import chained_jobs, head, log_dispatch, plain_jobs, special_items, take_back
+from .outcome import log_interrupted
+from .timers import AttemptTimers, clock
+from .wire import CHAIN, DONE, MEMBER, STARTED, STOP, Item
+
+__all__ = ["ABORT", "Driver"]
+
+log = logging.getLogger("dagexec")
+
+# How long the driver waits for a worker to take its next item when it has
+# ready tasks and room under the cap, but every inbox is momentarily full (a
+# worker has reported but not yet picked up). Shorter re-checks sooner but
+# wakes the driver more often; the wait ends early on any result anyway.
+_PICKUP_RETRY_SECONDS = 0.001
+
+# Longest the driver blocks while a retry or a timeout is pending: it then
+# reads the clock again, so a timer is late by at most this much even if the
+# clock jumps. Only runs with a task policy ever wait with a timer.
+_TIMER_POLL_SECONDS = 0.05
+
+
+class _Abort:
+    def __repr__(self) -> str:
+        return "ABORT"
+
+
+ABORT = _Abort()
+"""Put on a run's results queue to stop the run (Ctrl-C, cancel, the run's timeout)."""
+
+
+class Driver:
+    """The message loop of one run; its fields are set up by ``Run.__init__``."""
+
+    plan: Plan
+    inboxes: list[Inbox[Item | None]]
+    results: queue.SimpleQueue[Any]
+    state: RunState
+    observer: Observer
+    balance: Balance
+    timers: AttemptTimers | None  # only in runs whose plan has a task policy
+    stop: threading.Event  # chains stop between members once it is set
+    cancelled: threading.Event  # nothing queued will start any more
+    cap: int
+    flags: int
+    context: contextvars.Context | None
+    abort_requested: bool
+    aborted: bool
+    detachable: bool
+    detached: bool
+    wake_every: float | None
+    started_at: float
+    now: float  # when the current batch of reports arrived
+    debug: bool
+
+    def abort(self) -> None:
+        """Ask the run to stop; safe from any thread, including a signal handler.
+
+        The flag stops the very next dispatch round (even one before the driver
+        ever blocked on its results); the message wakes a driver that is blocked.
+        """
+        self.abort_requested = True
+        self.results.put(ABORT)
+
+    def _loop(self) -> None:
+        """Dispatch and take reports until the run is over (or, detachable, aborted)."""
+        state, balance, events, timers = self.state, self.balance, self.state.events, self.timers
+        wait: float | None = None
+        while state.unfinished:
+            # A stop takes effect (chains stop between members) before any callback
+            # hears of it: a callback may be what lets a running task go on.
+            if state.stopping and not self.stop.is_set():
+                self._halt()
+            if events:
+                self.observer.drain(events)
+            if self.abort_requested:
+                self._abort()
+            if self.aborted and self.detachable:
+                self.detached = True  # nothing queued can start: the caller may go
+                return
+            if timers is not None:
+                wait = timers.due()
+            if not state.stopping and state.in_flight > 1:
+                balance.steer(self.now, self.started_at, sum(state.ran_on))
+            # Cleanup tasks (run_if="all_done") are dispatched during a stop too.
+            pickup = bool(state.ready) and self._dispatch()
+            if not state.stopping and state.in_flight > 1:
+                balance.feed_idle(self.now)
+            if state.in_flight == 0 and not pickup and wait is None:
+                if not state.stopping:  # a bug: say so, never end as if it succeeded
+                    state.fail(state.stuck_error())
+                    continue  # report the cancels; the loop then ends
+                break  # nothing can report any more
+            batch = self._receive(pickup, wait)
+            if batch:
+                self._handle(batch)
+
+    def _receive(self, pickup: bool, wait: float | None) -> list[Any]:
+        """Block for reports, at most until a timer is due (``wait``) or an inbox
+        may have room again (``pickup``); everything queued by then, or []."""
+        if wait is not None:
+            wait = max(0.0, min(wait, _PICKUP_RETRY_SECONDS if pickup else _TIMER_POLL_SECONDS))
+        elif pickup:
+            wait = _PICKUP_RETRY_SECONDS
+        else:
+            wait = self.wake_every  # None: until a report comes
+        results = self.results
+        try:
+            batch = [results.get(timeout=wait)]
+        except queue.Empty:
+            batch = []
+        self.now = perf_counter()
+        if self.timers is not None:
+            self.state.now = clock()  # a failed attempt's retry is due from now
+        while not results.empty():
+            batch.append(results.get())
+        return batch
+
+    def _dispatch(self) -> bool:
+        """Hand ready tasks to workers up to the cap; True if blocked by full inboxes.
+
+        They go out in one batch per worker (``Balance.share`` says how many each
+        gets), each put into its inbox under one lock with at most one wake-up, so
+        a worker does not wake to contend for the GIL while its batch is built.
+        """
+        state = self.state
+        wanted = min(len(state.ready), self.cap - state.in_flight)
+        if wanted <= 0:
+            return False
+        counts = self.balance.share(wanted)
+        if state.policy is not None:
+            build = special_items
+        else:
+            build = chained_jobs if self.plan.chained else plain_jobs
+        events, stopping = state.events, state.stopping
+        for worker, count in enumerate(counts):
+            if not count:
+                continue
+            tasks, arguments = state.hand_out(count, worker)
+            if len(tasks) < count:  # the other ready tasks wait for resources
+                wanted = 0
+            items = build(self, tasks, arguments)
+            del arguments
+            if not items:
+                continue
+            if events:  # trace stamps and on_task_dispatch come before the put
+                self.observer.drain(events)
+                if state.stopping and not stopping:  # a callback raised: none goes out
+                    take_back(self, items)
+                    return False
+            self.inboxes[worker].put_all(items)  # room was checked; we are the only producer
+            self.balance.dispatched(worker, self.now, len(items))
+            if self.debug:
+                log_dispatch(self, items, worker)
+            del items
+        return sum(counts) < wanted
+
+    def _handle(self, batch: list[Any]) -> None:
+        """Apply what arrived on the results queue, in order, and let go of it.
+
+        Jobs that returned a value (the bulk, on a graph of small tasks) go to the
+        state machine together, in runs between the other messages.
+        """
+        state, timers, now = self.state, self.timers, self.now
+        held, last_seen = self.balance.held, self.balance.last_seen
+        returned: list[Any] = []
+        for msg in batch:
+            if msg is not ABORT and msg[2] == DONE and timers is None:
+                held[msg[0]] -= 1  # the balancer's view, updated once per item (as below)
+                last_seen[msg[0]] = now
+                returned.append(msg)
+                continue
+            if returned:  # the ones before this message come first
+                state.returned(returned)
+                returned.clear()
+            if msg is ABORT:
+                self._abort()
+                continue
+            worker, task, kind, payload, started, ended = msg
+            if kind == MEMBER:  # a chain member ended; the chain is still in flight
+                state.finish(task, S_DONE, None, worker, started, ended)
+            elif kind == STARTED:
+                if state.events is not None:
+                    state.events.append(Event(START, task, worker))
+                if timers is not None:
+                    timers.started(task, worker, now)
+            else:  # a job or a chain is off its worker
+                held[worker] -= 1
+                last_seen[worker] = now
+                if kind == CHAIN:
+                    state.chain_ended(task, payload, worker)
+                elif timers is None or not timers.ended(task, worker):  # else: timed out
+                    outcome = S_DONE if kind == DONE else S_FAILED
+                    if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
+                        outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
+                    state.finish(task, outcome, payload, worker, started, ended)
+                    state.release(task)
+        if returned:
+            state.returned(returned)
+        batch.clear()
+
+    def _abort(self) -> None:
+        """The caller asked to stop (Ctrl-C): cancel what is queued, drop what runs."""
+        if self.aborted:  # already handled, through abort_requested
+            return
+        self.aborted = True
+        state = self.state
+        unfinished = state.unfinished
+        state.stop(hard=True)
+        self._halt()
+        # Logged now, not when the loop ends: that can be much later, or never.
+        log_interrupted(unfinished - state.unfinished, state.in_flight)
+        self.cancelled.set()
+
+    def _halt(self) -> None:
+        """Stop chains between members and take back everything still queued."""
+        self.stop.set()
+        if self.timers is not None:
+            self.timers.stop_all()  # running attempts see the stop
+        for item in self.balance.take_back_all():
+            assert item is not STOP  # STOPs go in only after a run's cancellation
+            self.state.take_back(head(item))
+        if self.state.events:
+            self.observer.drain(self.state.events)

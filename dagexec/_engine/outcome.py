@@ -1,0 +1,125 @@
+"""A run's start and end as the outside sees them: logs, run hooks, the RunResult.
+
+Kept apart from the scheduler loop: this runs twice per run, and the end only
+after every worker is idle, reading what the scheduler thread left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from .._core.hooks import PlanInfo
+from .._core.result import DONE, RunResult, RunStats, StatusMap
+
+if TYPE_CHECKING:
+    from .scheduler import Run
+
+__all__ = ["Outcome", "announce", "build_result", "conclude"]
+
+log = logging.getLogger("dagexec")
+
+
+class Outcome:
+    """What the scheduler hands the caller: the result, and what to raise if anything."""
+
+    __slots__ = ("error", "result")
+
+    def __init__(self, result: RunResult | None, error: BaseException | None) -> None:
+        self.result = result
+        self.error = error
+
+
+def announce(run: Run) -> None:
+    """Log the run's start and call ``on_run_start``."""
+    plan, workers = run.plan, len(run.inboxes)
+    log.info(
+        "run start: %d tasks, %d targets, %d workers, effective cap %d",
+        len(plan),
+        len(plan.targets),
+        workers,
+        run.cap,
+    )
+    if run.hooks.run_start:
+        info = PlanInfo(
+            tasks=plan.names,
+            targets=plan.target_names,
+            workers=workers,
+            queue_cap=run.queue_cap,
+            max_in_flight=run.max_in_flight,
+            effective_cap=run.cap,
+            _plan=plan,
+        )
+        run.observer.call(run.hooks.run_start, info)
+
+
+def log_interrupted(cancelled: int, running: int) -> None:
+    """Say that a run was stopped from outside (Ctrl-C, cancel, its timeout)."""
+    log.warning(
+        "run interrupted: %d tasks cancelled, %d still running (they finish "
+        "in the background; their results are dropped)",
+        cancelled,
+        running,
+    )
+
+
+def conclude(run: Run, wall: float) -> Outcome:
+    """The outcome of a finished run; logs its end and calls ``on_run_end``."""
+    result = build_result(run, wall)
+    if log.isEnabledFor(logging.INFO):
+        counts = Counter(s.name.lower() for s in result.status.values())
+        log.info(
+            "run end: %s in %.3f s; peak in flight %d of %d",
+            ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
+            result.stats.wall_seconds,
+            run.state.peak_in_flight,
+            run.cap,
+        )
+    if run.hooks.run_end:
+        run.observer.call(run.hooks.run_end, result)
+    return Outcome(result, run.state.first_error)
+
+
+def build_result(run: Run, wall: float) -> RunResult:
+    """The result of ``run``: target values, every task's state, errors, stats, trace."""
+    state = run.state
+    plan, codes = run.plan, state.state
+    names = tuple(state.names)  # the plan's, and the items of its maps
+    # One C-level pass per column, not a Python loop per target: a big graph can
+    # have a hundred thousand targets (its sinks). Targets are the plan's tasks,
+    # never a map's items, so their names are the plan's.
+    targets, target_names = plan.targets, plan.target_names
+    target_codes = bytes(map(codes.__getitem__, targets))
+    if target_codes.count(DONE) == len(targets):  # the usual case: every target done
+        values = dict(zip(target_names, map(state.values.__getitem__, targets), strict=True))
+    else:
+        values = {
+            name: state.values[t]
+            for name, t, code in zip(target_names, targets, target_codes, strict=True)
+            if code == DONE
+        }
+    status = StatusMap(names, state.index, codes)
+    errors = {names[t]: e for t, e in state.errors.items()}
+    loaded = 0
+    if plan.loaded:
+        loaded = sum(1 for t in plan.loaded if codes[t] == DONE)
+    stats = RunStats(
+        tasks_planned=len(names),  # with the items of the maps that expanded
+        tasks_run=sum(state.ran_on) - loaded,
+        wall_seconds=wall,
+        workers=len(run.inboxes),
+        queue_cap=run.queue_cap,
+        max_in_flight=run.max_in_flight,
+        effective_cap=run.cap,
+        peak_in_flight=state.peak_in_flight,
+        peak_queue_depth=tuple(run.balance.peak_depth),
+        tasks_per_worker=tuple(state.ran_on),
+        resources=run.capacity,
+        peak_resources=state.peak_resources(run.capacity),
+        tasks_loaded=loaded,
+        retries=state.retries,
+    )
+    recorder = run.observer.recorder
+    trace = recorder.records(status, codes) if recorder is not None else ()
+    return RunResult(values, status, errors, stats, trace, target_names)

@@ -1,0 +1,292 @@
+"""One run: its parts, its start and end, and surviving its own errors. The driver
+(the message loop, :mod:`dagexec._engine.driver`) is its base class.
+
+Data flow::
+
+                      put_nowait (never blocks)          get (blocks)
+    +-----------+  --> inbox 0  [queue_cap] ----------> worker 0 --+
+    | scheduler |  --> inbox 1  [queue_cap] ----------> worker 1 --+
+    |  thread   |  --> ...            Job | Chain                  |
+    |           |  <-- results (unbounded SimpleQueue) <-----------+
+    |  Run      |       Report | ABORT      put (never blocks)
+    |   |       |
+    |   v       |  take/dispatch/finish/release      events
+    | RunState  | -------------------------------> Observer: trace Recorder,
+    +-----------+   (pure: _runstate.py,             callbacks (one stream,
+                     _fanout.py)                     in order: _observe.py)
+          ^
+      the "scheduler thread" is whichever thread drives the run: the caller's
+      own for a plain Executor.run (Ctrl-C then becomes ``abort()``, see
+      _sigint.py), else the executor's scheduler thread, with the caller
+      waiting for ``finished`` and putting ABORT on ``results`` on Ctrl-C
+
+Ownership (nothing here relies on the GIL; every shared thing is either owned
+by one thread or is a queue/Event, which has its own lock):
+
+    =====================  ==========================  =========================
+    what                   written by                  read by / ordered by
+    =====================  ==========================  =========================
+    runs queue (executor)  caller puts a Run           scheduler thread gets
+                                                       (SimpleQueue lock)
+    ``_slot`` (executor)   held by the thread that     the next driver waits
+                           drives a run                for it
+    RunState, Observer,    the scheduler thread only   the caller, after
+    Recorder, Balance,                                 ``finished`` is set
+    Run fields
+    inboxes                scheduler put_all (mutex),  workers pop (atomic deque
+                           get_nowait                  ops; mutex only to sleep)
+    results                workers, caller (ABORT)     scheduler get (queue lock)
+    ``stop`` Event         scheduler                   workers, between chain
+                                                       members (Event lock)
+    ``abort_requested``    caller, or a SIGINT         scheduler; the ABORT on
+                           handler on the driving      ``results`` orders it
+                           thread (then puts ABORT)
+    outcome                scheduler, before           caller, after
+                           ``finished.set()``          ``finished.wait()``
+    an attempt's token     scheduler sets it (timeout, the task, through
+    (``current_task()``)   a stop)                     ``current_task()`` (Event
+                                                       lock); one per attempt
+    ``_policy._local``     each worker, around a       that worker's task only
+                           task with a policy          (thread-local)
+    =====================  ==========================  =========================
+
+Why no circular wait can form: the scheduler never blocks on an inbox (it only
+try-puts, and checks for space first because it is the only producer: the
+executor's STOPs go in only once no run can put tasks any more), and a worker
+never blocks on reporting (the results queue is unbounded). The one blocking
+call of the scheduler is ``results.get``, and something is always on its way
+there while any task is in flight.
+
+Which worker gets a task, and rescuing tasks stuck behind a long one, is
+:mod:`dagexec._engine.balance`. Everything about tasks (order, readiness, resources,
+values, skips and cancels) is :mod:`dagexec._state.runstate`. On a stop the driver
+sets ``stop`` (chains stop between members), takes queued items back out of the
+inboxes and cancels them, and sets the token of every running attempt; tasks
+already running finish; only then is the outcome published.
+
+Per-task policy (only in runs whose plan has one): retry waits are timers in
+the state machine, attempt timeouts are :mod:`dagexec._engine.timers`, and both set
+the timeout of ``results.get``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import queue
+import threading
+from collections.abc import Mapping
+from time import perf_counter
+from typing import Any
+
+from .._core.hooks import Hooks
+from .._core.plan import Plan
+from .._core.safe import add_note
+from .._observation.observer import OWN_FILES, Observer, release_frames
+from .._observation.trace import Recorder
+from .._state.runstate import RunState
+from .balance import Balance
+from .driver import ABORT, Driver
+from .inbox import Inbox
+from .outcome import Outcome, announce, conclude
+from .timers import AttemptTimers
+from .wire import CHAIN, DONE, FAILED, NOTIFY_START, TIMED, Item, Job
+from .worker import register_run
+
+__all__ = ["ABORT", "Outcome", "Run"]
+
+log = logging.getLogger("dagexec")
+OWN_FILES.add(__file__)  # callback errors' tracebacks reach these frames
+
+
+def _nothing() -> None:
+    return None
+
+
+class Run(Driver):
+    """One run of a plan on a set of worker inboxes. :meth:`main` drives it.
+
+    ``abort`` may be called from any thread; everything else belongs to the
+    thread that drives the run until ``finished`` is set.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        inboxes: list[Inbox[Item | None]],
+        *,
+        queue_cap: int,
+        max_in_flight: int,
+        on_error: str,
+        hooks: Hooks,
+        trace: bool,
+        capacity: Mapping[str, float] | None = None,
+        context: contextvars.Context | None = None,
+    ) -> None:
+        self.plan, self.inboxes, self.hooks = plan, inboxes, hooks
+        self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
+        self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
+        self.capacity = dict(capacity or {})
+        self.context = context  # the caller's contextvars, copied per task (None: empty)
+        self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.finished = threading.Event()  # outcome is ready
+        self.stop = threading.Event()  # set by the driver on a stop; read by chains
+        self.cancelled = threading.Event()  # after an abort: nothing queued will start
+        self.outcome: Outcome | None = None
+        self.abort_requested = False  # written by abort(), on any thread
+        self.begun = self.aborted = False  # the driving thread only, like all below
+        self.detachable = self.detached = False  # see main()
+        self.escaped: BaseException | None = None  # see main()
+        self.wake_every: float | None = None
+        observed = trace or bool(
+            hooks.task_end or hooks.task_dispatch or hooks.task_start or hooks.map_expand
+        )
+        self.state = state = RunState(
+            plan, on_error=on_error, workers=len(inboxes), observed=observed, capacity=capacity
+        )
+        self.trace = trace
+        self.observer = Observer(hooks, state.names, None, state.fail)
+        self.flags = (TIMED if trace or hooks.task_end else 0) | (
+            NOTIFY_START if hooks.task_start else 0
+        )
+        self.balance = Balance(inboxes, queue_cap)
+        self.now = self.started_at = 0.0
+        self.timers = None if plan.policy is None else AttemptTimers(state)
+        self.debug = False
+
+    def main(self, *, detachable: bool = False, wake_every: float | None = None) -> None:
+        """Drive the run to its end. Never raises: errors go into ``outcome``. A second
+        call (see ``Executor.run``) returns at once.
+
+        On the executor's scheduler thread it is called with the defaults. A caller
+        that drives its own run (``Executor.run`` on a plain run, see
+        :mod:`dagexec._engine.executor`) passes ``detachable``: after an abort the call
+        returns as soon as nothing queued can start (``detached`` is then True),
+        and another thread finishes the run with :meth:`take_over`, so that Ctrl-C
+        stays prompt. The same happens when an exception escapes the driver on
+        the main thread (``escaped``), where a signal handler of the program's
+        may raise anywhere (a SIGALRM deadline, say): the caller raises it at
+        once and the thread that takes over trusts nothing of the run state.
+        Elsewhere such an exception can only be a bug of ours, and the caller
+        gets it once nothing of the run runs any more, as on the scheduler thread.
+
+        ``wake_every`` bounds each blocking wait, so that an interrupt raised with
+        ``_thread.interrupt_main()`` (which wakes no lock wait) is handled in time.
+        """
+        if self.begun:
+            return
+        self.begun = True
+        self.detachable, self.wake_every = detachable, wake_every
+        try:
+            self._run()
+        except BaseException as exc:  # a bug here must still release the caller...
+            if detachable and threading.current_thread() is threading.main_thread():
+                self.escaped, self.detached = exc, True
+            else:
+                self._failed(exc)
+        finally:
+            if not self.detached:
+                self._let_go()
+            # This frame stays reachable from a callback error's traceback (through
+            # f_back) after it returns; it must not keep the run alive from there.
+            del self
+
+    def take_over(self) -> None:
+        """Finish a detached run on this thread: wait for its running tasks. Never raises."""
+        assert self.detached
+        self.detachable = self.detached = False
+        self.wake_every = None
+        try:
+            if self.escaped is not None:  # the state may be half updated: trust none of it
+                self.escaped = None
+                self._drain_after_error()
+            else:
+                self._loop()
+                self._end()
+        except BaseException as exc:
+            self._failed(exc)
+        finally:
+            self._let_go()
+            del self  # as in main()
+
+    def _failed(self, exc: BaseException) -> None:
+        add_note(exc, "dagexec: internal error in the scheduler; the run was stopped")
+        self.outcome = Outcome(None, exc)
+        self.detached = False
+        # ...but only once none of this run's tasks is queued or running, so
+        # that it cannot overlap the next run on these workers.
+        self._drain_after_error()
+
+    def _let_go(self) -> None:
+        for error in self.observer.errors:
+            release_frames(error)
+        self.observer.errors.clear()
+        self.cancelled.set()
+        self.finished.set()
+        # A queued run's caller is released by the run's future, once the
+        # scheduler thread has let go of the run (_executor._Submission.main).
+
+    def _drain_after_error(self) -> None:
+        """Stop the run without trusting its (possibly inconsistent) state; never raises.
+
+        Takes every queued item back, then queues one probe per worker and waits
+        for all of them: a worker answers its probe only after the item it was
+        running, so once all have answered, nothing of this run runs any more.
+        After an abort that already cancelled the queued tasks, STOPs may follow
+        in the inboxes and a probe behind one would never be answered; then the
+        items still on workers are all there is to wait on.
+        """
+        try:
+            self.stop.set()  # chains stop between members
+            results = self.results
+            if self.cancelled.is_set():
+                # The balancer's per-worker counts drop before a report reaches
+                # the state machine, so they are right even if it failed mid-way.
+                held = self.balance.held
+                while sum(held) > 0:
+                    msg = results.get()
+                    if msg is not ABORT and msg[2] in (DONE, FAILED, CHAIN):
+                        held[msg[0]] -= 1
+                return
+            for inbox in self.inboxes:
+                while True:
+                    try:
+                        inbox.get_nowait()
+                    except queue.Empty:
+                        break
+            probe: Job = (results.put, -1, _nothing, (), 0, self.stop, None)
+            for inbox in self.inboxes:
+                inbox.put_nowait(probe)  # emptied above, and we are the only producer
+            unanswered = len(self.inboxes)
+            while unanswered:
+                msg = results.get()
+                if msg is not ABORT and msg[1] == -1:
+                    unanswered -= 1
+        except BaseException as exc:  # nothing better to do than to say so
+            add_note(exc, "dagexec: the scheduler failed again while stopping the run")
+            log.exception("stopping the run after an internal error failed")
+
+    def _run(self) -> None:
+        state = self.state
+        self.started_at = self.now = perf_counter()
+        if self.trace:
+            self.observer.recorder = Recorder(state, self.started_at)
+        self.debug = log.isEnabledFor(logging.DEBUG)  # dispatch then pays one falsy test
+        # current_task() in a plain task names it through this: the names grow as
+        # maps expand, and were written before the task was handed out.
+        register_run(self.stop, lambda task: state.names[task])
+        announce(self)
+        self._loop()
+        if not self.detached:
+            self._end()
+
+    def _end(self) -> None:
+        """After the loop: end what is left, publish the outcome."""
+        state = self.state
+        state.stop(hard=True)  # a no-op unless the loop above broke out early
+        if state.events:
+            self.observer.drain(state.events)
+        if self.aborted:
+            log.info("interrupted run: its last running tasks have finished")
+            return  # the caller has gone; nobody reads an outcome
+        self.outcome = conclude(self, perf_counter() - self.started_at)

@@ -1,0 +1,98 @@
+"""What moves between threads: items for workers, reports back.
+
+One word per concept:
+
+* a **job** is one task handed to a worker; a **chain** is a linear run of tasks
+  handed over as one item (see ``_plan._chain_links``). Both are *items*: what
+  an inbox holds, besides :data:`STOP`.
+* a **report** is what a worker puts on the results queue.
+* an **event** (:mod:`dagexec._state.events`) is what the run state machine
+  emits for the trace and the callbacks.
+
+Tuples, not classes: an item and a report are built once per task on the hot
+path, and a tuple is the cheapest immutable record Python has. Immutable
+matters: a job is read by a worker while the scheduler may still hold it (a
+balance move), and nothing here relies on the GIL. The two built for every task,
+a :data:`Job` and a :data:`Report`, are plain tuples with their fields named
+here, in the type alias, and wherever they are unpacked: a ``NamedTuple``'s
+constructor is a Python function, ~250 ns against ~40 ns for a plain tuple
+(CPython 3.11), paid twice per task. The rarer ones (a :class:`Chain`, once per
+chain; a :class:`ChainEnd`; an :class:`Event`, only when someone watches) are
+``NamedTuple`` s.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextvars import Context
+from typing import Any, NamedTuple
+
+__all__ = [
+    "CHAIN",
+    "DONE",
+    "FAILED",
+    "MEMBER",
+    "NOTIFY_START",
+    "STARTED",
+    "STOP",
+    "TIMED",
+    "Chain",
+    "Item",
+    "Job",
+    "Report",
+]
+
+# Report kinds. A chain reports each member but the last as MEMBER when it is
+# timed (someone watches task ends), and always ends with one CHAIN report.
+DONE, FAILED, STARTED, MEMBER, CHAIN = range(5)
+
+# Item flags: extra reporting a run asked for. Off by default, so a run without
+# tracing or callbacks pays nothing for them.
+NOTIFY_START = 1
+TIMED = 2
+
+# Sentinel telling a worker to exit once it reaches it in its inbox.
+STOP = None
+
+
+Report = tuple[int, Any, int, Any, float, float]
+"""A worker's message ``(worker, task, kind, payload, started, ended)``: ``task``
+(a chain's member tuple for CHAIN) ended or began.
+
+``payload``: the value (DONE), the exception (FAILED), a :class:`ChainEnd`
+(CHAIN), None otherwise. ``started``/``ended`` are ``perf_counter`` stamps
+taken on the worker in a timed run, else 0.0.
+"""
+
+
+Reporter = Callable[[Report], None]
+
+Job = tuple[
+    Reporter, int, Callable[..., Any], tuple[Any, ...], int, threading.Event, Context | None
+]
+"""One task for a worker, ``(report, task, fn, args, flags, stop, context)``: it
+runs ``fn(*args)`` and reports through ``report``.
+
+It carries the run's own ``report`` and ``stop``, so a worker needs nothing
+else, and a late report of an abandoned run goes to that run's queue only.
+``context`` is the caller's contextvars (None when empty), copied per task.
+"""
+
+
+class Chain(NamedTuple):
+    """Tasks run back to back on one worker, each on the previous one's value.
+
+    Holds one in-flight slot. The worker checks ``stop`` between members.
+    """
+
+    report: Reporter
+    tasks: tuple[int, ...]
+    fns: tuple[Callable[..., Any], ...]
+    args: tuple[Any, ...]
+    flags: int
+    stop: threading.Event
+    context: Context | None
+
+
+Item = Job | Chain

@@ -1,0 +1,204 @@
+"""The worker loop: take an item from my inbox, run it, report. Knows nothing of graphs.
+
+A worker owns nothing shared. Each work item carries everything it needs,
+including where to report and the run's stop flag, so a run that was abandoned
+(Ctrl-C) can never deliver a late result into the next run on the same
+executor: its reports go to its own results queue, which nobody reads any more.
+
+Reporting is a ``put`` on an unbounded ``SimpleQueue``: it never blocks, so a
+worker cannot wait on the scheduler while the scheduler waits on it.
+
+An item is a :class:`~dagexec._engine.wire.Job` (one task) or a
+:class:`~dagexec._engine.wire.Chain`: a linear run of tasks, each the only consumer
+of the one before, run back to back and reported once (see ``_plan._chain_links``).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Hashable
+from time import perf_counter
+from typing import Any
+
+from .._state.events import ChainEnd
+from .inbox import Inbox
+from .wire import (
+    CHAIN,
+    DONE,
+    FAILED,
+    MEMBER,
+    NOTIFY_START,
+    STARTED,
+    STOP,
+    TIMED,
+    Chain,
+    Item,
+)
+
+__all__ = ["Running", "register_run", "running_here", "worker_loop"]
+
+
+class Running:
+    """What one worker runs right now, for ``dagexec.current_task()`` in a plain task.
+
+    Written only by its own worker (two attribute stores per task, ~12 ns), read
+    only by code running on that same worker thread: no lock is needed.
+    """
+
+    __slots__ = ("stop", "task")
+
+    def __init__(self) -> None:
+        self.task = -1
+        self.stop: threading.Event | None = None
+
+
+# Each worker thread's Running, by thread ident: set when the worker starts and
+# removed when it exits; read through running_here() on the same thread.
+_running: dict[int, Running] = {}
+
+# How to name a task of a run, keyed by the run's stop Event (which every item of
+# the run carries). Registered by the scheduler once per run; weak, so an entry
+# goes when its run does.
+_namers: weakref.WeakKeyDictionary[threading.Event, Callable[[int], Hashable]] = (
+    weakref.WeakKeyDictionary()
+)
+_namers_lock = threading.Lock()
+
+
+def register_run(stop: threading.Event, name_of: Callable[[int], Hashable]) -> None:
+    """Let ``current_task()`` name the tasks of the run whose stop flag is ``stop``."""
+    with _namers_lock:
+        _namers[stop] = name_of
+
+
+def running_here() -> tuple[Hashable, threading.Event] | None:
+    """The name and the run's stop flag of the task this worker thread runs, or None."""
+    here = _running.get(threading.get_ident())
+    if here is None or here.stop is None:
+        return None
+    with _namers_lock:
+        name_of = _namers.get(here.stop)
+    name: Hashable = name_of(here.task) if name_of is not None else here.task
+    return name, here.stop
+
+
+def worker_loop(worker_id: int, inbox: Inbox[Item | None]) -> None:
+    """Run items from ``inbox`` until :data:`STOP`; report every outcome, never raise.
+
+    Any ``BaseException`` from a task (``SystemExit`` and ``KeyboardInterrupt``
+    included) is reported like any failure, so a worker is never killed silently.
+
+    An item carrying a context (a copy of the caller's, taken once per run) runs
+    each task in a fresh copy of it: the task sees the caller's ``contextvars``,
+    and what it sets stays its own (a ``Context`` can be entered by one thread
+    at a time, and tasks must not see each other's changes). An item without one
+    (the drain's probe) is called directly.
+    """
+    here = _running[threading.get_ident()] = Running()
+    try:
+        _loop(worker_id, inbox, here)
+    finally:
+        del _running[threading.get_ident()]
+
+
+def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
+    # An item waiting is popped straight off the inbox's deque (atomic on its own,
+    # as the Inbox docstring says); only an empty inbox costs a call, to sleep.
+    pop, wait = inbox.queue.popleft, inbox.get
+    while True:
+        try:
+            item = pop()
+        except IndexError:
+            item = wait()
+        if item is STOP:
+            return
+        if isinstance(item, Chain):
+            # Handed over in a one-slot list, so that no frame but _run_chain's
+            # holds the chain's input once its first member has consumed it.
+            box = [item]
+            del item
+            _run_chain(worker_id, box, here)
+            here.stop = None
+            continue
+        report, task, fn, args, flags, stop, context = item
+        # Drop every reference we can before running and after reporting: an idle
+        # worker must not keep a large argument or result alive.
+        del item
+        if flags & NOTIFY_START:
+            report((worker_id, task, STARTED, None, 0.0, 0.0))
+        started = perf_counter() if flags & TIMED else 0.0
+        here.task, here.stop = task, stop
+        try:
+            value = fn(*args) if context is None else context.copy().run(fn, *args)
+        except BaseException as exc:  # reported, re-raised in the caller
+            del args
+            _drop_own_frame(exc)
+            ended = perf_counter() if flags & TIMED else 0.0
+            report((worker_id, task, FAILED, exc, started, ended))
+            del exc  # the traceback would keep the task's frames alive
+        else:
+            del args
+            ended = perf_counter() if flags & TIMED else 0.0
+            report((worker_id, task, DONE, value, started, ended))
+            del value
+        here.stop = None
+        del report, fn, stop, context
+
+
+def _drop_own_frame(exc: BaseException) -> None:
+    """Start the traceback at the task's own frame.
+
+    The worker's frame is still running (it goes on to later tasks, even later
+    runs), so leaving it in a traceback the caller keeps would pin whatever the
+    worker holds at that moment; it tells the user nothing about their task.
+    """
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_next is not None:
+        exc.__traceback__ = tb.tb_next
+
+
+def _run_chain(worker_id: int, box: list[Chain], here: Running) -> None:
+    """Run a chain's members in order, each on the previous one's value.
+
+    Stops early, between members, once the run is stopping (a failure elsewhere,
+    Ctrl-C), so a long chain is no longer than one task in how late it notices.
+    In a timed run each member's end is reported as it happens, so progress,
+    traces and callbacks (and whatever they hold per task) keep pace with the
+    work instead of waiting for the whole chain.
+    """
+    report, tasks, fns, args, flags, stop, context = box.pop()
+    timed = flags & TIMED
+    times: list[float] | None = [] if timed else None
+    value: Any = None
+    done = 0
+    last = len(fns) - 1
+    for k, fn in enumerate(fns):
+        if k and stop.is_set():
+            break
+        if flags & NOTIFY_START:
+            report((worker_id, tasks[k], STARTED, None, 0.0, 0.0))
+        started = perf_counter() if timed else 0.0
+        here.task, here.stop = tasks[k], stop
+        try:
+            value = fn(*args) if context is None else context.copy().run(fn, *args)
+        except BaseException as exc:
+            # This frame ends here but stays reachable from exc's traceback:
+            # it must not keep the previous member's value alive.
+            args = ()
+            value = None
+            _drop_own_frame(exc)
+            if times is not None:
+                times += (started, perf_counter())
+            report((worker_id, tasks, CHAIN, ChainEnd(done, False, exc, times), 0.0, 0.0))
+            del exc
+            return
+        if times is not None:
+            ended = perf_counter()
+            times += (started, ended)
+            if k < last:
+                report((worker_id, tasks[k], MEMBER, None, started, ended))
+        args = (value,)
+        done = k + 1
+    del args
+    report((worker_id, tasks, CHAIN, ChainEnd(done, True, value, times), 0.0, 0.0))

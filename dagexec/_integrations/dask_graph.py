@@ -1,0 +1,335 @@
+"""Dask graphs to dagexec graphs and back. Pure: no threads, no run state.
+
+Kept apart from :mod:`dagexec.dask` (the public entry point, which checks that
+dask is installed before importing this) so that the conversion can be read,
+and tested, without the executor and the callback bridge around it.
+
+How a dask graph becomes a dagexec graph: every dask node is converted to the
+task-spec form (``dask._task_spec.convert_legacy_graph``), only the ancestors of
+the requested keys are kept, and each node becomes one dagexec task whose
+dependencies are the node's dependency keys (a key that is neither in the
+graph nor known raises a ``MissingDependencyError`` in dask's words). Data
+nodes (literals, and values passed in ``cache``) are not tasks at all: like
+dask's own local scheduler, they are known before the run starts and are baked
+into the tasks that use them. The common node, a ``Task`` whose arguments are
+references and literals, is called directly with its arguments in place, so it
+costs no more than dask's own ``Task.__call__``; anything else is called the
+way dask calls it, with a dict of its dependencies' values.
+
+The other direction, :func:`to_dask_graph`, keeps dagexec task names as dask
+keys whenever dask accepts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any
+
+from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef
+from dask.core import validate_key
+
+from .._core.errors import MissingDependencyError, describe
+from .._core.graph import Graph
+from .._core.plan import Plan, plan_run
+
+__all__ = ["Built", "build", "flatten_keys", "nest", "to_dask_graph"]
+
+# --------------------------------------------------------------------------------------
+# dask graph -> dagexec graph
+# --------------------------------------------------------------------------------------
+
+
+def flatten_keys(keys: Any) -> list[Hashable]:
+    """Every key named in ``keys``; only lists nest (a tuple is a key, as in dask)."""
+    if not isinstance(keys, list):
+        return [keys]
+    flat: list[Hashable] = []
+    stack: list[Any] = [iter(keys)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            flat.append(item)
+        else:
+            stack.pop()
+    return flat
+
+
+def nest(keys: Any, values: Mapping[Hashable, Any]) -> Any:
+    """Pick ``keys`` out of ``values`` with dask's shape: lists become tuples."""
+    if isinstance(keys, list):
+        return tuple([nest(k, values) for k in keys])
+    return values[keys]
+
+
+class Built:
+    """A dask graph in dagexec form, plus what the run needs to answer dask."""
+
+    __slots__ = ("consts", "deps", "graph", "targets")
+
+    def __init__(self) -> None:
+        self.graph = Graph()
+        self.consts: dict[Hashable, Any] = {}  # data nodes and cache values used
+        self.deps: dict[Hashable, tuple[Hashable, ...]] = {}  # task key -> task deps
+        self.targets: list[Hashable] = []  # requested keys that are tasks
+
+
+def build(
+    nodes: Mapping[Hashable, GraphNode], keys: list[Hashable], known: Mapping[Hashable, Any]
+) -> Built:
+    """Turn the ancestors of ``keys`` into dagexec tasks, in dependency order.
+
+    An iterative depth-first walk (a 10,000-long chain must not hit the recursion
+    limit) that adds each task after its dependencies, so validating the result
+    needs no cycle search. A cycle leaves a task added before one of its
+    dependencies, which validation then reports as a ``CycleError``.
+    """
+    built = Built()
+    consts, task_deps = built.consts, built.deps
+    graph_add = built.graph.add
+    visiting: set[Hashable] = set()
+    for root in dict.fromkeys(keys):
+        if root in task_deps or root in consts:
+            continue
+        if _is_const(root, nodes, known, consts):
+            continue
+        stack: list[tuple[Hashable, Any, list[Hashable]]] = []
+        deps = _node_deps(nodes[root])
+        stack.append((root, iter(deps), deps))
+        visiting.add(root)
+        while stack:
+            key, pending, deps = stack[-1]
+            for dep in pending:
+                if dep in task_deps or dep in consts or dep in visiting:
+                    continue
+                if _is_const(dep, nodes, known, consts):
+                    continue
+                if dep not in nodes:
+                    raise _missing(key, deps, nodes, known)
+                dep_deps = _node_deps(nodes[dep])
+                stack.append((dep, iter(dep_deps), dep_deps))
+                visiting.add(dep)
+                break
+            else:
+                stack.pop()
+                visiting.discard(key)
+                fn, fn_deps = _compile(nodes[key], consts)
+                task_deps[key] = fn_deps
+                graph_add(key, fn, deps=fn_deps)
+    built.targets = [k for k in dict.fromkeys(keys) if k in task_deps]
+    return built
+
+
+def _missing(
+    key: Hashable,
+    deps: list[Hashable],
+    nodes: Mapping[Hashable, GraphNode],
+    known: Mapping[Hashable, Any],
+) -> MissingDependencyError:
+    """The error for ``key``'s dependencies that are neither tasks nor known values.
+
+    Worded as dask words it ("Missing dependency ..."), which dask users (and
+    dask's own tests) look for, and still a :class:`MissingDependencyError`.
+    """
+    missing = [d for d in deps if d not in nodes and d not in known]
+    error = MissingDependencyError(key, missing)
+    names = ", ".join(describe(m) for m in missing)
+    error.args = (
+        f"Missing dependency {names} for dependents {describe(key)}: "
+        f"{'it is' if len(missing) == 1 else 'they are'} neither in the dask graph "
+        "nor in cache; add the missing key to the graph or pass its value in cache=",
+    )
+    return error
+
+
+def _is_const(
+    key: Hashable,
+    nodes: Mapping[Hashable, GraphNode],
+    known: Mapping[Hashable, Any],
+    consts: dict[Hashable, Any],
+) -> bool:
+    """Record ``key``'s value if it is known before the run (cache or data node)."""
+    if key in known:
+        consts[key] = known[key]
+        return True
+    node = nodes.get(key)
+    if isinstance(node, DataNode):
+        consts[key] = node.value
+        return True
+    return False
+
+
+def _node_deps(node: GraphNode) -> list[Hashable]:
+    # Sorted when possible so that the run order does not depend on set order.
+    deps = list(node.dependencies)
+    try:
+        deps.sort()
+    except TypeError:  # keys of mixed types (str and tuple) do not compare
+        deps.sort(key=lambda k: (type(k).__name__, str(k)))
+    return deps
+
+
+def _compile(
+    node: GraphNode, consts: Mapping[Hashable, Any]
+) -> tuple[Callable[..., Any], tuple[Hashable, ...]]:
+    """The dagexec function and dependency keys computing ``node``.
+
+    Values known before the run are baked into the function, so they cost no
+    task and no argument passing.
+    """
+    if type(node) is Task:
+        fast = _compile_task(node, consts)
+        if fast is not None:
+            return fast
+    elif isinstance(node, Alias):
+        target = node.target
+        if target in consts:
+            return _Const(consts[target]), ()
+        return _identity, (target,)
+    deps = tuple(d for d in _node_deps(node) if d not in consts)
+    known = {d: consts[d] for d in node.dependencies if d in consts}
+    return _CallNode(node, deps, known), deps
+
+
+def _compile_task(
+    node: Task, consts: Mapping[Hashable, Any]
+) -> tuple[Callable[..., Any], tuple[Hashable, ...]] | None:
+    """Call ``node.func`` directly when its arguments are references and literals.
+
+    Returns None for a task with nested tasks or references among its keyword
+    arguments, which :class:`_CallNode` evaluates the way dask does.
+    """
+    kwargs = node.kwargs
+    for value in kwargs.values():
+        if isinstance(value, (GraphNode, TaskRef)):
+            return None
+    template: list[Any] = []
+    slots: list[int] = []
+    deps: list[Hashable] = []
+    for pos, arg in enumerate(node.args):
+        if isinstance(arg, TaskRef):
+            if arg.key in consts:
+                template.append(consts[arg.key])
+            else:
+                template.append(None)
+                slots.append(pos)
+                deps.append(arg.key)
+        elif isinstance(arg, DataNode):
+            template.append(arg.value)
+        elif isinstance(arg, GraphNode):
+            return None
+        else:
+            template.append(arg)
+    if len(slots) == len(template) and not kwargs:
+        return node.func, tuple(deps)  # fn(*deps): nothing to adapt
+    return _Apply(node.func, template, tuple(slots), kwargs), tuple(deps)
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+class _Const:
+    """A task whose value is known: an alias of a data node."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __call__(self) -> Any:
+        return self.value
+
+
+class _Apply:
+    """``func(*args, **kwargs)`` with the dependency values put into their argument slots."""
+
+    __slots__ = ("func", "kwargs", "slots", "template")
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        template: list[Any],
+        slots: tuple[int, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self.func = func
+        self.template = template
+        self.slots = slots
+        self.kwargs = kwargs
+
+    def __call__(self, *values: Any) -> Any:
+        args = self.template.copy()
+        for pos, value in zip(self.slots, values, strict=True):
+            args[pos] = value
+        return self.func(*args, **self.kwargs)
+
+
+class _CallNode:
+    """Any other node, called as dask calls it: with a dict of its dependencies' values."""
+
+    __slots__ = ("deps", "known", "node")
+
+    def __init__(
+        self, node: GraphNode, deps: tuple[Hashable, ...], known: dict[Hashable, Any]
+    ) -> None:
+        self.node = node
+        self.deps = deps
+        self.known = known
+
+    def __call__(self, *values: Any) -> Any:
+        data = dict(zip(self.deps, values, strict=True))
+        if self.known:
+            data.update(self.known)
+        return self.node(data)
+
+
+# --------------------------------------------------------------------------------------
+# dagexec graph -> dask graph
+# --------------------------------------------------------------------------------------
+
+
+def to_dask_graph(
+    graph: Graph, targets: Iterable[Hashable] | None
+) -> tuple[dict[Hashable, Task], list[Hashable], Plan]:
+    """The dask graph for ``targets``, its keys, and the plan it was made from.
+
+    The plan is the one a threaded run would execute (the core planner validates
+    the graph and the targets, and prunes to their ancestors), so both engines
+    run exactly the same tasks; ``run_on`` reads target and task names from it.
+    Raises as ``to_dask`` documents.
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
+    plan = plan_run(graph._compile(), targets)
+    key_of = _dask_keys(list(plan.names))
+    keys = [key_of[name] for name in plan.names]
+    dsk = {
+        keys[i]: Task(keys[i], plan.fns[i], *[TaskRef(keys[d]) for d in plan.deps[i]])
+        for i in range(len(plan))
+    }
+    return dsk, [keys[t] for t in plan.targets], plan
+
+
+def _dask_keys(names: list[Hashable]) -> dict[Hashable, Any]:
+    """A unique, valid dask key for each name: the name itself whenever it can be."""
+    key_of: dict[Hashable, Any] = {}
+    taken: set[Hashable] = set()
+    renamed: list[Hashable] = []
+    for name in names:
+        try:
+            validate_key(name)
+        except TypeError:
+            renamed.append(name)
+        else:
+            key_of[name] = name
+            taken.add(name)
+    n = 0
+    for name in renamed:
+        while f"dagexec-{n}" in taken:
+            n += 1
+        key_of[name] = f"dagexec-{n}"
+        taken.add(key_of[name])
+        n += 1
+    return key_of

@@ -1,0 +1,453 @@
+"""``progress=True``: a one-line progress bar on stderr, driven by run callbacks.
+
+Every hook runs on the scheduler thread, so the counts need no lock, and the
+bar must cost the scheduler next to nothing: a redraw (string formatting and a
+write to a terminal) happens at most once per ``min_interval`` seconds, checked
+with one :func:`time.monotonic` call per event, plus a final draw at the end.
+The one exception: a task start on a worker that the line on screen shows idle
+redraws at once, at most once per worker per line (see ``_task_started``).
+
+On a terminal the line is redrawn in place (``\\r``, then erase to end of line)
+and left showing the final state, followed by a newline. When the stream is not
+a terminal (a log file, CI, a pipe) redraws would only fill the log with
+carriage returns, so nothing is written during the run and one summary line is
+written at its end.
+
+Tasks that log or print to the same terminal while the line shows would write
+into the middle of it. So on a terminal, for the length of a run, the bar puts
+a small proxy (:class:`_LineSafeStream`) in front of the terminal streams: in
+``sys.stdout``/``sys.stderr`` and in the ``logging.StreamHandler`` objects
+that write to them. A write through a proxy takes the bar's lock, erases the
+bar, writes, and redraws the bar below a completed line, so log lines scroll
+up whole and the bar stays at the bottom. The proxies are taken out again when
+the run ends (or :meth:`ProgressBar.close` is called, or the first write after
+an interrupted run notices that its scheduler has gone).
+
+A progress bar must never fail a run: when the stream is missing
+(``sys.stderr is None`` under pythonw or a service) or a write to it fails,
+the bar goes quiet.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, TextIO
+
+from .._core.hooks import PlanInfo
+from .._core.result import TaskState
+
+if TYPE_CHECKING:
+    from .._core.result import RunResult
+
+__all__ = ["ProgressBar"]
+
+_BAR_CELLS = 24
+_ERASE_TO_EOL = "\x1b[K"
+
+
+def format_duration(seconds: float) -> str:
+    """``h:mm:ss`` or ``m:ss``, the way a person reads a countdown."""
+    whole = max(round(seconds), 0)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+class ProgressBar:
+    """Show a run's progress on ``stream`` (default: ``sys.stderr``).
+
+    Args:
+        stream: where to write; ``sys.stderr`` as it is when the bar is made
+            (``progress=True`` makes it as the run starts) when None. With no
+            stream at all (``sys.stderr is None``) the bar writes nothing.
+        is_tty: force terminal mode on or off; None asks ``stream.isatty()``,
+            once, here.
+        min_interval: least seconds between two redraws on a terminal.
+        keep_logs_apart: on a terminal, route writes to ``sys.stdout``,
+            ``sys.stderr`` and logging stream handlers through the bar during a
+            run, so they appear as whole lines above it (see the module doc).
+            False leaves every stream alone.
+        clock: the time source, :func:`time.monotonic` unless a test injects one.
+
+    The line reads ``finished/total`` (every final state counts as finished,
+    so the bar reaches the end even when tasks fail or are skipped), then
+    failed, skipped and cancelled counts, tasks running, the rate of tasks run
+    per second and an ETA from that rate. One instance can serve several runs
+    in turn; each run start resets it.
+
+    Terminal-ness is decided when the bar is made, not at each run start,
+    because it decides which hooks the bar has: only a terminal shows the
+    running count, so only then does the bar implement ``on_task_start`` (a
+    run asks its workers for start reports only when some callback has that
+    hook). That is also why this is not a :class:`dagexec.Callback` subclass:
+    the hooks are set per instance.
+    """
+
+    on_task_start: Callable[[Hashable, int], None]
+    on_task_end: Callable[[Hashable, TaskState, float], None]
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        is_tty: bool | None = None,
+        min_interval: float = 0.1,
+        keep_logs_apart: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.min_interval = min_interval
+        self.keep_logs_apart = keep_logs_apart
+        self._clock = clock
+        self._stream: TextIO | None = stream if stream is not None else sys.stderr
+        while isinstance(self._stream, _LineSafeStream):  # another bar's, left by Ctrl-C
+            self._stream._bar._close_if_abandoned()
+            self._stream = self._stream._target
+        if self._stream is None:
+            is_tty = False
+        elif is_tty is None:
+            try:
+                is_tty = bool(self._stream.isatty())
+            except Exception:  # no isatty, a closed stream, a hostile object
+                is_tty = False
+        self.is_tty = is_tty
+        # Serialises every write to the terminal: the bar's (scheduler thread) and
+        # the proxied ones (any thread). Re-entrant: a proxy redraws under it.
+        self._lock = threading.RLock()
+        self._quiet = self._stream is None  # no stream, or a write to it failed
+        self._swapped: list[tuple[Any, str, Any, _LineSafeStream]] = []
+        self._run_thread: threading.Thread | None = None
+        self._running = False  # between a run's start and its end (or close())
+        self._showing = False  # a bar line is on screen and not yet ended
+        self._partial = False  # a proxied write left the cursor mid-line
+        if is_tty:
+            self.on_task_start = self._task_started
+            self.on_task_end = self._task_ended_drawing
+        else:
+            self.on_task_end = self._task_ended
+        self._reset(0)
+
+    def _reset(self, total: int) -> None:
+        self.total = total
+        self.counts = dict.fromkeys(TaskState, 0)
+        self.interrupted = False
+        # What each worker runs now, and where each started task runs. A fused
+        # chain reports each member's start as it happens but all their ends at
+        # once, so counting starts minus ends would overcount; a worker runs one
+        # task at a time, so its latest start is what it is running.
+        self._current: dict[int, Hashable] = {}
+        self._worker_of: dict[Hashable, int] = {}
+        self._started_at = self._clock()
+        self._last_draw = -float("inf")
+        self._drawn_busy: set[int] = set()  # workers the line on screen shows running
+
+    # ------------------------------------------------------------ callbacks
+    def on_run_start(self, plan: PlanInfo) -> None:
+        self._reset(len(plan.tasks))
+        self._running = True
+        if self.is_tty:
+            self._run_thread = threading.current_thread()
+            if self.keep_logs_apart and not self._quiet:
+                self._install()
+            self._draw(self._started_at, final=False)
+
+    def on_map_expand(self, name: Hashable, items: int) -> None:
+        with self._lock:  # a proxied write (any thread) may be drawing the line
+            self.total += items  # the map's items are tasks of the run too
+
+    def _task_started(self, name: Hashable, worker: int) -> None:
+        with self._lock:  # a proxied write (any thread) may be drawing the line
+            self._current[worker] = name
+            self._worker_of[name] = worker
+        if worker not in self._drawn_busy:
+            # The screen shows this worker idle: either the line was drawn in the
+            # moment between two of its tasks (its next start is usually queued
+            # right behind the end that triggered the redraw), or it is the run's
+            # first start. Left alone, a run of long tasks would show "running 0"
+            # until the next end, so correct the line now: once per worker per
+            # line, since the corrected line shows it busy.
+            self._draw(self._clock(), final=False)
+        else:
+            self._maybe_draw(self.min_interval)
+
+    def _task_ended(self, name: Hashable, state: TaskState, seconds: float) -> None:
+        self.counts[state] += 1
+
+    def _task_ended_drawing(self, name: Hashable, state: TaskState, seconds: float) -> None:
+        with self._lock:  # a proxied write (any thread) may be drawing the line
+            self.counts[state] += 1
+            worker = self._worker_of.pop(name, None)
+            if worker is not None and self._current.get(worker) == name:
+                del self._current[worker]
+        self._maybe_draw(self.min_interval)
+
+    def on_run_end(self, result: RunResult) -> None:
+        self._finish(interrupted=False)
+
+    def close(self, *, interrupted: bool = True) -> None:
+        """End a run the bar saw start but not end (Ctrl-C): final line, streams back.
+
+        Safe to call at any time and more than once; does nothing when no run is
+        showing. The command line calls it when a run is interrupted.
+        """
+        if self._running:
+            self._finish(interrupted=interrupted)
+
+    def _finish(self, *, interrupted: bool) -> None:
+        with self._lock:
+            self._uninstall()
+            now = self._clock()
+            self._current.clear()
+            self._worker_of.clear()
+            self.interrupted = interrupted
+            if self.is_tty:
+                self._draw(now, final=True)
+                self._write("\n")
+            else:
+                self._write(self.summary(now) + "\n")
+            self._showing = False
+            self._running = False
+
+    # ------------------------------------------------------ log separation
+    def _install(self) -> None:
+        """Put proxies in front of the terminal streams, for this run only."""
+        terminal = self._stream
+        targets: list[Any] = [terminal]
+        if sys.stdout is not None and sys.stdout is not terminal and _is_tty(sys.stdout):
+            targets.append(sys.stdout)  # another stream on the same terminal, most likely
+        proxies = {id(t): _LineSafeStream(t, self) for t in targets}
+        for owner, attr in ((sys, "stdout"), (sys, "stderr")):
+            current = getattr(owner, attr)
+            if id(current) in proxies:
+                self._swap(owner, attr, current, proxies[id(current)])
+        for handler in _stream_handlers():
+            current = getattr(handler, "stream", None)
+            if id(current) in proxies:
+                self._swap(handler, "stream", current, proxies[id(current)])
+
+    def _swap(self, owner: Any, attr: str, original: Any, proxy: _LineSafeStream) -> None:
+        try:
+            setattr(owner, attr, proxy)
+        except Exception:  # a handler that refuses: leave it alone
+            return
+        self._swapped.append((owner, attr, original, proxy))
+
+    def _uninstall(self) -> None:
+        swapped, self._swapped = self._swapped, []
+        for owner, attr, original, proxy in reversed(swapped):
+            # Only undo what is still ours: someone may have replaced it since.
+            if getattr(owner, attr, None) is proxy:
+                setattr(owner, attr, original)
+
+    def _close_if_abandoned(self) -> None:
+        """End the line of a run whose scheduler has gone without a run end (Ctrl-C)."""
+        with self._lock:
+            thread = self._run_thread
+            if self._running and thread is not None and not thread.is_alive():
+                self._finish(interrupted=True)
+
+    def _proxied_write(self, target: Any, text: str) -> int:
+        """A write through a proxy: bar off, text on, bar back below a full line."""
+        with self._lock:
+            self._close_if_abandoned()
+            if not self._showing or self._quiet:
+                return _count(target.write(text), text)
+            if not self._partial:
+                self._write("\r" + _ERASE_TO_EOL, flush=target is not self._stream)
+            written = _count(target.write(text), text)
+            target.flush()
+            self._partial = not text.endswith("\n")
+            if not self._partial:
+                self._draw(self._clock(), final=False)
+            return written
+
+    # -------------------------------------------------------------- drawing
+    @property
+    def running(self) -> int:
+        """Workers running a task, as far as the start and end reports have told."""
+        return len(self._current)
+
+    @property
+    def finished(self) -> int:
+        return sum(self.counts.values())
+
+    def _maybe_draw(self, interval: float) -> None:
+        now = self._clock()
+        if now - self._last_draw >= interval:
+            self._draw(now, final=False)
+
+    def _draw(self, now: float, *, final: bool) -> None:
+        with self._lock:
+            self._last_draw = now
+            self._drawn_busy = set(self._current)  # at most one entry per worker
+            if self._quiet:
+                return
+            # Text a task left mid-line stays: the bar starts on the next line.
+            start = "\n" if self._partial else "\r"
+            self._partial = False
+            self._showing = not final
+            # A line that wraps cannot be redrawn in place with \r.
+            line = self.line(now, final=final, width=self._columns())
+            self._write(start + line + _ERASE_TO_EOL)
+
+    def _columns(self) -> int | None:
+        """The terminal's width, or None when unknown (then the line is not cut)."""
+        try:
+            columns = os.get_terminal_size(self._stream.fileno()).columns  # type: ignore[union-attr]
+        except Exception:  # not a real terminal (tests, IDEs)
+            columns = 0
+        if columns <= 0:  # a pty nobody sized reports 0
+            try:
+                columns = int(os.environ.get("COLUMNS", ""))
+            except ValueError:
+                return None
+        return columns if columns > 0 else None
+
+    def _write(self, text: str, *, flush: bool = True) -> None:
+        if self._quiet:
+            return
+        try:
+            self._stream.write(text)  # type: ignore[union-attr]
+            if flush:
+                self._stream.flush()  # type: ignore[union-attr]
+        except Exception:  # a closed, missing or broken stream: never fail the run
+            self._quiet = True
+            self._uninstall()
+
+    def line(self, now: float, *, final: bool = False, width: int | None = None) -> str:
+        """The bar as it reads at time ``now`` (of ``clock``), fitted into ``width``.
+
+        To fit, the bar shrinks first, then the least useful parts go (rate,
+        running, zero counts), and only then is the line cut.
+        """
+        finished, counts = self.finished, self.counts
+        total = max(self.total, finished)  # never past full, whatever was counted
+        elapsed = now - self._started_at
+        ran = counts[TaskState.DONE] + counts[TaskState.FAILED]
+        rate = ran / elapsed if elapsed > 0 else 0.0
+        if final:
+            eta = f"in {format_duration(elapsed)}"
+        elif rate > 0:
+            eta = f"ETA {format_duration((total - finished) / rate)}"
+        else:
+            eta = "ETA ?"
+        # (what to show, how much it matters: the least is dropped first)
+        parts = [
+            (f"failed {counts[TaskState.FAILED]}", 5 if counts[TaskState.FAILED] else 2),
+            (f"skipped {counts[TaskState.SKIPPED]}", 4 if counts[TaskState.SKIPPED] else 2),
+        ]
+        if counts[TaskState.CANCELLED]:
+            parts.append((f"cancelled {counts[TaskState.CANCELLED]}", 4))
+        if not final:
+            parts.append((f"running {self.running}", 3))
+        parts.append((f"{rate:.1f} tasks/s", 1))
+        parts.append((eta, 6))
+        digits = len(str(total))
+        text = ""
+        # The end of a run that did not complete must not look like success: the
+        # bar fills only for what is done ('x' for failed and skipped), and a word
+        # says what happened.
+        status = self.end_state() if final else ""
+        for cells in (_BAR_CELLS, _BAR_CELLS // 2):
+            if status and status != "done":
+                done = counts[TaskState.DONE]
+                bad = counts[TaskState.FAILED] + counts[TaskState.SKIPPED]
+                filled = 0 if total == 0 else cells * done // total
+                crossed = 0 if total == 0 else cells * (done + bad) // total - filled
+                if bad and not crossed:
+                    crossed = 1 if filled < cells else 0
+                bar = "#" * filled + "x" * crossed + "-" * (cells - filled - crossed)
+                head = f"dagexec [{bar}] {status.upper()} {done:>{digits}}/{total} done"
+            else:
+                filled = cells if total == 0 else cells * finished // total
+                bar = "#" * filled + "-" * (cells - filled)
+                head = f"dagexec [{bar}] {finished:>{digits}}/{total}"
+            kept = list(parts)
+            text = "  ".join([head, *(t for t, _ in kept)])
+            if width is None or len(text) < width:
+                return text
+            if cells == _BAR_CELLS:
+                continue  # a shorter bar before anything else goes
+            while kept and len(text) >= width:
+                kept.remove(min(kept, key=lambda part: part[1]))
+                text = "  ".join([head, *(t for t, _ in kept)])
+        return text[: max(width - 1, 0)] if width is not None else text
+
+    def end_state(self) -> str:
+        """How the run ended: ``done``, ``failed``, ``interrupted`` or ``stopped``.
+
+        ``stopped``: tasks were cancelled without a failure (a callback raised).
+        """
+        counts = self.counts
+        if self.interrupted:
+            return "interrupted"
+        if counts[TaskState.FAILED] or counts[TaskState.SKIPPED]:
+            return "failed"
+        if counts[TaskState.CANCELLED] or self.finished < self.total:
+            return "stopped"
+        return "done"
+
+    def summary(self, now: float) -> str:
+        """The one line written at the end when the stream is not a terminal."""
+        counts = self.counts
+        elapsed = now - self._started_at
+        state = "" if not self.interrupted else "interrupted: "
+        return (
+            f"dagexec: {state}{self.total} tasks: {counts[TaskState.DONE]} done, "
+            f"{counts[TaskState.FAILED]} failed, {counts[TaskState.SKIPPED]} skipped, "
+            f"{counts[TaskState.CANCELLED]} cancelled in {elapsed:.3f} s"
+        )
+
+
+class _LineSafeStream:
+    """Stands in for a terminal stream during a run, so writes do not cut the bar.
+
+    Everything but ``write`` (and ``writelines``) goes to the real stream.
+    """
+
+    def __init__(self, target: Any, bar: ProgressBar) -> None:
+        self._target = target
+        self._bar = bar
+
+    def write(self, text: str) -> int:
+        return self._bar._proxied_write(self._target, text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def __repr__(self) -> str:
+        return f"<dagexec progress-safe stream for {self._target!r}>"
+
+
+def _count(written: Any, text: str) -> int:
+    """What ``write`` returned, or the length written for streams that return None."""
+    return written if isinstance(written, int) else len(text)
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except Exception:
+        return False
+
+
+def _stream_handlers() -> list[logging.Handler]:
+    """Every handler of the root logger and of every logger made so far."""
+    loggers: list[Any] = [logging.getLogger()]
+    loggers += list(logging.Logger.manager.loggerDict.values())
+    found: dict[int, logging.Handler] = {}
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", ()):
+            if isinstance(handler, logging.StreamHandler):
+                found[id(handler)] = handler
+    return list(found.values())

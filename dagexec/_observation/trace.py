@@ -1,0 +1,96 @@
+"""The timeline recorder behind ``trace=True``: fixed columns, fed by run events.
+
+Owned by the scheduler thread, like the run state. It sees the same event
+stream the callbacks see (``_messages.Event``); the only thing it adds is a
+clock reading for READY and DISPATCH, which the driver passes in, since the
+state machine itself reads no clock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._core.result import StatusMap, TraceRecord
+from .._state.events import DISPATCH, END, READY, RETRY, Event
+
+if TYPE_CHECKING:
+    from .._state.runstate import RunState
+
+__all__ = ["Recorder"]
+
+
+class Recorder:
+    """Per task: when it became ready, was dispatched, started and ended, and where."""
+
+    __slots__ = (
+        "chain_next",
+        "ended",
+        "ready",
+        "retried",
+        "sent",
+        "started",
+        "started_at",
+        "worker",
+    )
+
+    def __init__(self, run: RunState, started_at: float) -> None:
+        n = len(run.state)
+        self.started_at = started_at
+        self.chain_next = run.chain_next  # grows with the run's maps, like the columns
+        # Columns, seconds since the run started; NaN-free: -1.0 means "not yet".
+        self.ready = [-1.0] * n
+        self.sent = [-1.0] * n
+        self.started = [-1.0] * n
+        self.ended = [-1.0] * n
+        self.worker = [-1] * n
+        self.retried: dict[int, int] = {}  # task -> failed attempts before its last
+
+    def record(self, event: Event, now: float) -> None:
+        """Note ``event``; ``now`` is the driver's ``perf_counter`` for it."""
+        kind, task = event.kind, event.task
+        if task >= len(self.ready):  # a map's item, added during the run
+            self._grow(task + 1)
+        if kind == READY:
+            self.ready[task] = now - self.started_at
+        elif kind == DISPATCH:
+            self.sent[task] = now - self.started_at
+        elif kind == END and event.worker >= 0:
+            t0 = event.started - self.started_at
+            t1 = event.ended - self.started_at
+            self.started[task] = t0
+            self.ended[task] = t1
+            self.worker[task] = event.worker
+            follower = self.chain_next[task]
+            if follower >= 0:
+                if follower >= len(self.ready):
+                    self._grow(follower + 1)
+                # The next member became ready, and was as good as dispatched,
+                # when this one ended, on the same worker.
+                self.ready[follower] = self.sent[follower] = t1
+        elif kind == RETRY:
+            self.retried[task] = self.retried.get(task, 0) + 1
+
+    def _grow(self, n: int) -> None:
+        more = n - len(self.ready)
+        for column in (self.ready, self.sent, self.started, self.ended):
+            column.extend([-1.0] * more)
+        self.worker.extend([-1] * more)
+
+    def records(self, status: StatusMap, codes: bytearray) -> tuple[TraceRecord, ...]:
+        """One record per task that ran, in start order."""
+        out = [
+            TraceRecord(
+                name=name,
+                worker=self.worker[task],
+                state=status.state_of(codes[task]),
+                ready=self.ready[task],
+                dispatched=self.sent[task],
+                started=self.started[task],
+                ended=self.ended[task],
+                attempt=1 + self.retried.get(task, 0),
+            )
+            for task, name in enumerate(status)
+            if task < len(self.worker) and self.worker[task] >= 0
+        ]
+        out.sort(key=lambda r: r.started)
+        return tuple(out)
