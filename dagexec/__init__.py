@@ -23,6 +23,7 @@ from ._core.graph import Graph, Task
 from ._core.hooks import Callback, PlanInfo
 from ._core.policy import MISSING, CurrentTask, Missing, current_task
 from ._core.result import RunResult, RunStats, StatusMap, TaskState, TraceRecord
+from ._core.version import __version__ as __version__
 from ._engine.executor import Executor, run
 from ._engine.future import RunFuture
 from ._observation.progress import ProgressBar
@@ -54,7 +55,6 @@ __all__ = [
     "run",
 ]
 
-__version__ = "0.1.0"
 
 # Tracebacks and reprs show the public names, not the private modules (as trio does).
 for _name in __all__:

@@ -205,7 +205,7 @@ def current_task() -> CurrentTask:
     task: CurrentTask | None = getattr(_local, "task", None)
     if task is not None:
         return task
-    from .._engine.worker import running_here
+    from .current import running_here
 
     running = running_here()
     if running is None:

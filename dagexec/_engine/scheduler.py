@@ -79,6 +79,7 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import Any
 
+from .._core.current import register_run
 from .._core.hooks import Hooks
 from .._core.plan import Plan
 from .._core.safe import add_note
@@ -91,7 +92,6 @@ from .inbox import Inbox
 from .outcome import Outcome, announce, conclude
 from .timers import AttemptTimers
 from .wire import CHAIN, DONE, FAILED, NOTIFY_START, TIMED, Item, Job
-from .worker import register_run
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
@@ -142,7 +142,12 @@ class Run(Driver):
             hooks.task_end or hooks.task_dispatch or hooks.task_start or hooks.map_expand
         )
         self.state = state = RunState(
-            plan, on_error=on_error, workers=len(inboxes), observed=observed, capacity=capacity
+            plan,
+            on_error=on_error,
+            workers=len(inboxes),
+            observed=observed,
+            capacity=capacity,
+            log=log.info if log.isEnabledFor(logging.INFO) else None,
         )
         self.trace = trace
         self.observer = Observer(hooks, state.names, None, state.fail)

@@ -16,11 +16,10 @@ of the one before, run back to back and reported once (see ``_plan._chain_links`
 from __future__ import annotations
 
 import threading
-import weakref
-from collections.abc import Callable, Hashable
 from time import perf_counter
 from typing import Any
 
+from .._core.current import Running, running_by_thread
 from .._state.events import ChainEnd
 from .inbox import Inbox
 from .wire import (
@@ -36,51 +35,7 @@ from .wire import (
     Item,
 )
 
-__all__ = ["Running", "register_run", "running_here", "worker_loop"]
-
-
-class Running:
-    """What one worker runs right now, for ``dagexec.current_task()`` in a plain task.
-
-    Written only by its own worker (two attribute stores per task, ~12 ns), read
-    only by code running on that same worker thread: no lock is needed.
-    """
-
-    __slots__ = ("stop", "task")
-
-    def __init__(self) -> None:
-        self.task = -1
-        self.stop: threading.Event | None = None
-
-
-# Each worker thread's Running, by thread ident: set when the worker starts and
-# removed when it exits; read through running_here() on the same thread.
-_running: dict[int, Running] = {}
-
-# How to name a task of a run, keyed by the run's stop Event (which every item of
-# the run carries). Registered by the scheduler once per run; weak, so an entry
-# goes when its run does.
-_namers: weakref.WeakKeyDictionary[threading.Event, Callable[[int], Hashable]] = (
-    weakref.WeakKeyDictionary()
-)
-_namers_lock = threading.Lock()
-
-
-def register_run(stop: threading.Event, name_of: Callable[[int], Hashable]) -> None:
-    """Let ``current_task()`` name the tasks of the run whose stop flag is ``stop``."""
-    with _namers_lock:
-        _namers[stop] = name_of
-
-
-def running_here() -> tuple[Hashable, threading.Event] | None:
-    """The name and the run's stop flag of the task this worker thread runs, or None."""
-    here = _running.get(threading.get_ident())
-    if here is None or here.stop is None:
-        return None
-    with _namers_lock:
-        name_of = _namers.get(here.stop)
-    name: Hashable = name_of(here.task) if name_of is not None else here.task
-    return name, here.stop
+__all__ = ["worker_loop"]
 
 
 def worker_loop(worker_id: int, inbox: Inbox[Item | None]) -> None:
@@ -95,11 +50,11 @@ def worker_loop(worker_id: int, inbox: Inbox[Item | None]) -> None:
     at a time, and tasks must not see each other's changes). An item without one
     (the drain's probe) is called directly.
     """
-    here = _running[threading.get_ident()] = Running()
+    here = running_by_thread[threading.get_ident()] = Running()
     try:
         _loop(worker_id, inbox, here)
     finally:
-        del _running[threading.get_ident()]
+        del running_by_thread[threading.get_ident()]
 
 
 def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:

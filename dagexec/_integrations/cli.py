@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
             "2 bad command line; 130 interrupted. Errors are one line on stderr."
         ),
     )
-    from .. import __version__
+    from .._core.version import __version__
 
     parser.add_argument("--version", action="version", version=f"dagexec {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

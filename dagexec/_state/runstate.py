@@ -47,7 +47,6 @@ Policies, each written once:
 from __future__ import annotations
 
 import heapq
-import logging
 import math
 import random
 from collections import deque
@@ -65,7 +64,6 @@ from .fanout import Fanout
 
 __all__ = ["HELD", "RunState"]
 
-log = logging.getLogger("dagexec")
 
 # A chain member handed out with its chain, not yet running. Not final.
 HELD = 7
@@ -123,9 +121,13 @@ class RunState:
         workers: int = 1,
         observed: bool = False,
         capacity: Mapping[str, float] | None = None,
+        log: Callable[..., None] | None = None,
     ) -> None:
         n = len(plan)
         self.plan = plan
+        # The pure state machine does not log: the engine hands in ``logger.info``
+        # when a run starts with INFO enabled, and None (say nothing) otherwise.
+        self.log = log
         self.on_error = on_error
         # The run's tasks: the plan's, plus the items of maps once they expand
         # (then these become lists; see _fanout.py).
@@ -671,8 +673,8 @@ class RunState:
         if worker >= 0:
             self.ran_on[worker] += 1
         delay = backoff(policy.retry_delay, attempt, self.rand)
-        if log.isEnabledFor(logging.INFO):
-            log.info(
+        if self.log is not None:
+            self.log(
                 "task %s failed (attempt %d of %d: %s: %s); retrying in %.3g s",
                 task_for_message(self.names[task]),
                 attempt,
@@ -708,8 +710,8 @@ class RunState:
         name = task_for_message(self.names[task])
         add_note(exc, f"dagexec: raised by task {name}")
         self.errors[task] = exc
-        if log.isEnabledFor(logging.INFO):
-            log.info("task %s failed: %s: %s", name, type(exc).__name__, str_for_message(exc))
+        if self.log is not None:
+            self.log("task %s failed: %s: %s", name, type(exc).__name__, str_for_message(exc))
         # Its end is reported before the ends its failure causes (skips, cancels).
         if self.events is not None:
             self.events.append(Event(END, task, worker, FAILED, started, ended))

@@ -1,0 +1,59 @@
+"""Which task the current worker thread runs: what ``dagexec.current_task()`` reads.
+
+Written by the engine's workers (one per thread) and by the scheduler (how to name
+a run's tasks); read by :func:`dagexec.current_task` on the task's own thread. It
+lives in the lowest layer because the public ``current_task()`` does, and the
+engine writes into it rather than the core reaching up into the engine.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Hashable
+
+__all__ = ["Running", "register_run", "running_by_thread", "running_here"]
+
+
+class Running:
+    """What one worker runs right now, for ``dagexec.current_task()`` in a plain task.
+
+    Written only by its own worker (two attribute stores per task, ~12 ns), read
+    only by code running on that same worker thread: no lock is needed.
+    """
+
+    __slots__ = ("stop", "task")
+
+    def __init__(self) -> None:
+        self.task = -1
+        self.stop: threading.Event | None = None
+
+
+# Each worker thread's Running, by thread ident: set when the worker starts and
+# removed when it exits; read through running_here() on the same thread.
+running_by_thread: dict[int, Running] = {}
+
+# How to name a task of a run, keyed by the run's stop Event (which every item of
+# the run carries). Registered by the scheduler once per run; weak, so an entry
+# goes when its run does.
+_namers: weakref.WeakKeyDictionary[threading.Event, Callable[[int], Hashable]] = (
+    weakref.WeakKeyDictionary()
+)
+_namers_lock = threading.Lock()
+
+
+def register_run(stop: threading.Event, name_of: Callable[[int], Hashable]) -> None:
+    """Let ``current_task()`` name the tasks of the run whose stop flag is ``stop``."""
+    with _namers_lock:
+        _namers[stop] = name_of
+
+
+def running_here() -> tuple[Hashable, threading.Event] | None:
+    """The name and the run's stop flag of the task this worker thread runs, or None."""
+    here = running_by_thread.get(threading.get_ident())
+    if here is None or here.stop is None:
+        return None
+    with _namers_lock:
+        name_of = _namers.get(here.stop)
+    name: Hashable = name_of(here.task) if name_of is not None else here.task
+    return name, here.stop

@@ -1,0 +1,190 @@
+"""The package's layers, checked: no upward import, no import cycle.
+
+Reads every module of ``dagexec`` with ``ast`` (nothing is imported), counting
+every ``import``: at module level, inside functions and under ``TYPE_CHECKING``,
+because each is an arrow a reader has to follow. The folders are the layers,
+lowest first; a module may import its own layer and the layers below it:
+
+    _core          the graph, its checks, the plan, what a run hands back
+    _state         one run as a pure state machine
+    _persist       checkpoints (identity, store, resume)
+    _observation   trace, progress, pictures
+    _engine        threads, queues, clocks, signals
+    _integrations  dask, command line, demo
+    (top)          dagexec/__init__.py, testing.py, dask.py, __main__.py
+
+The few allowed exceptions are in ``ALLOWED``, each with its reason.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "dagexec"
+
+# Which layers each layer may import (its own included).
+MAY_IMPORT: dict[str, set[str]] = {
+    "_core": {"_core"},
+    "_state": {"_core", "_state"},
+    "_persist": {"_core", "_persist"},
+    "_observation": {"_core", "_state", "_observation"},
+    "_engine": {"_core", "_state", "_persist", "_observation", "_engine"},
+    "_integrations": {"_core", "_state", "_persist", "_observation", "_engine", "_integrations"},
+    "top": {"_core", "_state", "_persist", "_observation", "_engine", "_integrations", "top"},
+}
+
+# (importer, imported) arrows that break the rules on purpose, with the reason.
+ALLOWED: dict[tuple[str, str], str] = {
+    ("_core.graph", "_observation.draw"): (
+        "Graph.to_dot()/to_mermaid() are conveniences: the renderer is imported when "
+        "called, so the graph layer does not load it"
+    ),
+    ("_core.result", "_observation.chrome"): (
+        "RunResult.trace_to_chrome() is a convenience, imported when called"
+    ),
+    ("_core.result", "_observation.gantt"): (
+        "RunResult.gantt_svg() is a convenience, imported when called"
+    ),
+    ("_core.validate", "_core.plan"): (
+        "a CompiledGraph caches the Plans made from it; the type is named under "
+        "TYPE_CHECKING only, while plan.py builds on CompiledGraph"
+    ),
+    ("_state.fanout", "_state.runstate"): (
+        "a Fanout is owned by one RunState and is typed by it (TYPE_CHECKING only); "
+        "issue 20 step 2 turns it into a client of RunState's public methods"
+    ),
+    ("_engine.items", "_engine.driver"): (
+        "the item builders take the Driver they fill (TYPE_CHECKING only)"
+    ),
+    ("_engine.outcome", "_engine.scheduler"): (
+        "the outcome is read off the finished Run (TYPE_CHECKING only)"
+    ),
+}
+
+# The pure state machine reports through events; it never waits, sleeps or logs.
+PURE_LAYER = "_state"
+FORBIDDEN_IN_PURE = {"threading", "queue", "time", "logging", "_thread", "asyncio"}
+
+
+def module_name(path: Path) -> str:
+    """'_core.graph' for dagexec/_core/graph.py, '__init__' for dagexec/__init__.py."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def layer_of(module: str) -> str:
+    first = module.split(".")[0]
+    return first if first in MAY_IMPORT and first != "top" else "top"
+
+
+def imports_of(path: Path, module: str | None = None) -> tuple[set[str], set[str]]:
+    """(dagexec modules imported, top-level std/third-party modules imported) by one file.
+
+    ``module`` is the file's dotted name under dagexec (read off its path by default).
+    """
+    module = module or module_name(path)
+    is_package = path.name == "__init__.py"
+    package = module.split(".") if is_package and module != "__init__" else module.split(".")[:-1]
+    if module == "__init__":
+        package = []
+    ours: set[str] = set()
+    others: set[str] = set()
+    known = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "dagexec" or alias.name.startswith("dagexec."):
+                    ours.add(alias.name.removeprefix("dagexec").lstrip(".") or "__init__")
+                else:
+                    others.add(alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            elif node.module and (node.module == "dagexec" or node.module.startswith("dagexec.")):
+                target = node.module.removeprefix("dagexec").lstrip(".")
+            else:
+                others.add((node.module or "").split(".")[0])
+                continue
+            for alias in node.names:  # `from . import x` may name a module
+                sub = f"{target}.{alias.name}" if target else alias.name
+                ours.add(sub if sub in known else (target or "__init__"))
+    ours.discard(module)
+    return ours, others
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p)[0] for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_module_is_in_a_layer_folder() -> None:
+    loose = [m for m in graph() if layer_of(m) == "top"]
+    assert sorted(loose) == ["__init__", "__main__", "dask", "testing"], (
+        f"a module outside the layer folders: {loose}; put it in the folder of its layer"
+    )
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    wrong = []
+    for module, targets in graph().items():
+        for target in targets:
+            if layer_of(target) not in MAY_IMPORT[layer_of(module)] and (
+                (module, target) not in ALLOWED
+            ):
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, f"upward imports (move the code down, or hand it in): {wrong}"
+
+
+def test_no_import_cycle() -> None:
+    edges = {m: {t for t in ts if (m, t) not in ALLOWED} for m, ts in graph().items()}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    assert not cycles, f"import cycles: {[' -> '.join(c) for c in cycles]}"
+
+
+def test_the_pure_state_layer_imports_no_threads_clocks_or_logging() -> None:
+    bad = {}
+    for path in (PACKAGE / PURE_LAYER).rglob("*.py"):
+        found = imports_of(path)[1] & FORBIDDEN_IN_PURE
+        if found:
+            bad[module_name(path)] = sorted(found)
+    assert not bad, f"the pure state package reports through events instead: {bad}"
+
+
+def test_every_allowed_exception_is_still_needed() -> None:
+    edges = graph()
+    stale = [pair for pair in ALLOWED if pair[1] not in edges.get(pair[0], set())]
+    assert not stale, f"ALLOWED lists arrows that no longer exist, drop them: {stale}"
+
+
+def test_the_checker_sees_function_local_and_type_checking_imports(tmp_path: Path) -> None:
+    # The checker itself must not be blind: a file with both kinds is read right.
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from .._engine.driver import Driver\n"
+        "def f():\n    import threading\n    from .plan import Plan\n"
+    )
+    fake = tmp_path / "probe.py"
+    fake.write_text(source, encoding="utf-8")
+    ours, others = imports_of(fake, module="_state.probe")
+    assert ours == {"_engine.driver", "_state.plan"}
+    assert "threading" in others
