@@ -15,7 +15,7 @@ from time import perf_counter
 from typing import Any
 
 from ._events import Hooks
-from ._messages import DISPATCH, END, EXPAND, START, Event
+from ._messages import DISPATCH, END, EXPAND, RETRY, START, TIMEOUT, Event
 from ._result import _FINAL
 from ._safe import add_note, hook_for_message
 from ._trace import Recorder
@@ -63,8 +63,14 @@ class Observer:
             elif kind == START:
                 if hooks.task_start:
                     self.call(hooks.task_start, names[event.task], event.worker)
-            elif kind == EXPAND and hooks.map_expand:
-                self.call(hooks.map_expand, names[event.task], event.state)
+            elif kind == EXPAND:
+                if hooks.map_expand:
+                    self.call(hooks.map_expand, names[event.task], event.state)
+            elif kind == RETRY:
+                if hooks.task_retry:
+                    self.call(hooks.task_retry, names[event.task], event.state)
+            elif kind == TIMEOUT and hooks.task_timeout:
+                self.call(hooks.task_timeout, names[event.task], event.state)
         events.clear()
 
     def call(self, hooks: tuple[Callable[..., Any], ...], *args: Any) -> None:

@@ -20,6 +20,7 @@ import threading
 from time import monotonic, perf_counter
 
 from ._errors import TaskTimeout
+from ._messages import TIMEOUT, Event
 from ._policy import Attempt, CurrentTask, Policy
 from ._result import FAILED, IN_FLIGHT
 from ._runstate import RunState
@@ -136,4 +137,6 @@ class AttemptTimers:
         assert policy is not None and policy.timeout is not None
         exc = TaskTimeout(state.names[task], policy.timeout, attempt)
         log.info("%s", exc)
+        if state.events is not None:  # before the END or RETRY that finish() adds
+            state.events.append(Event(TIMEOUT, task, worker, attempt))
         state.finish(task, FAILED, exc, worker, started, perf_counter())

@@ -514,3 +514,46 @@ def test_the_total_grows_as_maps_expand_and_the_bar_never_overflows() -> None:
     # Even with a total that lags (a bar that missed an expansion), never past full.
     bar.total = 3
     assert full in bar.line(0.0, final=True)
+
+
+def test_retry_and_timeout_hooks_report_each_attempt() -> None:
+    """Retries and timeouts had no hook: a progress bar could not show them."""
+    release = threading.Event()
+    attempts = {"n": 0}
+
+    def flaky() -> int:
+        attempts["n"] += 1
+        if attempts["n"] < 3:
+            raise OSError("not yet")
+        return 1
+
+    def hangs() -> None:
+        release.wait(60)
+
+    events: list[tuple[str, object, int]] = []
+
+    class Seen:
+        def on_task_retry(self, name: object, attempt: int) -> None:
+            events.append(("retry", name, attempt))
+
+        def on_task_timeout(self, name: object, attempt: int) -> None:
+            events.append(("timeout", name, attempt))
+            release.set()  # let the timed-out attempt's thread return
+
+    g = Graph()
+    g.add("flaky", flaky, retries=3)
+    g.add("hangs", hangs, timeout=0.05, retries=1)
+    try:
+        result = dagexec.run(g, callbacks=[Seen()], on_error="continue", workers=3)
+    finally:
+        release.set()
+    assert sorted(e for e in events if e[1] == "flaky") == [
+        ("retry", "flaky", 1),
+        ("retry", "flaky", 2),
+    ]
+    # The hanging attempt timed out, then was retried (and returned: released).
+    assert [e for e in events if e[1] == "hangs"] == [
+        ("timeout", "hangs", 1),
+        ("retry", "hangs", 1),
+    ]
+    assert result.status["hangs"] is TaskState.DONE
