@@ -2,7 +2,10 @@
 
 Built as plain strings (no dependency, no script, no external font), so the file
 opens in any browser and renders on a repository page. Each executed task is a
-bar coloured by outcome, its name and timings in a ``<title>`` (the hover text).
+bar coloured by its group (the step it belongs to: a map's name, or its
+function's name; see :mod:`dagexec._groups`), with a legend, so the steps of a
+pipeline can be told apart at a glance; a failed task's bar has a red outline.
+Its name and timings are in a ``<title>`` (the hover text).
 
 A picture stays useful at any size by switching representation rather than
 drawing what cannot be seen. When most bars would be narrower than a pixel
@@ -29,7 +32,7 @@ from ._result import TaskState
 if TYPE_CHECKING:
     from ._result import RunResult, TraceRecord
 
-__all__ = ["MAX_BARS", "gantt_svg", "write_gantt_svg"]
+__all__ = ["GROUP_COLORS", "MAX_BARS", "gantt_svg", "group_colors", "write_gantt_svg"]
 
 MAX_BARS = 5000
 """Above this many tasks, always aggregate: a bigger SVG gets slow to open and
@@ -45,6 +48,21 @@ DONE_COLOR = "#43a047"
 FAILED_COLOR = "#e53935"
 MIXED_COLOR = "#fb8c00"
 
+GROUP_COLORS = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#b07aa1",
+    "#76b7b2",
+    "#9c755f",
+    "#d4a017",
+    "#ff9da7",
+)
+"""Colours of the task groups, dark enough for white labels; no red, which marks
+failure. A run with more groups colours the biggest ones and draws the rest
+grey, as "other": a legend of twenty near-identical hues helps nobody."""
+OTHER_COLOR = "#9e9e9e"
+
 _WIDTH = 1000
 _MARGIN = 12
 _LEFT = 80
@@ -59,6 +77,11 @@ _OPACITY_LEVELS = 4  # busy share is shown in quarters, so equal columns can mer
 def _clean(text: str) -> str:
     """Escape for XML text and drop the control characters XML 1.0 cannot hold at all."""
     return escape("".join(ch if ch >= " " or ch in "\t\n" else "\ufffd" for ch in text))
+
+
+def _attr(text: str) -> str:
+    """``text`` as a quoted XML attribute value."""
+    return '"' + _clean(text).replace('"', "&quot;") + '"'
 
 
 def _fmt_seconds(seconds: float) -> str:
@@ -87,25 +110,55 @@ def _ticks(span: float) -> tuple[list[float], float, str]:
 
 
 def _bar_title(rec: TraceRecord) -> str:
+    group = f"; group {rec.group}" if rec.group else ""
+    took = _fmt_seconds(rec.ended - rec.started)
     return (
-        f"{display_name(rec.name)}: {rec.state.value} in {_fmt_seconds(rec.ended - rec.started)} "
+        f"{display_name(rec.name)}: {rec.state.value} in {took} "
         f"on worker {rec.worker} (ready {_fmt_seconds(rec.ready)}, dispatched "
-        f"{_fmt_seconds(rec.dispatched)}, started {_fmt_seconds(rec.started)})"
+        f"{_fmt_seconds(rec.dispatched)}, started {_fmt_seconds(rec.started)}){group}"
     )
 
 
-def _detailed(trace: tuple[TraceRecord, ...], scale: float, lane_y: Sequence[float]) -> list[str]:
+def group_colors(trace: Sequence[TraceRecord]) -> tuple[dict[str, str], int]:
+    """A colour per group, in order of first start; and how many groups share "other".
+
+    Groups beyond the palette's size-1 go to "other", the smallest first, so the
+    steps that fill the picture keep their own colours.
+    """
+    sizes: dict[str, int] = {}
+    for rec in trace:  # in start order: dicts keep first-seen order
+        sizes[rec.group] = sizes.get(rec.group, 0) + 1
+    if len(sizes) <= len(GROUP_COLORS):
+        return dict(zip(sizes, GROUP_COLORS, strict=False)), 0
+    keep = set(sorted(sizes, key=lambda g: -sizes[g])[: len(GROUP_COLORS) - 1])
+    kept = [g for g in sizes if g in keep]
+    colors = dict(zip(kept, GROUP_COLORS, strict=False))
+    return colors, len(sizes) - len(kept)
+
+
+def _detailed(
+    trace: tuple[TraceRecord, ...],
+    scale: float,
+    lane_y: Sequence[float],
+    colors: dict[str, str],
+) -> list[str]:
     out = []
     for rec in trace:
         x = _LEFT + rec.started * scale
         w = max((rec.ended - rec.started) * scale, 1.0)
         y = lane_y[rec.worker] + 1
-        color = FAILED_COLOR if rec.state is TaskState.FAILED else DONE_COLOR
+        color = colors.get(rec.group, OTHER_COLOR)
+        failed = rec.state is TaskState.FAILED
+        stroke = (
+            f'stroke="{FAILED_COLOR}" stroke-width="2"'
+            if failed
+            else ('stroke="#ffffff" stroke-width="0.5"')
+        )
         parts = [
             f"<g><title>{_clean(_bar_title(rec))}</title>",
-            f'<rect class="task {rec.state.value}" x="{x:.2f}" y="{y:.2f}" '
-            f'width="{w:.2f}" height="{_LANE - 2}" fill="{color}" stroke="#ffffff" '
-            f'stroke-width="0.5"/>',
+            f'<rect class="task {rec.state.value}" data-group={_attr(rec.group)} '
+            f'x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{_LANE - 2}" fill="{color}" '
+            f"{stroke}/>",
         ]
         label = display_name(rec.name)
         if w >= len(label) * _CHAR_PX + 6:
@@ -212,7 +265,16 @@ def gantt_svg(result: RunResult, *, width: int = _WIDTH, aggregate: bool | None 
     lane_y = [_TOP + w * (_LANE + _LANE_GAP) for w in range(workers)]
     axis_y = _TOP + workers * (_LANE + _LANE_GAP) + 2
     legend_y = axis_y + 34
-    height = legend_y + 26
+    colors, others = group_colors(trace)
+    if aggregate:
+        legend = [("done", DONE_COLOR), ("failed", FAILED_COLOR)]
+        legend.append(("done and failed in one column", MIXED_COLOR))
+    else:
+        legend = list(colors.items())
+        if others:
+            legend.append((f"other ({others} groups)", OTHER_COLOR))
+    legend_rows = _legend_rows(legend, width, failed_note=not aggregate)
+    height = legend_y + 18 * (len(legend_rows) - 1) + 26
 
     counts = dict.fromkeys(TaskState, 0)
     for state in result.status.values():
@@ -278,18 +340,40 @@ def gantt_svg(result: RunResult, *, width: int = _WIDTH, aggregate: bool | None 
     if aggregate:
         out.extend(_aggregated(trace, workers, int(plot_w), span, lane_y))
     else:
-        out.extend(_detailed(trace, scale, lane_y))
-    legend = [("done", DONE_COLOR), ("failed", FAILED_COLOR)]
-    if aggregate:
-        legend.append(("done and failed in one column", MIXED_COLOR))
-    x = _MARGIN
-    for label, color in legend:
-        out.append(f'<rect x="{x}" y="{legend_y - 10}" width="12" height="12" fill="{color}"/>')
-        out.append(f'<text x="{x + 16}" y="{legend_y}">{_clean(label)}</text>')
-        x += 16 + int(len(label) * _CHAR_PX) + 18
-    out.append(f'<text x="{_MARGIN}" y="{legend_y + 18}" fill="#444444">{_clean(mode)}</text>')
+        out.extend(_detailed(trace, scale, lane_y, colors))
+    y = legend_y
+    for row in legend_rows:
+        for x, label, color, outline in row:
+            border = f' stroke="{FAILED_COLOR}" stroke-width="2"' if outline else ""
+            out.append(
+                f'<rect class="legend" x="{x}" y="{y - 10}" width="12" height="12" '
+                f'fill="{color}"{border}/>'
+            )
+            out.append(f'<text x="{x + 16}" y="{y}">{_clean(label)}</text>')
+        y += 18
+    out.append(f'<text x="{_MARGIN}" y="{y}" fill="#444444">{_clean(mode)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def _legend_rows(
+    legend: list[tuple[str, str]], width: int, *, failed_note: bool
+) -> list[list[tuple[int, str, str, bool]]]:
+    """Legend entries placed left to right, wrapped to the picture's width:
+    rows of (x, label, colour, red outline)."""
+    entries = [(label, color, False) for label, color in legend]
+    if failed_note:
+        entries.append(("failed (red outline)", "#ffffff", True))
+    rows: list[list[tuple[int, str, str, bool]]] = [[]]
+    x = _MARGIN
+    for label, color, outline in entries:
+        step = 16 + int(len(label) * _CHAR_PX) + 18
+        if rows[-1] and x + step > width - _MARGIN:
+            rows.append([])
+            x = _MARGIN
+        rows[-1].append((x, label, color, outline))
+        x += step
+    return rows
 
 
 def write_gantt_svg(result: RunResult, path: str | os.PathLike[str]) -> None:
