@@ -56,7 +56,7 @@ class Snapshot:
             ("  done", str(self.done)),
         ]
         if self.loaded or self.checkpoint:
-            rows.append(("  loaded", f"{self.loaded} (from the checkpoint, not run)"))
+            rows.append(("  loaded", str(self.loaded)))  # from the checkpoint, not run
         rows += [
             ("  failed", str(self.failed)),
             ("  skipped", str(self.skipped)),
