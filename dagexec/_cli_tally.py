@@ -5,19 +5,23 @@ because a run stopped by Ctrl-C or ``--timeout`` hands back no result, and the
 summary matters most then. Its rows add up to the tasks planned (map items
 included): each task is in exactly one of done, loaded, failed, skipped,
 cancelled and running. "Running" tasks are those a stopped run left behind:
-they had been dispatched or started and had not ended, and they finish in the
-background with their values dropped. Tasks with no report at all when the run
-stopped never started: they count as cancelled.
+dispatched to a worker and not ended (a stop takes back and reports what was
+still queued), so they had started, and they finish in the background with
+their values dropped. A task with no report at all never started: cancelled
+(a stopped run may report a task waiting on a running one only once that one
+ends, which can be never).
 
-The hooks run on the run's scheduler thread, and after a stop that thread may
-still report the tasks it left running while the main thread prints the table.
-So the counts are guarded by a lock and :meth:`RunTally.freeze` takes the
-snapshot the table is made of; later reports change nothing.
+The per-task hooks only count: a run pays two short calls per task for the
+table (no start hook, which would make every worker report each start). They
+run on the run's scheduler thread, and after a stop that thread may still
+report the tasks it left running while the main thread prints the table, so
+:meth:`RunTally.freeze` takes the snapshot the table is made of and later
+reports change nothing. No lock: there is one writer, and a count read while
+it moves is off by that one task, shown as running rather than ended.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -78,10 +82,9 @@ class Snapshot:
 
 
 class RunTally:
-    """A run callback that counts every task's fate, retries and timeouts; thread-safe."""
+    """A run callback that counts every task's fate, retries and timeouts."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._frozen: Snapshot | None = None
         self._started_at = time.monotonic()
         self.planned = 0
@@ -91,76 +94,61 @@ class RunTally:
         self.retries = 0
         self.timed_out = 0
         self._loaded_names: frozenset[Hashable] = frozenset()
-        self._running: set[Hashable] = set()
+        self._out: set[Hashable] = set()  # dispatched, not ended
         self.checkpoint = False
         self.started = False  # a run started: there is something to sum up
 
     def on_run_start(self, plan: PlanInfo) -> None:
-        with self._lock:
-            self.started = True
-            self._started_at = time.monotonic()
-            self.planned = len(plan.tasks)
-            inner = plan._plan
-            if inner is not None and inner.loaded:
-                self._loaded_names = frozenset(inner.names[t] for t in inner.loaded)
+        self._started_at = time.monotonic()
+        self.planned = len(plan.tasks)
+        inner = plan._plan
+        if inner is not None and inner.loaded:
+            self._loaded_names = frozenset(inner.names[t] for t in inner.loaded)
+        self.started = True
 
     def on_task_dispatch(self, name: Hashable, worker: int) -> None:
-        # Dispatched counts as running: a worker's start report may still be on
-        # its way when the run stops, and what is queued is taken back and
-        # reported cancelled before the stop reaches the caller.
-        with self._lock:
-            self._running.add(name)
-
-    def on_task_start(self, name: Hashable, worker: int) -> None:
-        with self._lock:
-            self._running.add(name)
+        self._out.add(name)
 
     def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
-        with self._lock:
-            self._running.discard(name)
-            if state is TaskState.DONE and name in self._loaded_names:
-                self.loaded += 1
-            else:
-                self.ended[state] += 1
+        self._out.discard(name)
+        if self._loaded_names and state is TaskState.DONE and name in self._loaded_names:
+            self.loaded += 1
+        else:
+            self.ended[state] += 1
 
     def on_task_retry(self, name: Hashable, attempt: int) -> None:
-        with self._lock:
-            self.retries += 1
+        self.retries += 1
 
     def on_task_timeout(self, name: Hashable, attempt: int) -> None:
-        with self._lock:
-            self.timed_out += 1
+        self.timed_out += 1
 
     def on_map_expand(self, name: Hashable, items: int) -> None:
-        with self._lock:
-            self.planned += items
-            self.from_maps += items
+        self.planned += items
+        self.from_maps += items
 
     def freeze(self) -> Snapshot:
         """The counts now, for good: reports that come later (a stopped run's
         running tasks ending in the background) are not in it."""
-        with self._lock:
-            if self._frozen is None:
-                ended = self.ended
-                accounted = sum(ended.values()) + self.loaded
-                running = len(self._running)
-                # Tasks with no report at all never started: the run stopped first.
-                unreported = max(self.planned - accounted - running, 0)
-                self._frozen = Snapshot(
-                    planned=self.planned,
-                    from_maps=self.from_maps,
-                    done=ended[TaskState.DONE],
-                    loaded=self.loaded,
-                    failed=ended[TaskState.FAILED],
-                    skipped=ended[TaskState.SKIPPED],
-                    cancelled=ended[TaskState.CANCELLED] + unreported,
-                    running=running,
-                    retries=self.retries,
-                    timed_out=self.timed_out,
-                    seconds=time.monotonic() - self._started_at,
-                    checkpoint=self.checkpoint,
-                )
-            return self._frozen
+        if self._frozen is None:
+            planned, ended = self.planned, dict(self.ended)
+            loaded, running = self.loaded, len(self._out)
+            self._frozen = Snapshot(
+                planned=planned,
+                from_maps=self.from_maps,
+                done=ended[TaskState.DONE],
+                loaded=loaded,
+                failed=ended[TaskState.FAILED],
+                skipped=ended[TaskState.SKIPPED],
+                # What was never reported never started: the run stopped first.
+                cancelled=max(planned - sum(ended.values()) - loaded - running, 0)
+                + ended[TaskState.CANCELLED],
+                running=running,
+                retries=self.retries,
+                timed_out=self.timed_out,
+                seconds=time.monotonic() - self._started_at,
+                checkpoint=self.checkpoint,
+            )
+        return self._frozen
 
 
 def _wall(seconds: float) -> str:
