@@ -8,7 +8,7 @@ fault it was:
 * 1: the command was well formed but what it points at is wrong, or the run
   failed: missing file, module that fails to import, missing variable, not a
   Graph, invalid graph (cycle, missing dependency), unknown target, a task
-  failure, an output file that cannot be written;
+  failure, ``--timeout`` passed, an output file that cannot be written;
 * 2: the command line itself is wrong (unknown option, bad number, ``FILE``
   without ``:VARIABLE``, ``--resources`` that do not parse); argparse's
   convention;
@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Run a graph of dependent tasks on threads, within hard bounds.",
         epilog=(
-            "Exit status: 0 success; 1 the graph, its file or a task failed; "
+            "Exit status: 0 success; 1 the graph, its file or a task failed, or --timeout "
+            "passed; "
             "2 bad command line; 130 interrupted. Errors are one line on stderr."
         ),
     )
