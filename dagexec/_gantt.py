@@ -11,8 +11,9 @@ A picture stays useful at any size by switching representation rather than
 drawing what cannot be seen. When most bars would be narrower than a pixel
 (and there are enough of them to matter), or there are more than
 :data:`MAX_BARS` tasks, each worker lane is drawn per pixel column instead:
-the column's share of busy time sets the opacity and its outcome mix the colour
-(done, failed, or both), and runs of equal columns merge into one rectangle.
+the column's share of busy time sets the opacity, and its colour is its main
+group's (red or orange when a task failed there), and runs of equal columns
+merge into one rectangle.
 The file then grows with the width of the picture, not with the task count,
 and the title and legend say that it is aggregated.
 """
@@ -177,15 +178,20 @@ def _aggregated(
     columns: int,
     span: float,
     lane_y: Sequence[float],
+    colors: dict[str, str],
 ) -> list[str]:
     col_dt = span / columns
-    # Per lane and pixel column: busy seconds by outcome, tasks started there.
+    # Per lane and pixel column: busy seconds by outcome, tasks started there,
+    # and the done busy seconds by group (made only for columns that have some).
     done_busy = [[0.0] * columns for _ in range(workers)]
     failed_busy = [[0.0] * columns for _ in range(workers)]
     started = [[0] * columns for _ in range(workers)]
     failed = [[0] * columns for _ in range(workers)]
+    by_group: list[list[dict[str, float] | None]] = [[None] * columns for _ in range(workers)]
     for rec in trace:
-        busy = failed_busy[rec.worker] if rec.state is TaskState.FAILED else done_busy[rec.worker]
+        is_done = rec.state is not TaskState.FAILED
+        busy = done_busy[rec.worker] if is_done else failed_busy[rec.worker]
+        groups = by_group[rec.worker]
         first = min(int(rec.started / col_dt), columns - 1)
         last = min(int(rec.ended / col_dt), columns - 1)
         started[rec.worker][first] += 1
@@ -198,19 +204,34 @@ def _aggregated(
             hi = min(rec.ended, (c + 1) * col_dt)
             if hi > lo:
                 busy[c] += hi - lo
+                if is_done:
+                    shares = groups[c]
+                    if shares is None:
+                        shares = groups[c] = {}
+                    shares[rec.group] = shares.get(rec.group, 0.0) + hi - lo
+
+    def key_of(w: int, c: int) -> tuple[str, str, float] | None:
+        key = _column_key(done_busy[w][c], failed_busy[w][c], col_dt)
+        if key is None:
+            return None
+        kind, level = key
+        if kind != "done":
+            return kind, FAILED_COLOR if kind == "failed" else MIXED_COLOR, level
+        shares = by_group[w][c] or {"": 0.0}
+        group = max(shares, key=shares.__getitem__)  # the column's main group
+        return kind, colors.get(group, OTHER_COLOR), level
+
     out = []
     for w in range(workers):
         y = lane_y[w] + 1
         c = 0
         while c < columns:
-            key = _column_key(done_busy[w][c], failed_busy[w][c], col_dt)
+            key = key_of(w, c)
             end = c + 1
-            while (
-                end < columns and _column_key(done_busy[w][end], failed_busy[w][end], col_dt) == key
-            ):
+            while end < columns and key_of(w, end) == key:
                 end += 1
             if key is not None:
-                kind, level = key
+                kind, color, level = key
                 n_started = sum(started[w][c:end])
                 n_failed = sum(failed[w][c:end])
                 busy_share = (sum(done_busy[w][c:end]) + sum(failed_busy[w][c:end])) / (
@@ -221,7 +242,6 @@ def _aggregated(
                     f"{n_started} {'task' if n_started == 1 else 'tasks'} started "
                     f"({n_failed} failed), busy {busy_share:.0%}"
                 )
-                color = {"done": DONE_COLOR, "failed": FAILED_COLOR, "mixed": MIXED_COLOR}[kind]
                 out.append(
                     f"<g><title>{_clean(title)}</title>"
                     f'<rect class="agg {kind}" x="{_LEFT + c}" y="{y:.2f}" width="{end - c}" '
@@ -266,13 +286,12 @@ def gantt_svg(result: RunResult, *, width: int = _WIDTH, aggregate: bool | None 
     axis_y = _TOP + workers * (_LANE + _LANE_GAP) + 2
     legend_y = axis_y + 34
     colors, others = group_colors(trace)
-    if aggregate:
-        legend = [("done", DONE_COLOR), ("failed", FAILED_COLOR)]
+    legend = list(colors.items())
+    if others:
+        legend.append((f"other ({others} groups)", OTHER_COLOR))
+    if aggregate:  # a column takes its main group's colour; any failure shows instead
+        legend.append(("failed", FAILED_COLOR))
         legend.append(("done and failed in one column", MIXED_COLOR))
-    else:
-        legend = list(colors.items())
-        if others:
-            legend.append((f"other ({others} groups)", OTHER_COLOR))
     legend_rows = _legend_rows(legend, width, failed_note=not aggregate)
     height = legend_y + 18 * (len(legend_rows) - 1) + 26
 
@@ -338,7 +357,7 @@ def gantt_svg(result: RunResult, *, width: int = _WIDTH, aggregate: bool | None 
         f"time ({unit})</text>"
     )
     if aggregate:
-        out.extend(_aggregated(trace, workers, int(plot_w), span, lane_y))
+        out.extend(_aggregated(trace, workers, int(plot_w), span, lane_y, colors))
     else:
         out.extend(_detailed(trace, scale, lane_y, colors))
     y = legend_y

@@ -484,3 +484,30 @@ def test_gantt_groups_beyond_the_palette_share_other() -> None:
     assert OTHER_COLOR not in colors.values()
     svg = gantt_svg(_synthetic(records, workers=1, wall=40.0))
     assert f"other ({others} groups)" in _svg_text(svg)
+
+
+def test_aggregated_gantt_colours_columns_by_their_main_group() -> None:
+    from dagexec._gantt import GROUP_COLORS
+
+    # 10,000 tiny tasks: the first half "load", the second "parse", one failure.
+    records = [
+        TraceRecord(
+            f"t{i}",
+            0,
+            TaskState.FAILED if i == 9000 else TaskState.DONE,
+            0,
+            0,
+            i * 1e-4,
+            i * 1e-4 + 5e-5,
+            group="load" if i < 5000 else "parse",
+        )
+        for i in range(10_000)
+    ]
+    svg = gantt_svg(_synthetic(records, workers=1, wall=1.0))
+    root = ET.fromstring(svg)
+    fills = [r.get("fill") for r in root.iter(f"{SVG}rect") if "agg" in _classes(r)]
+    assert fills.count(GROUP_COLORS[0]) >= 1 and fills.count(GROUP_COLORS[1]) >= 1
+    assert fills.index(GROUP_COLORS[0]) < fills.index(GROUP_COLORS[1])  # load, then parse
+    assert "#e53935" in fills or "#fb8c00" in fills  # the failure still shows
+    text = _svg_text(svg)
+    assert "load" in text and "parse" in text and "done and failed in one column" in text
