@@ -52,7 +52,7 @@ workers = 1 if mode == "instr" else 2
 with dagexec.Executor(workers=workers) as ex:
     ex.run(g, targets)  # warm: plan cached, threads started
     if mode == "calls":
-        for path in ("dagexec._engine.scheduler", "dagexec._scheduler"):
+        for path in ("dagexec._engine.scheduler", "dagexec._engine.scheduler"):
             try:
                 run_cls = importlib.import_module(path).Run
                 break

@@ -191,14 +191,18 @@ def test_missing_file(command: str, tmp_path: Path) -> None:
 def test_missing_variable(command: str, pipeline: Path) -> None:
     proc = dagexec(command, f"{pipeline}:grpah")
     assert proc.returncode == 1
-    assert _error_line(proc) == f"dagexec: error: {pipeline} has no variable 'grpah'"
+    assert _error_line(proc) == (
+        f"dagexec: error: {pipeline} has no variable 'grpah'; did you mean 'graph'? "
+        "Graph variables in it: graph"
+    )
 
 
 def test_not_a_graph(pipeline: Path) -> None:
     proc = dagexec("run", f"{pipeline}:not_a_graph")
     assert proc.returncode == 1
     assert _error_line(proc) == (
-        f"dagexec: error: {pipeline}:not_a_graph is a dict, not a dagexec.Graph"
+        f"dagexec: error: {pipeline}:not_a_graph is a dict, not a dagexec.Graph; "
+        "Graph variables in it: graph"
     )
 
 
@@ -443,7 +447,10 @@ def test_a_module_calling_sys_exit_is_a_load_error(tmp_path: Path) -> None:
     path.write_text("import sys\nsys.exit(7)\n", encoding="utf-8")
     proc = dagexec("run", f"{path}:graph")
     assert proc.returncode == 1
-    assert _error_line(proc) == f"dagexec: error: cannot load {path}: SystemExit: 7"
+    assert _error_line(proc) == (
+        f"dagexec: error: cannot load {path}: {path}:2: SystemExit: 7 "
+        "(--traceback shows the full traceback)"
+    )
 
 
 HOLD = """\
@@ -488,3 +495,329 @@ def test_ctrl_c_with_progress_ends_the_progress_output_and_exits_130(tmp_path: P
     lines = [line for line in stderr.splitlines() if line.startswith("dagexec: ")]
     assert lines[0].startswith("dagexec: interrupted: 2 tasks: 0 done"), stderr
     assert lines[-1] == "dagexec: error: interrupted"
+
+
+# ---------------------------------------------------------------- issue 23 item 2
+
+
+def dagexec_in(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``python -m dagexec`` run from ``cwd``, as a user in their project folder would."""
+    return subprocess.run(
+        [sys.executable, "-m", "dagexec", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _adds_up(rows: dict[str, str]) -> int:
+    """The summary's task rows sum to the tasks planned; returns that number."""
+    planned = int(rows["tasks planned"].split()[0])
+    parts = ("done", "loaded", "failed", "skipped", "cancelled", "running")
+    counted = sum(int(rows[p].split()[0]) for p in parts if p in rows)
+    assert counted == planned, rows
+    return planned
+
+
+RESOURCES = """\
+from dagexec import Graph
+
+graph = Graph()
+graph.add("load", lambda: 1)
+graph.add("upload", lambda x: x, deps=["load"], resources={"db": 1})
+"""
+
+
+def test_resources_option_gives_capacities(tmp_path: Path) -> None:
+    path = tmp_path / "res.py"
+    path.write_text(RESOURCES, encoding="utf-8")
+    proc = dagexec("run", f"{path}:graph", "--resources", "db=2,gpu=1")
+    assert proc.returncode == 0, proc.stderr
+    rows = _table(proc.stdout)
+    assert rows["peak db"] == "1 of capacity 2"
+    assert rows["peak gpu"] == "0 of capacity 1"
+
+
+def test_a_resource_missing_from_the_command_line_names_the_option(tmp_path: Path) -> None:
+    path = tmp_path / "res.py"
+    path.write_text(RESOURCES, encoding="utf-8")
+    proc = dagexec("run", f"{path}:graph")
+    assert proc.returncode == 1
+    assert _error_line(proc).startswith(
+        "dagexec: error: task 'upload' needs resource 'db', which has no capacity in this "
+        "run; add --resources db=N"
+    )
+    typo = dagexec("run", f"{path}:graph", "--resources", "DB=2")
+    assert typo.returncode == 1
+    assert "did you mean 'DB'? write --resources db=N" in _error_line(typo)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("db", "expected NAME=CAPACITY items separated by commas, got 'db'"),
+        ("db=2,", "expected NAME=CAPACITY items separated by commas, got ''"),
+        ("db=0", "capacity of 'db' must be a number > 0"),
+        ("db=-1", "capacity of 'db' must be a number > 0"),
+        ("db=two", "capacity of 'db' must be a number, got 'two'"),
+        ("db=nan", "capacity of 'db' must be a number > 0"),
+        ("db=1,db=2", "'db' is given twice"),
+    ],
+)
+def test_bad_resources_exit_2_naming_the_option_and_the_fix(value: str, message: str) -> None:
+    proc = dagexec("run", "x.py:graph", "--resources", value)
+    assert proc.returncode == 2
+    line = _error_line(proc)
+    assert "argument --resources" in line
+    assert message in line
+    assert "--resources db=2,gpu=1" in line or "give it once" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--timeout", "0"], "argument --timeout: must be a number of seconds > 0, got 0"),
+        (["--timeout", "soon"], "argument --timeout: expected a number of seconds, got 'soon'"),
+        (["--log-level", "LOUD"], "argument --log-level: expected one of DEBUG, INFO"),
+    ],
+)
+def test_bad_timeout_and_log_level_exit_2(args: list[str], message: str) -> None:
+    proc = dagexec("run", "x.py:graph", *args)
+    assert proc.returncode == 2
+    assert message in _error_line(proc)
+
+
+HANGS = """\
+import threading
+from dagexec import Graph
+
+never = threading.Event()
+
+def hold():
+    print("started", flush=True)
+    never.wait(60)  # a daemon worker: the command exits without it
+
+graph = Graph()
+graph.add("hold", hold)
+graph.add("after", lambda h: h, deps=["hold"])
+graph.add("quick", lambda: 1)
+"""
+
+
+def test_timeout_stops_the_run_and_the_summary_still_adds_up(tmp_path: Path) -> None:
+    path = tmp_path / "hangs.py"
+    path.write_text(HANGS, encoding="utf-8")
+    proc = dagexec("run", f"{path}:graph", "--timeout", "0.5", "--workers", "2")
+    assert proc.returncode == 1
+    # dagexec's WARNING about the stop may come first (logging's last resort).
+    assert proc.stderr.splitlines()[-1].startswith(
+        "dagexec: error: the run timed out after 0.5 s (--timeout 0.5)"
+    )
+    rows = _table(proc.stdout.replace("started\n", ""))
+    assert _adds_up(rows) == 3
+    assert rows["done"] == "1"
+    assert rows["running"].startswith("1 (abandoned when the run stopped")
+    assert rows["cancelled"] == "1"
+
+
+POLICY = """\
+import threading
+from dagexec import Graph
+
+gate = threading.Event()
+calls = {"flaky": 0}
+
+def flaky():
+    calls["flaky"] += 1
+    if calls["flaky"] < 3:
+        raise OSError("not yet")
+    return 1
+
+def slow():
+    gate.wait(60)  # released by the cleanup task once this attempt timed out
+
+graph = Graph()
+graph.add("flaky", flaky, retries=2)
+graph.add("slow", slow, timeout=0.05)
+graph.add("release", lambda s: gate.set(), deps=["slow"], run_if="all_done")
+graph.add("files", lambda: list(range(30)))
+graph.map("rows", lambda f: f * 2, over="files")
+"""
+
+
+def test_summary_counts_map_items_retries_and_timeouts(tmp_path: Path) -> None:
+    path = tmp_path / "policy.py"
+    path.write_text(POLICY, encoding="utf-8")
+    proc = dagexec(
+        "run", f"{path}:graph", "--on-error", "continue", "--workers", "3", "--log-level", "info"
+    )
+    assert proc.returncode == 1  # slow failed: timed out
+    rows = _table(proc.stdout)
+    assert _adds_up(rows) == 35
+    assert rows["tasks planned"] == "35 (5 in the graph, 30 map items)"
+    assert rows["failed"] == "1"
+    assert rows["retries"] == "2"
+    assert rows["timed out"] == "1 attempt"
+    # --log-level INFO shows dagexec's own records, each retry among them.
+    assert "INFO dagexec: task 'flaky' failed (attempt 1 of 3: OSError: not yet)" in proc.stderr
+
+
+def test_summary_adds_up_on_failure(failing: Path) -> None:
+    proc = dagexec("run", f"{failing}:graph", "--on-error", "continue")
+    rows = _table(proc.stdout)
+    assert _adds_up(rows) == 4
+    assert (rows["done"], rows["failed"], rows["skipped"]) == ("2", "1", "1")
+
+
+INTERRUPTED = """\
+import threading
+from dagexec import Graph
+
+never = threading.Event()
+
+def hold():
+    print("started", flush=True)
+    never.wait(60)  # a daemon worker: the command exits without it
+
+graph = Graph()
+graph.add("hold", hold)
+for i in range(20):
+    graph.add(("quick", i), lambda: 1)
+    graph.add(("later", i), lambda h: h, deps=["hold"])
+graph.add("files", lambda: list(range(10)))
+graph.map("rows", lambda f, h: f, over="files", deps=["hold"])
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
+def test_ctrl_c_prints_a_summary_that_adds_up(tmp_path: Path) -> None:
+    """Issue 23: after Ctrl-C it read 607 tasks: 178 done, 0 failed, 0 skipped, 425
+    cancelled (4 missing: the tasks still running)."""
+    import signal
+
+    path = tmp_path / "interrupted.py"
+    path.write_text(INTERRUPTED, encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagexec", "run", f"{path}:graph", "--workers", "2", "--progress"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "started\n"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    rows = _table(stdout)
+    assert _adds_up(rows) == 43  # the map never expanded: its over ran, hold never ended
+    assert rows["running"].startswith("1 ")
+    assert rows["wall time"].endswith("(stopped before the end)")
+    bar = next(line for line in stderr.splitlines() if line.startswith("dagexec: interrupted"))
+    assert "cancelled, 1 unfinished" in bar, bar
+    assert stderr.splitlines()[-1] == "dagexec: error: interrupted"
+
+
+def test_module_colon_variable_is_imported_from_the_current_directory(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "jobs" / "nightly.py").write_text(PIPELINE, encoding="utf-8")
+    proc = dagexec_in(tmp_path, "run", "jobs.nightly:graph")
+    assert proc.returncode == 0, proc.stderr
+    assert _table(proc.stdout)["done"] == "4"
+    missing = dagexec_in(tmp_path, "show", "jobs.nightlyy:graph")
+    assert missing.returncode == 1
+    assert _error_line(missing).startswith("dagexec: error: no module named 'jobs.nightlyy'")
+
+
+def test_a_mistyped_file_gets_a_suggestion(tmp_path: Path) -> None:
+    (tmp_path / "nightly.py").write_text(PIPELINE, encoding="utf-8")
+    proc = dagexec_in(tmp_path, "run", "nighty.py:graph")
+    assert proc.returncode == 1
+    assert _error_line(proc) == (
+        "dagexec: error: no such file: nighty.py; did you mean nightly.py?"
+    )
+    module = dagexec_in(tmp_path, "run", "nighty:graph")
+    assert _error_line(module).endswith("; did you mean nightly?")
+
+
+def test_a_load_error_shows_file_and_line_and_traceback_shows_all(tmp_path: Path) -> None:
+    (tmp_path / "helpers.py").write_text("def load():\n    return {}['missing']\n", "utf-8")
+    (tmp_path / "imperr2.py").write_text("x = 1\ny = 2\nz = 1 / 0\n", encoding="utf-8")
+    (tmp_path / "imperr3.py").write_text("import helpers\n\nhelpers.load()\n", "utf-8")
+    proc = dagexec_in(tmp_path, "run", "imperr2.py:graph")
+    assert proc.returncode == 1
+    assert _error_line(proc) == (
+        "dagexec: error: cannot load imperr2.py: imperr2.py:3: ZeroDivisionError: division "
+        "by zero (--traceback shows the full traceback)"
+    )
+    nested = dagexec_in(tmp_path, "show", "imperr3.py:graph")
+    assert "cannot load imperr3.py: helpers.py:2: KeyError: 'missing'" in _error_line(nested)
+    full = dagexec_in(tmp_path, "run", "imperr3.py:graph", "--traceback")
+    lines = full.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert any("imperr3.py" in line and "line 3" in line for line in lines)
+    assert any("helpers.py" in line and "line 2" in line for line in lines)
+    assert "importlib" not in full.stderr  # the user's frames, not the import machinery's
+    assert lines[-1] == "dagexec: error: cannot load imperr3.py: helpers.py:2: KeyError: 'missing'"
+
+
+def test_syntax_error_shows_its_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text("x = 1\ndef (:\n", encoding="utf-8")
+    proc = dagexec_in(tmp_path, "run", "bad.py:graph")
+    assert _error_line(proc).startswith("dagexec: error: cannot load bad.py: bad.py:2: SyntaxError")
+
+
+LONG = """\
+from dagexec import Graph
+
+graph = Graph()
+graph.add("big", lambda: list(range(200)))
+graph.add("text", lambda: "x" * 500)
+graph.add("small", lambda: [1, 2])
+"""
+
+
+def test_print_shortens_long_values_and_print_full_shows_them(tmp_path: Path) -> None:
+    path = tmp_path / "long.py"
+    path.write_text(LONG, encoding="utf-8")
+    proc = dagexec("run", f"{path}:graph", "--print")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    big = next(line for line in lines if line.startswith("big = "))
+    assert big == "big = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...]"
+    text = next(line for line in lines if line.startswith("text = "))
+    assert len(text) < 100 and "..." in text
+    assert "small = [1, 2]" in lines
+    assert lines[-1] == (
+        "(2 long values shortened with ...; --print-full prints them whole, "
+        "--json writes them to a file)"
+    )
+    full = dagexec("run", f"{path}:graph", "--print-full")
+    assert f"big = {list(range(200))!r}" in full.stdout.splitlines()
+    assert "shortened" not in full.stdout
+
+
+def test_help_documents_the_new_options() -> None:
+    run = dagexec("run", "--help").stdout
+    for option in ("--resources", "--timeout", "--log-level", "--print-full", "jobs.nightly:graph"):
+        assert option in run, option
+    assert "--print-full prints them whole" in " ".join(run.split())
+
+
+def test_summary_counts_tasks_loaded_from_the_checkpoint(pipeline: Path, tmp_path: Path) -> None:
+    store = tmp_path / "run.sqlite"
+    first = _table(dagexec("run", f"{pipeline}:graph", "--checkpoint", store).stdout)
+    assert first["loaded"] == "0"
+    assert _adds_up(first) == 4
+    again = dagexec("run", f"{pipeline}:graph", "--checkpoint", store)
+    assert again.returncode == 0, again.stderr
+    rows = _table(again.stdout)
+    assert _adds_up(rows) >= 1
+    assert rows["done"] == "0"  # nothing ran: every value came from the file
+    assert rows["loaded"] == rows["tasks planned"]

@@ -364,3 +364,150 @@ def test_aggregated_gantt_counts_the_merged_tasks() -> None:
 def test_a_drawing_without_a_result_has_no_legend() -> None:
     assert "legend" not in _diamond().to_dot()
     assert "legend" not in _diamond().to_mermaid()
+
+
+# ------------------------------------------------- issue 23 item 6: what runs how
+def _batch() -> Graph:
+    g = Graph()
+    g.add("find", lambda: [1, 2])
+    g.map("parse", lambda f: f, over="find", retries=2, resources={"db": 1})
+    g.add("upload", lambda p: p, deps=["parse"], timeout=30, retries=1)
+    g.add("cleanup", lambda u: None, deps=["upload"], run_if="all_done")
+    return g
+
+
+def test_dot_marks_maps_cleanup_edges_retries_timeouts_and_resources() -> None:
+    """Issue 23: maps, cleanup edges, resources and retries were drawn like plain tasks."""
+    assert _batch().to_dot() == (
+        "digraph dagexec {\n"
+        "  rankdir=LR;\n"
+        '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", '
+        'fontname="Helvetica"];\n'
+        '  n0 [label="find"];\n'
+        '  n1 [label="parse\\nmap over find\\nretries=2\\nresources: db=1", shape=box3d];\n'
+        '  n2 [label="upload\\nretries=1\\ntimeout=30 s"];\n'
+        '  n3 [label="cleanup\\ncleanup: run_if=all_done", penwidth=2];\n'
+        "  n0 -> n1;\n"
+        "  n1 -> n2;\n"
+        "  n2 -> n3 [style=dashed];\n"
+        "}\n"
+    )
+
+
+def test_mermaid_marks_maps_cleanup_edges_retries_timeouts_and_resources() -> None:
+    assert _batch().to_mermaid() == (
+        "flowchart LR\n"
+        '  n0["find"]\n'
+        '  n1[["parse<br/>map over find<br/>retries=2<br/>resources: db=1"]]\n'
+        '  n2["upload<br/>retries=1<br/>timeout=30 s"]\n'
+        '  n3["cleanup<br/>cleanup: run_if=all_done"]\n'
+        "  n0 --> n1\n"
+        "  n1 --> n2\n"
+        "  n2 -.-> n3\n"
+        "  classDef target stroke-width:3px\n"
+        "  class n3 target\n"
+    )
+
+
+def test_a_notes_line_with_syntax_characters_is_escaped() -> None:
+    g = Graph()
+    g.add('a"b', lambda: [1])
+    g.map("m", lambda x: x, over='a"b')
+    assert 'label="m\\nmap over a\\"b", shape=box3d' in g.to_dot()
+    assert 'n1[["m<br/>map over a#34;b"]]' in g.to_mermaid()
+
+
+def _load(name: str) -> str:
+    return name
+
+
+def _parse(text: str) -> str:
+    return text.upper()
+
+
+def _explode(text: str) -> str:
+    raise ValueError(text)
+
+
+def test_gantt_colours_bars_by_group_with_a_legend(tmp_path: Path) -> None:
+    """Issue 23: every bar was the same green, so steps could not be told apart."""
+    g = Graph()
+    g.add("files", lambda: ["a", "b", "c"])
+    for f in ("a", "b"):
+        g.add(("load", f), _load, args=(f,))
+    g.map("parse", _parse, over="files")
+    g.add("bad", _explode, args=("no",))
+    result = dagexec.run(g, workers=2, on_error="continue", trace=True)
+    groups = {r.name: r.group for r in result.trace}
+    assert groups == {
+        "files": "files",  # a lambda with a plain name: its name
+        ("load", "a"): "_load",
+        ("load", "b"): "_load",
+        ("parse", 0): "parse",  # a map's items: the map's name
+        ("parse", 1): "parse",
+        ("parse", 2): "parse",
+        "bad": "_explode",
+    }
+    path = tmp_path / "g.svg"
+    result.gantt_svg(path)
+    root = ET.parse(path).getroot()
+    fill = {
+        bar.get("data-group"): bar.get("fill")
+        for bar in root.iter(f"{SVG}rect")
+        if "task" in _classes(bar)
+    }
+    assert len(fill) == 4 and len(set(fill.values())) == 4  # one colour per group
+    bars = [b for b in root.iter(f"{SVG}rect") if "task" in _classes(b)]
+    by_group: dict[str | None, set[str | None]] = {}
+    for bar in bars:
+        by_group.setdefault(bar.get("data-group"), set()).add(bar.get("fill"))
+    assert all(len(fills) == 1 for fills in by_group.values())  # the same within a group
+    failed = [b for b in bars if "failed" in _classes(b)]
+    assert [b.get("stroke") for b in failed] == ["#e53935"]
+    legend = _svg_text(path.read_text(encoding="utf-8"))
+    for name in ("files", "_load", "parse", "_explode", "failed (red outline)"):
+        assert name in legend
+    swatches = {r.get("fill") for r in root.iter(f"{SVG}rect") if "legend" in _classes(r)}
+    assert set(fill.values()) <= swatches
+
+
+def test_gantt_groups_beyond_the_palette_share_other() -> None:
+    from dagexec._observation.gantt import GROUP_COLORS, OTHER_COLOR, group_colors
+
+    records = [
+        TraceRecord(f"t{i}", 0, TaskState.DONE, 0, 0, i, i + 1, group=f"g{i % 12}")
+        for i in range(12 * 3 + 1)  # g0 is the biggest group: 4 tasks
+    ]
+    colors, others = group_colors(records)
+    assert others == 12 - (len(GROUP_COLORS) - 1)
+    assert colors["g0"] == GROUP_COLORS[0]
+    assert OTHER_COLOR not in colors.values()
+    svg = gantt_svg(_synthetic(records, workers=1, wall=40.0))
+    assert f"other ({others} groups)" in _svg_text(svg)
+
+
+def test_aggregated_gantt_colours_columns_by_their_main_group() -> None:
+    from dagexec._observation.gantt import GROUP_COLORS
+
+    # 10,000 tiny tasks: the first half "load", the second "parse", one failure.
+    records = [
+        TraceRecord(
+            f"t{i}",
+            0,
+            TaskState.FAILED if i == 9000 else TaskState.DONE,
+            0,
+            0,
+            i * 1e-4,
+            i * 1e-4 + 5e-5,
+            group="load" if i < 5000 else "parse",
+        )
+        for i in range(10_000)
+    ]
+    svg = gantt_svg(_synthetic(records, workers=1, wall=1.0))
+    root = ET.fromstring(svg)
+    fills = [r.get("fill") for r in root.iter(f"{SVG}rect") if "agg" in _classes(r)]
+    assert fills.count(GROUP_COLORS[0]) >= 1 and fills.count(GROUP_COLORS[1]) >= 1
+    assert fills.index(GROUP_COLORS[0]) < fills.index(GROUP_COLORS[1])  # load, then parse
+    assert "#e53935" in fills or "#fb8c00" in fills  # the failure still shows
+    text = _svg_text(svg)
+    assert "load" in text and "parse" in text and "done and failed in one column" in text

@@ -465,7 +465,9 @@ def test_close_on_a_log_stream_writes_an_interrupted_summary() -> None:
     clock.now += 2.0
     bar.close()
     assert out.getvalue() == (
-        "dagexec: interrupted: 3 tasks: 1 done, 0 failed, 0 skipped, 0 cancelled in 2.000 s\n"
+        # The two the stopped run never reported are named: the counts add up.
+        "dagexec: interrupted: 3 tasks: 1 done, 0 failed, 0 skipped, 0 cancelled, "
+        "2 unfinished in 2.000 s\n"
     )
 
 
@@ -514,3 +516,178 @@ def test_the_total_grows_as_maps_expand_and_the_bar_never_overflows() -> None:
     # Even with a total that lags (a bar that missed an expansion), never past full.
     bar.total = 3
     assert full in bar.line(0.0, final=True)
+
+
+def test_retry_and_timeout_hooks_report_each_attempt() -> None:
+    """Retries and timeouts had no hook: a progress bar could not show them."""
+    release = threading.Event()
+    attempts = {"n": 0}
+
+    def flaky() -> int:
+        attempts["n"] += 1
+        if attempts["n"] < 3:
+            raise OSError("not yet")
+        return 1
+
+    def hangs() -> None:
+        release.wait(60)
+
+    events: list[tuple[str, object, int]] = []
+
+    class Seen:
+        def on_task_retry(self, name: object, attempt: int) -> None:
+            events.append(("retry", name, attempt))
+
+        def on_task_timeout(self, name: object, attempt: int) -> None:
+            events.append(("timeout", name, attempt))
+            release.set()  # let the timed-out attempt's thread return
+
+    g = Graph()
+    g.add("flaky", flaky, retries=3)
+    g.add("hangs", hangs, timeout=0.05, retries=1)
+    try:
+        result = dagexec.run(g, callbacks=[Seen()], on_error="continue", workers=3)
+    finally:
+        release.set()
+    assert sorted(e for e in events if e[1] == "flaky") == [
+        ("retry", "flaky", 1),
+        ("retry", "flaky", 2),
+    ]
+    # The hanging attempt timed out, then was retried (and returned: released).
+    assert [e for e in events if e[1] == "hangs"] == [
+        ("timeout", "hangs", 1),
+        ("retry", "hangs", 1),
+    ]
+    assert result.status["hangs"] is TaskState.DONE
+
+
+class _DrawTimes(io.StringIO):
+    """A terminal stream that notes the clock's time of each redraw (a ``\\r``)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.times: list[float] = []
+
+    def write(self, text: str) -> int:
+        self.times.extend(self.clock.now for _ in range(text.count("\r")))
+        return super().write(text)
+
+
+def test_the_redraw_rate_stays_at_most_ten_a_second_with_many_workers() -> None:
+    """Issue 23: a run of short tasks on several workers redrew ~18 times a second,
+    where at most 10 are documented: each regular redraw caught some workers
+    between two tasks, and their next starts each redrew at once."""
+    clock = FakeClock()
+    out = _DrawTimes(clock)
+    bar = ProgressBar(out, is_tty=True, min_interval=0.1, clock=clock)
+    workers, steps = 8, 400  # 8 workers, a task each per 10 ms, for 4 s
+    bar.on_run_start(_plan(workers * steps))
+    start = clock.now
+    for step in range(steps):
+        clock.now = start + step * 0.01
+        for w in range(workers):
+            bar.on_task_start(f"t{step * workers + w}", w)
+        clock.now += 0.005
+        for w in range(workers):
+            bar.on_task_end(f"t{step * workers + w}", TaskState.DONE, 0.005)
+    times = out.times
+    assert len(times) >= 30  # it does keep drawing: about 10 a second for 4 s
+    for i, t in enumerate(times):
+        in_window = sum(1 for u in times[i:] if u < t + 1.0)
+        assert in_window <= 10, (t, in_window)
+
+
+def test_a_burst_of_long_tasks_at_the_start_still_shows_them_running() -> None:
+    out, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(out, is_tty=True, min_interval=0.1, clock=clock)
+    bar.on_run_start(_plan(4))
+    for w in range(4):  # all start at once, and run for minutes: no later event
+        bar.on_task_start(f"t{w}", w)
+    assert "running 4" in _lines(out.getvalue())[-1]
+
+
+def _map_plan() -> PlanInfo:
+    """The plan of a graph of 7 tasks, one a map: the run grows by its items."""
+    from dagexec._core.plan import plan_run
+
+    g = Graph()
+    g.add("find", lambda: [])
+    for i in range(5):
+        g.add(f"setup{i}", lambda: None)
+    g.map("files", lambda f: f, over="find")
+    plan = plan_run(g._compile(), None)
+    return PlanInfo(
+        tasks=plan.names,
+        targets=plan.target_names,
+        workers=2,
+        queue_cap=2,
+        max_in_flight=4,
+        effective_cap=4,
+        _plan=plan,
+    )
+
+
+def _filled(line: str) -> int:
+    return line.split("[", 1)[1].split("]", 1)[0].count("#")
+
+
+def test_the_total_grows_without_the_bar_going_backwards() -> None:
+    """Issue 23: the bar read 0/7, then 2/607 when the map expanded: from 2/7 of
+    the bar filled back to none."""
+    out, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(out, is_tty=True, min_interval=0.0, clock=clock)
+    bar.on_run_start(_map_plan())
+    assert "0/7+" in _lines(out.getvalue())[-1]  # the total is known to be a floor
+    bar.on_task_end("setup0", TaskState.DONE, 0.1)
+    clock.now += 1.0
+    bar.on_task_end("find", TaskState.DONE, 0.1)
+    before = _lines(out.getvalue())[-1]
+    assert "2/7+" in before
+    assert "ETA >0:02" in before  # 5 left at 2 a second: at least that long
+    bar.on_map_expand("files", 600)
+    bar.on_task_end("setup1", TaskState.DONE, 0.1)
+    fills = [_filled(before)]
+    after = _lines(out.getvalue())[-1]
+    assert "3/607 " in after  # every map expanded: no "+" any more
+    fills.append(_filled(after))
+    for i in range(600):
+        bar.on_task_end(("files", i), TaskState.DONE, 0.001)
+        fills.append(_filled(_lines(out.getvalue())[-1]))
+    assert fills == sorted(fills)  # never backwards
+    assert fills[1] == fills[0] > 0  # held still when the total grew
+    assert fills[-1] < _BAR_CELLS  # 603/607: not full before the end
+    for name in ("setup2", "setup3", "setup4", "files"):
+        bar.on_task_end(name, TaskState.DONE, 0.1)
+    bar.on_run_end(None)  # type: ignore[arg-type]
+    assert f"[{'#' * _BAR_CELLS}]" in _lines(out.getvalue())[-1]
+
+
+def test_retrying_and_timed_out_counts_are_shown() -> None:
+    out, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(out, is_tty=True, min_interval=0.0, clock=clock)
+    bar.on_run_start(_plan(3))
+    bar.on_task_timeout("t0", 1)
+    bar.on_task_retry("t0", 1)
+    bar.on_task_retry("t1", 1)
+    bar.on_task_start("t2", 0)
+    line = _lines(out.getvalue())[-1]
+    assert "retrying 2" in line
+    assert "timed out 1" in line
+    bar.on_task_end("t0", TaskState.DONE, 0.1)
+    bar.on_task_retry("t1", 2)
+    assert "retrying 1" in _lines(out.getvalue())[-1]
+    bar.on_task_end("t1", TaskState.DONE, 0.1)
+    bar.on_task_end("t2", TaskState.DONE, 0.1)
+    bar.on_run_end(None)  # type: ignore[arg-type]
+    final = _lines(out.getvalue())[-1]
+    assert "retries 3" in final
+    assert "timed out 1" in final
+    log = io.StringIO()
+    quiet = ProgressBar(log, is_tty=False)
+    quiet.on_run_start(_plan(1))
+    quiet.on_task_retry("t0", 1)
+    quiet.on_task_timeout("t0", 1)
+    quiet.on_task_end("t0", TaskState.DONE, 0.1)
+    quiet.on_run_end(None)  # type: ignore[arg-type]
+    assert ", 0 cancelled, 1 retries, 1 timed out in " in log.getvalue()

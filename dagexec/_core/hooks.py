@@ -64,6 +64,15 @@ class Callback:
         ``SKIPPED`` or ``CANCELLED`` without ever running.
         """
 
+    def on_task_retry(self, name: Hashable, attempt: int) -> None:
+        """Attempt number ``attempt`` of ``name`` failed and it will be tried again
+        (``retries=``); ``on_task_end`` comes only after its last attempt."""
+
+    def on_task_timeout(self, name: Hashable, attempt: int) -> None:
+        """Attempt number ``attempt`` of ``name`` ran past its ``timeout=``: it fails
+        with ``TaskTimeout`` (``on_task_retry`` or ``on_task_end`` follows at once)
+        while its thread runs on."""
+
     def on_map_expand(self, name: Hashable, items: int) -> None:
         """Map ``name`` expanded into ``items`` tasks, ``(name, 0)`` to
         ``(name, items - 1)``: the run now has that many more tasks (a progress
@@ -79,6 +88,8 @@ _HOOK_NAMES = (
     "on_task_dispatch",
     "on_task_start",
     "on_task_end",
+    "on_task_retry",
+    "on_task_timeout",
     "on_map_expand",
     "on_run_end",
 )
@@ -145,7 +156,16 @@ def _as_list(callbacks: object) -> list[object]:
 class Hooks:
     """The hooks a run's callbacks implement, bound once so the hot path is a list walk."""
 
-    __slots__ = ("map_expand", "run_end", "run_start", "task_dispatch", "task_end", "task_start")
+    __slots__ = (
+        "map_expand",
+        "run_end",
+        "run_start",
+        "task_dispatch",
+        "task_end",
+        "task_retry",
+        "task_start",
+        "task_timeout",
+    )
 
     def __init__(self, callbacks: Iterable[object]) -> None:
         found: dict[str, list[Callable[..., Any]]] = {name: [] for name in _HOOK_NAMES}
@@ -161,6 +181,8 @@ class Hooks:
         self.task_dispatch = tuple(found["on_task_dispatch"])
         self.task_start = tuple(found["on_task_start"])
         self.task_end = tuple(found["on_task_end"])
+        self.task_retry = tuple(found["on_task_retry"])
+        self.task_timeout = tuple(found["on_task_timeout"])
         self.map_expand = tuple(found["on_map_expand"])
         self.run_end = tuple(found["on_run_end"])
 
@@ -170,6 +192,8 @@ class Hooks:
             or self.task_dispatch
             or self.task_start
             or self.task_end
+            or self.task_retry
+            or self.task_timeout
             or self.map_expand
             or self.run_end
         )

@@ -121,7 +121,9 @@ class TraceRecord:
     ``ready`` and ``dispatched`` are taken on the scheduler thread, ``started`` and
     ``ended`` on the worker that ran it, all from :func:`time.perf_counter`.
     For a task with ``retries=``, the record is its last attempt's, and
-    ``attempt`` says which one (1 without retries).
+    ``attempt`` says which one (1 without retries). ``group`` is the step it
+    belongs to, which the Gantt chart colours by: the map's name for a map's
+    item, else its function's name (see :mod:`dagexec._observation.groups`).
     """
 
     name: Hashable
@@ -132,6 +134,7 @@ class TraceRecord:
     started: float
     ended: float
     attempt: int = 1
+    group: str = ""
 
 
 class RunResult(Mapping[Hashable, Any]):

@@ -139,7 +139,12 @@ class Run(Driver):
         self.escaped: BaseException | None = None  # see main()
         self.wake_every: float | None = None
         observed = trace or bool(
-            hooks.task_end or hooks.task_dispatch or hooks.task_start or hooks.map_expand
+            hooks.task_end
+            or hooks.task_dispatch
+            or hooks.task_start
+            or hooks.map_expand
+            or hooks.task_retry
+            or hooks.task_timeout
         )
         self.state = state = RunState(
             plan,

@@ -22,6 +22,7 @@ from time import monotonic, perf_counter
 from .._core.errors import TaskTimeout
 from .._core.policy import Attempt, CurrentTask, Policy
 from .._core.result import FAILED, IN_FLIGHT
+from .._state.events import TIMEOUT, Event
 from .._state.runstate import RunState
 
 __all__ = ["AttemptTimers"]
@@ -136,4 +137,6 @@ class AttemptTimers:
         assert policy is not None and policy.timeout is not None
         exc = TaskTimeout(state.names[task], policy.timeout, attempt)
         log.info("%s", exc)
+        if state.events is not None:  # before the END or RETRY that finish() adds
+            state.events.append(Event(TIMEOUT, task, worker, attempt))
         state.finish(task, FAILED, exc, worker, started, perf_counter())

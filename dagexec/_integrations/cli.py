@@ -8,10 +8,15 @@ fault it was:
 * 1: the command was well formed but what it points at is wrong, or the run
   failed: missing file, module that fails to import, missing variable, not a
   Graph, invalid graph (cycle, missing dependency), unknown target, a task
-  failure, an output file that cannot be written;
+  failure, ``--timeout`` passed, an output file that cannot be written;
 * 2: the command line itself is wrong (unknown option, bad number, ``FILE``
-  without ``:VARIABLE``); argparse's convention;
-* 130: interrupted with Ctrl-C.
+  without ``:VARIABLE``, ``--resources`` that do not parse); argparse's
+  convention;
+* 130: interrupted with Ctrl-C (the summary table is printed first).
+
+The graph is ``FILE.py:VARIABLE`` or ``MODULE:VARIABLE`` (see
+:mod:`dagexec._integrations.cli_load`); the summary table counts every task once
+(:mod:`dagexec._integrations.cli_tally`), also after Ctrl-C or ``--timeout``.
 
 A task that raises ``SystemExit`` (or any other ``BaseException`` but
 ``KeyboardInterrupt``) is a failing task like any other: status 1, naming it.
@@ -28,9 +33,7 @@ be written bare.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import sys
 from collections.abc import Hashable, Sequence
 from typing import Any, NoReturn
@@ -38,6 +41,7 @@ from typing import Any, NoReturn
 from .._core.errors import DagexecError
 from .._core.graph import Graph
 from .._engine.executor import DEFAULT_QUEUE_CAP
+from .._engine.future import _TIMED_OUT
 from .cli_io import (
     Fail,
     check_output,
@@ -49,6 +53,16 @@ from .cli_io import (
     safe_str,
     write_tracebacks,
 )
+from .cli_load import load_graph
+from .cli_options import (
+    LOG_LEVELS,
+    check_resources_given,
+    configure_logging,
+    log_level,
+    parse_resources,
+    seconds,
+)
+from .cli_tally import RunTally, summary_table
 
 __all__ = ["main"]
 
@@ -77,7 +91,8 @@ def _spec(text: str) -> tuple[str, str]:
     path, sep, variable = text.rpartition(":")
     if not sep or not path or not variable or not variable.replace(".", "").isidentifier():
         raise argparse.ArgumentTypeError(
-            f"expected FILE:VARIABLE such as pipeline.py:graph, got {text!r}"
+            f"expected FILE:VARIABLE such as pipeline.py:graph (or MODULE:VARIABLE "
+            f"such as jobs.nightly:graph), got {text!r}"
         )
     return path, variable
 
@@ -87,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Run a graph of dependent tasks on threads, within hard bounds.",
         epilog=(
-            "Exit status: 0 success; 1 the graph, its file or a task failed; "
+            "Exit status: 0 success; 1 the graph, its file or a task failed, or --timeout "
+            "passed; "
             "2 bad command line; 130 interrupted. Errors are one line on stderr."
         ),
     )
@@ -98,7 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     spec_help = (
         "the graph: a Python file and the name of a dagexec.Graph in it, e.g. "
-        "pipeline.py:graph (the file is run as a module; its directory is put on sys.path)"
+        "pipeline.py:graph (the file is run as a module; its directory is put on sys.path), "
+        "or an importable module and the name, e.g. jobs.nightly:graph (the current "
+        "directory is put on sys.path)"
+    )
+    traceback_help = (
+        "print full tracebacks: of a file that fails to load, and of every failed task "
+        "(default: the file and line of a load error; the last frames of the first "
+        "failed task)"
     )
     targets_help = (
         "comma-separated task names to compute, with everything they need and nothing "
@@ -111,8 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run a graph from a Python file and print a summary",
         description=(
-            "Run a graph defined in a Python file and print a summary table: tasks "
-            "planned, done, failed, skipped, cancelled, wall time, peak in-flight vs cap."
+            "Run a graph defined in a Python file or module and print a summary table "
+            "that counts every task once (done, loaded from the checkpoint, failed, "
+            "skipped, cancelled, running when the run stopped), retries and timed-out "
+            "attempts, wall time, and the bounds reached (peak in-flight vs cap); also "
+            "after Ctrl-C or --timeout."
         ),
     )
     run.add_argument("spec", metavar="FILE:VARIABLE", type=_spec, help=spec_help)
@@ -132,6 +158,34 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         metavar="N",
         help="most tasks queued or running at once (default: workers x (queue cap + 1))",
+    )
+    run.add_argument(
+        "--resources",
+        type=parse_resources,
+        metavar="NAME=N,...",
+        help=(
+            "capacities of the resources the tasks declare (resources={...} in g.add), "
+            "e.g. db=2,gpu=1: tasks running at once hold at most that much of each"
+        ),
+    )
+    run.add_argument(
+        "--timeout",
+        type=seconds,
+        metavar="SECONDS",
+        help=(
+            "stop the run after this many seconds (default: no limit): what has not "
+            "started is cancelled, running tasks are abandoned; exit status 1"
+        ),
+    )
+    run.add_argument(
+        "--log-level",
+        type=log_level,
+        metavar="LEVEL",
+        help=(
+            f"show log records of LEVEL and above on stderr, dagexec's and the tasks' "
+            f"({', '.join(LOG_LEVELS)}; default: only dagexec's warnings). INFO shows "
+            "each retry and timeout"
+        ),
     )
     run.add_argument(
         "--on-error",
@@ -159,7 +213,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--print",
         action="store_true",
         dest="print_values",
-        help="print each target's value (its repr) after the summary",
+        help=(
+            "print each target's value after the summary, one per line, long values "
+            "shortened (reprlib-style, with ...); --print-full prints them whole"
+        ),
+    )
+    run.add_argument(
+        "--print-full",
+        action="store_true",
+        help="print each target's whole value (its full repr) after the summary",
     )
     run.add_argument(
         "--json",
@@ -178,14 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
             "again to resume: tasks found there are loaded, not run"
         ),
     )
-    run.add_argument(
-        "--traceback",
-        action="store_true",
-        help=(
-            "print the full traceback of every failed task (default: the last frames "
-            "of the first failure)"
-        ),
-    )
+    run.add_argument("--traceback", action="store_true", help=traceback_help)
 
     show = commands.add_parser(
         "show",
@@ -200,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="dot",
         help="dot (pipe into 'dot -Tsvg') or mermaid (paste into Markdown); default: dot",
     )
+    show.add_argument("--traceback", action="store_true", help=traceback_help)
 
     demo = commands.add_parser(
         "demo",
@@ -213,76 +269,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_graph(path: str, variable: str) -> Graph:
-    """Run the file at ``path`` as a fresh module and return its Graph ``variable``.
-
-    Raises:
-        Fail: the file is missing or fails to import, or the variable is missing
-            or is not a Graph.
-    """
-    if not os.path.isfile(path):
-        raise Fail(f"no such file: {path}")
-    stem = os.path.splitext(os.path.basename(path))[0]
-    # A name that cannot clash with a real module: the user's file may well be
-    # called json.py, and sys.modules must hold it while it runs (dataclasses,
-    # pickling of its functions by name).
-    module_name = "__dagexec_graph_" + "".join(ch if ch.isalnum() else "_" for ch in stem)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise Fail(f"cannot load {path}: not a Python source file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    # Like `python FILE`: modules next to the file are importable from it.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    try:
-        spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:
-        raise Fail(f"cannot load {path}: {type(exc).__name__}: {safe_str(exc)}") from exc
-    value: Any = module
-    for part in variable.split("."):
-        try:
-            value = getattr(value, part)
-        except AttributeError:
-            raise Fail(f"{path} has no variable {variable!r}") from None
-    if not isinstance(value, Graph):
-        raise Fail(f"{path}:{variable} is a {type(value).__name__}, not a dagexec.Graph")
-    return value
-
-
-def _check_graph(graph: Graph, targets: Sequence[Hashable] | None) -> None:
+def _check_graph(
+    graph: Graph, targets: Sequence[Hashable] | None, resources: dict[str, float] | None = None
+) -> None:
     from .._core.plan import plan_run
 
     try:
-        plan_run(graph._compile(), targets)
+        plan = plan_run(graph._compile(), targets)
     except DagexecError as exc:
         raise Fail(str(exc)) from exc
-
-
-def _summary(result: Any) -> str:
-    from .._core.result import TaskState
-
-    stats = result.stats
-    counts = dict.fromkeys(TaskState, 0)
-    for state in result.status.values():
-        counts[state] += 1
-    depth = max(stats.peak_queue_depth, default=0)
-    seconds = stats.wall_seconds
-    wall = f"{seconds:.3f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
-    rows = [
-        ("tasks planned", str(stats.tasks_planned)),
-        ("  done", str(counts[TaskState.DONE])),
-        ("  failed", str(counts[TaskState.FAILED])),
-        ("  skipped", str(counts[TaskState.SKIPPED])),
-        ("  cancelled", str(counts[TaskState.CANCELLED])),
-        *([("  loaded", str(stats.tasks_loaded))] if stats.tasks_loaded else []),
-        ("wall time", wall),
-        ("workers", str(stats.workers)),
-        ("peak in flight", f"{stats.peak_in_flight} of cap {stats.effective_cap}"),
-        ("peak queue depth", f"{depth} of cap {stats.queue_cap}"),
-        ("tasks per worker", " ".join(map(str, stats.tasks_per_worker))),
-    ]
-    width = max(len(label) for label, _ in rows)
-    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+    if resources is not None:
+        problem = check_resources_given(plan, resources)
+        if problem:
+            raise Fail(problem)
 
 
 class _Keep:
@@ -312,11 +311,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     for option, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--json", args.json)):
         check_output(option, path)
-    graph = load_graph(*args.spec)
+    graph = load_graph(*args.spec, full_traceback=args.traceback)
     targets = resolve_targets(graph, args.targets)
-    _check_graph(graph, targets)
+    _check_graph(graph, targets, args.resources or {})
     keep = _Keep()
-    callbacks: list[Any] = [keep]
+    tally = RunTally()
+    tally.checkpoint = bool(args.checkpoint)
+    callbacks: list[Any] = [keep, tally]
     bar = None
     if args.progress:
         from .._observation.progress import ProgressBar
@@ -334,11 +335,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
             callbacks=callbacks,
             trace=bool(args.trace or args.gantt),
             checkpoint=args.checkpoint,
+            resources=args.resources,
+            timeout=args.timeout,
         )
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()  # no run end comes after Ctrl-C: show it, give the streams back
+        if tally.started:
+            print(summary_table(tally.freeze(), None))
         raise
+    except TimeoutError as exc:
+        if not getattr(exc, _TIMED_OUT, False):
+            raise  # a task's own TimeoutError: handled below as a task failure
+        if bar is not None:
+            bar.close()
+        print(summary_table(tally.freeze(), None))
+        raise Fail(
+            f"the run timed out after {args.timeout:g} s (--timeout {args.timeout:g}); the "
+            "summary above says what it left undone; raise --timeout or make the tasks faster"
+        ) from exc
     except (ValueError, TypeError) as exc:
         if keep.result is None:  # refused before running: a bad parameter combination
             raise Fail(safe_str(exc)) from exc
@@ -354,10 +369,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if keep.result is None:
             raise Fail(f"{type(exc).__name__}: {safe_str(exc)}") from exc
     result = keep.result
-    print(_summary(result))
+    print(summary_table(tally.freeze(), result))
     wanted = graph.sinks() if targets is None else targets
-    if args.print_values:
-        print_values(result, wanted)
+    if args.print_values or args.print_full:
+        print_values(result, wanted, full=args.print_full)
     _write_pictures(result, args.trace, args.gantt)
     if args.json:
         document, note = json_values(result, wanted)
@@ -381,7 +396,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     from .._observation.draw import to_dot, to_mermaid
 
-    graph = load_graph(*args.spec)
+    graph = load_graph(*args.spec, full_traceback=args.traceback)
     targets = resolve_targets(graph, args.targets)
     _check_graph(graph, targets)
     draw = to_dot if args.format == "dot" else to_mermaid
@@ -409,6 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # --help and --version end here with status 0
             return exc.code if isinstance(exc.code, int) else 0
+        if getattr(args, "log_level", None):
+            configure_logging(args.log_level)
         command = {"run": _cmd_run, "show": _cmd_show, "demo": _cmd_demo}[args.command]
         return command(args)
     except Fail as exc:

@@ -13,6 +13,7 @@ import argparse
 import ast
 import json
 import os
+import reprlib
 import sys
 import traceback
 from collections.abc import Hashable, Sequence
@@ -204,14 +205,42 @@ def json_values(result: Any, targets: Sequence[Hashable]) -> tuple[dict[str, Any
     return {"values": values, "not_written": not_written}, note
 
 
-def print_values(result: Any, targets: Sequence[Hashable]) -> None:
+def _short_repr() -> reprlib.Repr:
+    """reprlib's shortening, a little roomier than its defaults: a dozen items of a
+    list and 60 characters of a string still fit one terminal line or two."""
+    short = reprlib.Repr()
+    short.maxlevel = 3
+    short.maxtuple = short.maxlist = short.maxarray = short.maxdeque = 12
+    short.maxdict = short.maxset = short.maxfrozenset = 8
+    short.maxstring = 60
+    short.maxlong = 40
+    short.maxother = 60
+    return short
+
+
+def print_values(result: Any, targets: Sequence[Hashable], *, full: bool = False) -> None:
+    """One ``name = value`` line per target; long values shortened unless ``full``.
+
+    A shortened line would hide that it is shortened only when the value itself
+    contains ``...``, so a closing note says how to see the values whole.
+    """
+    short = None if full else _short_repr()
+    shortened = 0
     for name in targets:
         if name in result:
+            value = result[name]
             try:
-                text = repr(result[name])
+                text = repr(value) if short is None else short.repr(value)
+                if short is not None and "..." in text and text != repr(value):
+                    shortened += 1
             except Exception as exc:
                 text = f"<repr failed: {type(exc).__name__}>"
         else:
             state = result.status.get(name)
             text = f"<no value: {getattr(state, 'name', state)}>"
         print(f"{_task_label(name)} = {text}")
+    if shortened:
+        print(
+            f"({shortened} long value{'s' if shortened > 1 else ''} shortened with ...; "
+            "--print-full prints them whole, --json writes them to a file)"
+        )

@@ -6,6 +6,12 @@ a run. Node ids are ``n0, n1, ...`` in plan order rather than the task names:
 names are arbitrary hashables, and no escaping scheme makes every ``repr`` a
 safe identifier in both languages. The name goes into the escaped label only.
 Output is deterministic (insertion order), so it can be diffed and tested.
+
+What a task does at run time is drawn too, since a picture that shows a map
+like any task hides the step that becomes six hundred tasks: a map gets a shape
+of its own (DOT ``box3d``, Mermaid's subroutine box) and a ``map over X`` line,
+edges into a cleanup task (``run_if="all_done"``: it runs even when they fail)
+are dashed, and retries, a timeout and resources are lines of the task's label.
 """
 
 from __future__ import annotations
@@ -69,6 +75,34 @@ def _edges(plan: Plan) -> list[tuple[int, int]]:
     return edges
 
 
+def _notes(plan: Plan, task: int) -> list[str]:
+    """The label's lines under the name: what the task does beyond being called once."""
+    notes = []
+    if plan.maps is not None and task in plan.maps:
+        notes.append(f"map over {display_name(plan.names[plan.deps[task][0]])}")
+    policy = plan.policy[task] if plan.policy is not None else None
+    if policy is not None:
+        if policy.cleanup:
+            notes.append("cleanup: run_if=all_done")
+        if policy.retries:
+            notes.append(f"retries={policy.retries}")
+        if policy.timeout is not None:
+            notes.append(f"timeout={policy.timeout:g} s")
+    need = plan.needs[task] if plan.needs is not None else ()
+    if need:
+        notes.append("resources: " + ", ".join(f"{r}={amount:g}" for r, amount in need))
+    return notes
+
+
+def _is_map(plan: Plan, task: int) -> bool:
+    return plan.maps is not None and task in plan.maps
+
+
+def _is_cleanup(plan: Plan, task: int) -> bool:
+    policy = plan.policy[task] if plan.policy is not None else None
+    return policy is not None and policy.cleanup
+
+
 def _dot_string(text: str) -> str:
     # Inside a DOT quoted string only `"` needs escaping, but labels interpret
     # backslash sequences (\n, \l, \N), so a literal backslash is doubled too.
@@ -90,7 +124,10 @@ def to_dot(graph: Graph, targets: Iterable[Hashable] | None = None, result: Any 
         '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", fontname="Helvetica"];',
     ]
     for i, name in enumerate(plan.names):
-        attrs = [f"label={_dot_string(display_name(name))}"]
+        label = "\n".join([display_name(name), *_notes(plan, i)])
+        attrs = [f"label={_dot_string(label)}"]
+        if _is_map(plan, i):
+            attrs.append("shape=box3d")
         state = states[i]
         if state is not None:
             attrs.append(f'fillcolor="{STATE_FILL[state]}"')
@@ -99,7 +136,8 @@ def to_dot(graph: Graph, targets: Iterable[Hashable] | None = None, result: Any 
             attrs.append("penwidth=2")
         lines.append(f"  n{i} [{', '.join(attrs)}];")
     for dep, task in _edges(plan):
-        lines.append(f"  n{dep} -> n{task};")
+        dashed = " [style=dashed]" if _is_cleanup(plan, task) else ""
+        lines.append(f"  n{dep} -> n{task}{dashed};")
     if result is not None:
         # A legend, so a picture shared without this text still says what the fills
         # mean; its ids cannot clash with the tasks' n0, n1, ...
@@ -125,16 +163,20 @@ def to_dot(graph: Graph, targets: Iterable[Hashable] | None = None, result: Any 
 _MERMAID_SPECIAL = frozenset('"#&<>`')
 
 
-def _mermaid_string(text: str) -> str:
-    out = []
-    for ch in text:
-        if ch in _MERMAID_SPECIAL:
-            out.append(f"#{ord(ch)};")
-        elif ch in "\r\n":
-            out.append(" ")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
+def _mermaid_string(text: str, *more: str) -> str:
+    """A quoted Mermaid label; ``more`` are extra lines under the first."""
+    parts = []
+    for line in (text, *more):
+        out = []
+        for ch in line:
+            if ch in _MERMAID_SPECIAL:
+                out.append(f"#{ord(ch)};")
+            elif ch in "\r\n":
+                out.append(" ")
+            else:
+                out.append(ch)
+        parts.append("".join(out))
+    return '"' + "<br/>".join(parts) + '"'
 
 
 def to_mermaid(graph: Graph, targets: Iterable[Hashable] | None = None, result: Any = None) -> str:
@@ -145,9 +187,12 @@ def to_mermaid(graph: Graph, targets: Iterable[Hashable] | None = None, result: 
     plan, states = _plan_and_states(graph, targets, result)
     lines = ["flowchart LR"]
     for i, name in enumerate(plan.names):
-        lines.append(f"  n{i}[{_mermaid_string(display_name(name))}]")
+        label = _mermaid_string(display_name(name), *_notes(plan, i))
+        # A map is a subroutine box: one step that becomes a task per item.
+        lines.append(f"  n{i}[[{label}]]" if _is_map(plan, i) else f"  n{i}[{label}]")
     for dep, task in _edges(plan):
-        lines.append(f"  n{dep} --> n{task}")
+        arrow = "-.->" if _is_cleanup(plan, task) else "-->"
+        lines.append(f"  n{dep} {arrow} n{task}")
     if result is not None:
         lines.append("  subgraph legend [legend]")
         for state, meaning in STATE_MEANING.items():

@@ -2,14 +2,18 @@
 
 Built as plain strings (no dependency, no script, no external font), so the file
 opens in any browser and renders on a repository page. Each executed task is a
-bar coloured by outcome, its name and timings in a ``<title>`` (the hover text).
+bar coloured by its group (the step it belongs to: a map's name, or its
+function's name; see :mod:`dagexec._observation.groups`), with a legend, so the steps of a
+pipeline can be told apart at a glance; a failed task's bar has a red outline.
+Its name and timings are in a ``<title>`` (the hover text).
 
 A picture stays useful at any size by switching representation rather than
 drawing what cannot be seen. When most bars would be narrower than a pixel
 (and there are enough of them to matter), or there are more than
 :data:`MAX_BARS` tasks, each worker lane is drawn per pixel column instead:
-the column's share of busy time sets the opacity and its outcome mix the colour
-(done, failed, or both), and runs of equal columns merge into one rectangle.
+the column's share of busy time sets the opacity, and its colour is its main
+group's (red or orange when a task failed there), and runs of equal columns
+merge into one rectangle.
 The file then grows with the width of the picture, not with the task count,
 and the title and legend say that it is aggregated.
 """
@@ -29,7 +33,7 @@ from .draw import display_name
 if TYPE_CHECKING:
     from .._core.result import RunResult, TraceRecord
 
-__all__ = ["MAX_BARS", "gantt_svg", "write_gantt_svg"]
+__all__ = ["GROUP_COLORS", "MAX_BARS", "gantt_svg", "group_colors", "write_gantt_svg"]
 
 MAX_BARS = 5000
 """Above this many tasks, always aggregate: a bigger SVG gets slow to open and
@@ -45,6 +49,21 @@ DONE_COLOR = "#43a047"
 FAILED_COLOR = "#e53935"
 MIXED_COLOR = "#fb8c00"
 
+GROUP_COLORS = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#b07aa1",
+    "#76b7b2",
+    "#9c755f",
+    "#d4a017",
+    "#ff9da7",
+)
+"""Colours of the task groups, dark enough for white labels; no red, which marks
+failure. A run with more groups colours the biggest ones and draws the rest
+grey, as "other": a legend of twenty near-identical hues helps nobody."""
+OTHER_COLOR = "#9e9e9e"
+
 _WIDTH = 1000
 _MARGIN = 12
 _LEFT = 80
@@ -59,6 +78,11 @@ _OPACITY_LEVELS = 4  # busy share is shown in quarters, so equal columns can mer
 def _clean(text: str) -> str:
     """Escape for XML text and drop the control characters XML 1.0 cannot hold at all."""
     return escape("".join(ch if ch >= " " or ch in "\t\n" else "\ufffd" for ch in text))
+
+
+def _attr(text: str) -> str:
+    """``text`` as a quoted XML attribute value."""
+    return '"' + _clean(text).replace('"', "&quot;") + '"'
 
 
 def _fmt_seconds(seconds: float) -> str:
@@ -87,25 +111,55 @@ def _ticks(span: float) -> tuple[list[float], float, str]:
 
 
 def _bar_title(rec: TraceRecord) -> str:
+    group = f"; group {rec.group}" if rec.group else ""
+    took = _fmt_seconds(rec.ended - rec.started)
     return (
-        f"{display_name(rec.name)}: {rec.state.value} in {_fmt_seconds(rec.ended - rec.started)} "
+        f"{display_name(rec.name)}: {rec.state.value} in {took} "
         f"on worker {rec.worker} (ready {_fmt_seconds(rec.ready)}, dispatched "
-        f"{_fmt_seconds(rec.dispatched)}, started {_fmt_seconds(rec.started)})"
+        f"{_fmt_seconds(rec.dispatched)}, started {_fmt_seconds(rec.started)}){group}"
     )
 
 
-def _detailed(trace: tuple[TraceRecord, ...], scale: float, lane_y: Sequence[float]) -> list[str]:
+def group_colors(trace: Sequence[TraceRecord]) -> tuple[dict[str, str], int]:
+    """A colour per group, in order of first start; and how many groups share "other".
+
+    Groups beyond the palette's size-1 go to "other", the smallest first, so the
+    steps that fill the picture keep their own colours.
+    """
+    sizes: dict[str, int] = {}
+    for rec in trace:  # in start order: dicts keep first-seen order
+        sizes[rec.group] = sizes.get(rec.group, 0) + 1
+    if len(sizes) <= len(GROUP_COLORS):
+        return dict(zip(sizes, GROUP_COLORS, strict=False)), 0
+    keep = set(sorted(sizes, key=lambda g: -sizes[g])[: len(GROUP_COLORS) - 1])
+    kept = [g for g in sizes if g in keep]
+    colors = dict(zip(kept, GROUP_COLORS, strict=False))
+    return colors, len(sizes) - len(kept)
+
+
+def _detailed(
+    trace: tuple[TraceRecord, ...],
+    scale: float,
+    lane_y: Sequence[float],
+    colors: dict[str, str],
+) -> list[str]:
     out = []
     for rec in trace:
         x = _LEFT + rec.started * scale
         w = max((rec.ended - rec.started) * scale, 1.0)
         y = lane_y[rec.worker] + 1
-        color = FAILED_COLOR if rec.state is TaskState.FAILED else DONE_COLOR
+        color = colors.get(rec.group, OTHER_COLOR)
+        failed = rec.state is TaskState.FAILED
+        stroke = (
+            f'stroke="{FAILED_COLOR}" stroke-width="2"'
+            if failed
+            else ('stroke="#ffffff" stroke-width="0.5"')
+        )
         parts = [
             f"<g><title>{_clean(_bar_title(rec))}</title>",
-            f'<rect class="task {rec.state.value}" x="{x:.2f}" y="{y:.2f}" '
-            f'width="{w:.2f}" height="{_LANE - 2}" fill="{color}" stroke="#ffffff" '
-            f'stroke-width="0.5"/>',
+            f'<rect class="task {rec.state.value}" data-group={_attr(rec.group)} '
+            f'x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{_LANE - 2}" fill="{color}" '
+            f"{stroke}/>",
         ]
         label = display_name(rec.name)
         if w >= len(label) * _CHAR_PX + 6:
@@ -124,15 +178,20 @@ def _aggregated(
     columns: int,
     span: float,
     lane_y: Sequence[float],
+    colors: dict[str, str],
 ) -> list[str]:
     col_dt = span / columns
-    # Per lane and pixel column: busy seconds by outcome, tasks started there.
+    # Per lane and pixel column: busy seconds by outcome, tasks started there,
+    # and the done busy seconds by group (made only for columns that have some).
     done_busy = [[0.0] * columns for _ in range(workers)]
     failed_busy = [[0.0] * columns for _ in range(workers)]
     started = [[0] * columns for _ in range(workers)]
     failed = [[0] * columns for _ in range(workers)]
+    by_group: list[list[dict[str, float] | None]] = [[None] * columns for _ in range(workers)]
     for rec in trace:
-        busy = failed_busy[rec.worker] if rec.state is TaskState.FAILED else done_busy[rec.worker]
+        is_done = rec.state is not TaskState.FAILED
+        busy = done_busy[rec.worker] if is_done else failed_busy[rec.worker]
+        groups = by_group[rec.worker]
         first = min(int(rec.started / col_dt), columns - 1)
         last = min(int(rec.ended / col_dt), columns - 1)
         started[rec.worker][first] += 1
@@ -145,19 +204,34 @@ def _aggregated(
             hi = min(rec.ended, (c + 1) * col_dt)
             if hi > lo:
                 busy[c] += hi - lo
+                if is_done:
+                    shares = groups[c]
+                    if shares is None:
+                        shares = groups[c] = {}
+                    shares[rec.group] = shares.get(rec.group, 0.0) + hi - lo
+
+    def key_of(w: int, c: int) -> tuple[str, str, float] | None:
+        key = _column_key(done_busy[w][c], failed_busy[w][c], col_dt)
+        if key is None:
+            return None
+        kind, level = key
+        if kind != "done":
+            return kind, FAILED_COLOR if kind == "failed" else MIXED_COLOR, level
+        shares = by_group[w][c] or {"": 0.0}
+        group = max(shares, key=shares.__getitem__)  # the column's main group
+        return kind, colors.get(group, OTHER_COLOR), level
+
     out = []
     for w in range(workers):
         y = lane_y[w] + 1
         c = 0
         while c < columns:
-            key = _column_key(done_busy[w][c], failed_busy[w][c], col_dt)
+            key = key_of(w, c)
             end = c + 1
-            while (
-                end < columns and _column_key(done_busy[w][end], failed_busy[w][end], col_dt) == key
-            ):
+            while end < columns and key_of(w, end) == key:
                 end += 1
             if key is not None:
-                kind, level = key
+                kind, color, level = key
                 n_started = sum(started[w][c:end])
                 n_failed = sum(failed[w][c:end])
                 busy_share = (sum(done_busy[w][c:end]) + sum(failed_busy[w][c:end])) / (
@@ -168,7 +242,6 @@ def _aggregated(
                     f"{n_started} {'task' if n_started == 1 else 'tasks'} started "
                     f"({n_failed} failed), busy {busy_share:.0%}"
                 )
-                color = {"done": DONE_COLOR, "failed": FAILED_COLOR, "mixed": MIXED_COLOR}[kind]
                 out.append(
                     f"<g><title>{_clean(title)}</title>"
                     f'<rect class="agg {kind}" x="{_LEFT + c}" y="{y:.2f}" width="{end - c}" '
@@ -212,7 +285,15 @@ def gantt_svg(result: RunResult, *, width: int = _WIDTH, aggregate: bool | None 
     lane_y = [_TOP + w * (_LANE + _LANE_GAP) for w in range(workers)]
     axis_y = _TOP + workers * (_LANE + _LANE_GAP) + 2
     legend_y = axis_y + 34
-    height = legend_y + 26
+    colors, others = group_colors(trace)
+    legend = list(colors.items())
+    if others:
+        legend.append((f"other ({others} groups)", OTHER_COLOR))
+    if aggregate:  # a column takes its main group's colour; any failure shows instead
+        legend.append(("failed", FAILED_COLOR))
+        legend.append(("done and failed in one column", MIXED_COLOR))
+    legend_rows = _legend_rows(legend, width, failed_note=not aggregate)
+    height = legend_y + 18 * (len(legend_rows) - 1) + 26
 
     counts = dict.fromkeys(TaskState, 0)
     for state in result.status.values():
@@ -276,20 +357,42 @@ def gantt_svg(result: RunResult, *, width: int = _WIDTH, aggregate: bool | None 
         f"time ({unit})</text>"
     )
     if aggregate:
-        out.extend(_aggregated(trace, workers, int(plot_w), span, lane_y))
+        out.extend(_aggregated(trace, workers, int(plot_w), span, lane_y, colors))
     else:
-        out.extend(_detailed(trace, scale, lane_y))
-    legend = [("done", DONE_COLOR), ("failed", FAILED_COLOR)]
-    if aggregate:
-        legend.append(("done and failed in one column", MIXED_COLOR))
-    x = _MARGIN
-    for label, color in legend:
-        out.append(f'<rect x="{x}" y="{legend_y - 10}" width="12" height="12" fill="{color}"/>')
-        out.append(f'<text x="{x + 16}" y="{legend_y}">{_clean(label)}</text>')
-        x += 16 + int(len(label) * _CHAR_PX) + 18
-    out.append(f'<text x="{_MARGIN}" y="{legend_y + 18}" fill="#444444">{_clean(mode)}</text>')
+        out.extend(_detailed(trace, scale, lane_y, colors))
+    y = legend_y
+    for row in legend_rows:
+        for x, label, color, outline in row:
+            border = f' stroke="{FAILED_COLOR}" stroke-width="2"' if outline else ""
+            out.append(
+                f'<rect class="legend" x="{x}" y="{y - 10}" width="12" height="12" '
+                f'fill="{color}"{border}/>'
+            )
+            out.append(f'<text x="{x + 16}" y="{y}">{_clean(label)}</text>')
+        y += 18
+    out.append(f'<text x="{_MARGIN}" y="{y}" fill="#444444">{_clean(mode)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def _legend_rows(
+    legend: list[tuple[str, str]], width: int, *, failed_note: bool
+) -> list[list[tuple[int, str, str, bool]]]:
+    """Legend entries placed left to right, wrapped to the picture's width:
+    rows of (x, label, colour, red outline)."""
+    entries = [(label, color, False) for label, color in legend]
+    if failed_note:
+        entries.append(("failed (red outline)", "#ffffff", True))
+    rows: list[list[tuple[int, str, str, bool]]] = [[]]
+    x = _MARGIN
+    for label, color, outline in entries:
+        step = 16 + int(len(label) * _CHAR_PX) + 18
+        if rows[-1] and x + step > width - _MARGIN:
+            rows.append([])
+            x = _MARGIN
+        rows[-1].append((x, label, color, outline))
+        x += step
+    return rows
 
 
 def write_gantt_svg(result: RunResult, path: str | os.PathLike[str]) -> None:

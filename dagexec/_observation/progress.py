@@ -4,8 +4,15 @@ Every hook runs on the scheduler thread, so the counts need no lock, and the
 bar must cost the scheduler next to nothing: a redraw (string formatting and a
 write to a terminal) happens at most once per ``min_interval`` seconds, checked
 with one :func:`time.monotonic` call per event, plus a final draw at the end.
-The one exception: a task start on a worker that the line on screen shows idle
-redraws at once, at most once per worker per line (see ``_task_started``).
+A task start on a worker that the line on screen shows idle may redraw sooner
+(see ``_task_started``), but never past the rate: at most ``1/min_interval``
+redraws in any second (10 by default), counted over every redraw but the
+final one and those that put the bar back below a log line.
+
+The total grows while the run does: a map's items are tasks of the run, known
+only when it expands. Until every map has expanded the count reads ``2/7+``
+and the ETA is a lower bound (``ETA >0:05``); the filled part of the bar never
+shrinks when the total grows, it holds still until the work done catches up.
 
 On a terminal the line is redrawn in place (``\\r``, then erase to end of line)
 and left showing the final state, followed by a newline. When the stream is not
@@ -31,10 +38,12 @@ the bar goes quiet.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -133,10 +142,18 @@ class ProgressBar:
             self.on_task_end = self._task_ended
         self._reset(0)
 
-    def _reset(self, total: int) -> None:
+    def _reset(self, total: int, maps: int = 0) -> None:
         self.total = total
         self.counts = dict.fromkeys(TaskState, 0)
         self.interrupted = False
+        self.maps_pending = maps  # maps not expanded yet: the total will grow
+        self.retries = 0  # retry attempts made (retries=)
+        self.timed_out = 0  # attempts that ran past their timeout=
+        self._retrying: set[Hashable] = set()  # tasks retried and not ended yet
+        self._fill = 0.0  # the bar's filled share as last drawn: it never shrinks
+        # When the latest redraws happened, to keep to 1/min_interval a second.
+        budget = math.floor(1 / self.min_interval + 1e-9) if self.min_interval > 0 else 0
+        self._draws: deque[float] | None = deque(maxlen=max(budget, 1)) if budget else None
         # What each worker runs now, and where each started task runs. A fused
         # chain reports each member's start as it happens but all their ends at
         # once, so counting starts minus ends would overcount; a worker runs one
@@ -149,7 +166,8 @@ class ProgressBar:
 
     # ------------------------------------------------------------ callbacks
     def on_run_start(self, plan: PlanInfo) -> None:
-        self._reset(len(plan.tasks))
+        inner = plan._plan
+        self._reset(len(plan.tasks), len(inner.maps) if inner is not None and inner.maps else 0)
         self._running = True
         if self.is_tty:
             self._run_thread = threading.current_thread()
@@ -160,6 +178,16 @@ class ProgressBar:
     def on_map_expand(self, name: Hashable, items: int) -> None:
         with self._lock:  # a proxied write (any thread) may be drawing the line
             self.total += items  # the map's items are tasks of the run too
+            self.maps_pending = max(self.maps_pending - 1, 0)
+
+    def on_task_retry(self, name: Hashable, attempt: int) -> None:
+        with self._lock:
+            self.retries += 1
+            self._retrying.add(name)
+
+    def on_task_timeout(self, name: Hashable, attempt: int) -> None:
+        with self._lock:
+            self.timed_out += 1
 
     def _task_started(self, name: Hashable, worker: int) -> None:
         with self._lock:  # a proxied write (any thread) may be drawing the line
@@ -170,18 +198,24 @@ class ProgressBar:
             # moment between two of its tasks (its next start is usually queued
             # right behind the end that triggered the redraw), or it is the run's
             # first start. Left alone, a run of long tasks would show "running 0"
-            # until the next end, so correct the line now: once per worker per
-            # line, since the corrected line shows it busy.
-            self._draw(self._clock(), final=False)
+            # until the next end, so correct the line now if the rate allows:
+            # once per worker per line, since the corrected line shows it busy.
+            # In a busy run the rate is spent on regular redraws and the next one
+            # corrects it; a burst of long tasks at the start finds it unspent.
+            self._maybe_draw(0.0)
         else:
             self._maybe_draw(self.min_interval)
 
     def _task_ended(self, name: Hashable, state: TaskState, seconds: float) -> None:
         self.counts[state] += 1
+        if self._retrying:
+            self._retrying.discard(name)
 
     def _task_ended_drawing(self, name: Hashable, state: TaskState, seconds: float) -> None:
         with self._lock:  # a proxied write (any thread) may be drawing the line
             self.counts[state] += 1
+            if self._retrying:
+                self._retrying.discard(name)
             worker = self._worker_of.pop(name, None)
             if worker is not None and self._current.get(worker) == name:
                 del self._current[worker]
@@ -263,8 +297,8 @@ class ProgressBar:
             written = _count(target.write(text), text)
             target.flush()
             self._partial = not text.endswith("\n")
-            if not self._partial:
-                self._draw(self._clock(), final=False)
+            if not self._partial:  # the bar back below the line: not a progress redraw
+                self._draw(self._clock(), final=False, counted=False)
             return written
 
     # -------------------------------------------------------------- drawing
@@ -278,13 +312,21 @@ class ProgressBar:
         return sum(self.counts.values())
 
     def _maybe_draw(self, interval: float) -> None:
+        """Redraw if ``interval`` passed since the last redraw and the rate allows."""
         now = self._clock()
-        if now - self._last_draw >= interval:
+        if now - self._last_draw >= interval and self._within_rate(now):
             self._draw(now, final=False)
 
-    def _draw(self, now: float, *, final: bool) -> None:
+    def _within_rate(self, now: float) -> bool:
+        """Fewer than ``1/min_interval`` redraws in the second before ``now``."""
+        draws = self._draws
+        return draws is None or len(draws) < (draws.maxlen or 0) or now - draws[0] >= 1.0
+
+    def _draw(self, now: float, *, final: bool, counted: bool = True) -> None:
         with self._lock:
             self._last_draw = now
+            if counted and not final and self._draws is not None:
+                self._draws.append(now)
             self._drawn_busy = set(self._current)  # at most one entry per worker
             if self._quiet:
                 return
@@ -328,13 +370,15 @@ class ProgressBar:
         """
         finished, counts = self.finished, self.counts
         total = max(self.total, finished)  # never past full, whatever was counted
+        # Maps yet to expand will add tasks: the total is a lower bound until then.
+        more = "+" if self.maps_pending and not final else ""
         elapsed = now - self._started_at
         ran = counts[TaskState.DONE] + counts[TaskState.FAILED]
         rate = ran / elapsed if elapsed > 0 else 0.0
         if final:
             eta = f"in {format_duration(elapsed)}"
         elif rate > 0:
-            eta = f"ETA {format_duration((total - finished) / rate)}"
+            eta = f"ETA {'>' if more else ''}{format_duration((total - finished) / rate)}"
         else:
             eta = "ETA ?"
         # (what to show, how much it matters: the least is dropped first)
@@ -344,6 +388,12 @@ class ProgressBar:
         ]
         if counts[TaskState.CANCELLED]:
             parts.append((f"cancelled {counts[TaskState.CANCELLED]}", 4))
+        if self._retrying and not final:
+            parts.append((f"retrying {len(self._retrying)}", 4))
+        elif self.retries and final:
+            parts.append((f"retries {self.retries}", 4))
+        if self.timed_out:
+            parts.append((f"timed out {self.timed_out}", 4))
         if not final:
             parts.append((f"running {self.running}", 3))
         parts.append((f"{rate:.1f} tasks/s", 1))
@@ -365,9 +415,14 @@ class ProgressBar:
                 bar = "#" * filled + "x" * crossed + "-" * (cells - filled - crossed)
                 head = f"dagexec [{bar}] {status.upper()} {done:>{digits}}/{total} done"
             else:
-                filled = cells if total == 0 else cells * finished // total
+                share = 1.0 if total == 0 else finished / total
+                if not final:
+                    # A grown total must not move the bar back: it holds still
+                    # until the work done catches up.
+                    share = self._fill = max(self._fill, share)
+                filled = cells if final and status == "done" else int(cells * share)
                 bar = "#" * filled + "-" * (cells - filled)
-                head = f"dagexec [{bar}] {finished:>{digits}}/{total}"
+                head = f"dagexec [{bar}] {finished:>{digits}}/{total}{more}"
             kept = list(parts)
             text = "  ".join([head, *(t for t, _ in kept)])
             if width is None or len(text) < width:
@@ -398,11 +453,21 @@ class ProgressBar:
         counts = self.counts
         elapsed = now - self._started_at
         state = "" if not self.interrupted else "interrupted: "
+        # A stopped run does not report the tasks it left running: named, so the
+        # counts still add up to the total.
+        unfinished = self.total - self.finished
+        left = f", {unfinished} unfinished" if unfinished > 0 else ""
         return (
             f"dagexec: {state}{self.total} tasks: {counts[TaskState.DONE]} done, "
             f"{counts[TaskState.FAILED]} failed, {counts[TaskState.SKIPPED]} skipped, "
-            f"{counts[TaskState.CANCELLED]} cancelled in {elapsed:.3f} s"
+            f"{counts[TaskState.CANCELLED]} cancelled{left}{self._policy_counts()} "
+            f"in {elapsed:.3f} s"
         )
+
+    def _policy_counts(self) -> str:
+        """``, 2 retries, 1 timed out`` for the summary line; empty when neither happened."""
+        text = f", {self.retries} retries" if self.retries else ""
+        return text + (f", {self.timed_out} timed out" if self.timed_out else "")
 
 
 class _LineSafeStream:

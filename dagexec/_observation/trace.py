@@ -8,10 +8,12 @@ state machine itself reads no clock.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from .._core.result import StatusMap, TraceRecord
 from .._state.events import DISPATCH, END, READY, RETRY, Event
+from .groups import LOADED_GROUP, task_group
 
 if TYPE_CHECKING:
     from .._state.runstate import RunState
@@ -25,6 +27,9 @@ class Recorder:
     __slots__ = (
         "chain_next",
         "ended",
+        "fns",
+        "loaded",
+        "planned",
         "ready",
         "retried",
         "sent",
@@ -44,6 +49,11 @@ class Recorder:
         self.ended = [-1.0] * n
         self.worker = [-1] * n
         self.retried: dict[int, int] = {}  # task -> failed attempts before its last
+        # For each record's group: the functions (a list that grows with maps, whose
+        # items are the tasks past the plan's), and the tasks a checkpoint supplied.
+        self.fns = run.fns
+        self.planned = len(run.plan.names)
+        self.loaded = run.plan.loaded or frozenset()
 
     def record(self, event: Event, now: float) -> None:
         """Note ``event``; ``now`` is the driver's ``perf_counter`` for it."""
@@ -78,6 +88,20 @@ class Recorder:
 
     def records(self, status: StatusMap, codes: bytearray) -> tuple[TraceRecord, ...]:
         """One record per task that ran, in start order."""
+        groups: dict[int, str] = {}  # by the function's id: one look-up per function
+        fns, planned, loaded = self.fns, self.planned, self.loaded
+
+        def group(task: int, name: Hashable) -> str:
+            if task in loaded:
+                return LOADED_GROUP
+            if task >= planned:  # a map's item, named (map, i)
+                return task_group(name, None, map_item=True)
+            fn = fns[task]
+            found = groups.get(id(fn))
+            if found is None:
+                found = groups[id(fn)] = task_group(name, fn, map_item=False)
+            return found
+
         out = [
             TraceRecord(
                 name=name,
@@ -88,6 +112,7 @@ class Recorder:
                 started=self.started[task],
                 ended=self.ended[task],
                 attempt=1 + self.retried.get(task, 0),
+                group=group(task, name),
             )
             for task, name in enumerate(status)
             if task < len(self.worker) and self.worker[task] >= 0

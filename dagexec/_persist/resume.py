@@ -187,4 +187,5 @@ def _saving(
             pass
         return value
 
+    checkpointed.__wrapped__ = fn  # type: ignore[attr-defined]  # pictures group by fn
     return checkpointed

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["DISPATCH", "END", "EXPAND", "READY", "RETRY", "START", "ChainEnd", "Event"]
+__all__ = [
+    "DISPATCH",
+    "END",
+    "EXPAND",
+    "READY",
+    "RETRY",
+    "START",
+    "TIMEOUT",
+    "ChainEnd",
+    "Event",
+]
 
 
 class ChainEnd(NamedTuple):
@@ -27,8 +37,9 @@ class ChainEnd(NamedTuple):
 
 # Event kinds, in the order a task meets them. RETRY: an attempt failed and the
 # task waits for another (retries=); END comes once, with the final state.
-# EXPAND: a map made its items.
-READY, DISPATCH, START, END, RETRY, EXPAND = range(6)
+# EXPAND: a map made its items. TIMEOUT: an attempt ran past its timeout= (a
+# RETRY or an END follows at once).
+READY, DISPATCH, START, END, RETRY, EXPAND, TIMEOUT = range(7)
 
 
 class Event(NamedTuple):
@@ -36,7 +47,8 @@ class Event(NamedTuple):
 
     ``state`` is the final state code (END only); ``worker`` is -1 for a task
     that never ran; ``started``/``ended`` are the worker's stamps (END only). For
-    EXPAND, ``task`` is the map and ``state`` the number of its items.
+    EXPAND, ``task`` is the map and ``state`` the number of its items; for RETRY
+    and TIMEOUT, ``state`` is the number of the attempt that failed.
     """
 
     kind: int

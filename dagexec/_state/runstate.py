@@ -684,7 +684,7 @@ class RunState:
                 delay,
             )
         if self.events is not None:
-            self.events.append(Event(RETRY, task, worker, FAILED, started, ended))
+            self.events.append(Event(RETRY, task, worker, attempt, started, ended))
         self.state[task] = WAITING  # holds no slot and no resource while it waits
         self.seq += 1
         heapq.heappush(self.timers, (self.now + delay, self.seq, task))
