@@ -145,7 +145,7 @@ def failure_line(errors: dict[Hashable, BaseException], planned: int) -> str:
 # line and its caller, short enough that the error line stays in view.
 _SHORT_FRAMES = 3
 # The package root (this file is in dagexec/_integrations/): frames below it are ours.
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def write_tracebacks(errors: dict[Hashable, BaseException], full: bool) -> None:
@@ -160,7 +160,7 @@ def write_tracebacks(errors: dict[Hashable, BaseException], full: bool) -> None:
                 frames = [  # the task's own frames, not dagexec's re-raise
                     f
                     for f in traceback.extract_tb(exc.__traceback__)
-                    if not f.filename.startswith(_PACKAGE_DIR)
+                    if not f.filename.startswith(PACKAGE_DIR)
                 ][-_SHORT_FRAMES:]
                 lines = [
                     *traceback.format_list(frames),

@@ -21,11 +21,10 @@ from types import ModuleType
 from typing import Any
 
 from .._core.graph import Graph
-from .cli_io import Fail, safe_str
+from .cli_io import PACKAGE_DIR, Fail, safe_str
 
 __all__ = ["graph_variables", "load_graph", "looks_like_file"]
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def looks_like_file(source: str) -> bool:
@@ -144,7 +143,7 @@ def _load_failure(source: str, origin: str, exc: BaseException, full: bool) -> F
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if not f.filename.startswith(("<frozen importlib", _PACKAGE_DIR))
+        if not f.filename.startswith(("<frozen importlib", PACKAGE_DIR))
     ]
     if full:
         try:
