@@ -125,7 +125,10 @@ def test_need_above_capacity_is_rejected_naming_task_and_resource() -> None:
         ({1: 1}, TypeError, "resource names must be strings"),
         ({"gpu": 0}, ValueError, r"resources\['gpu'\] must be a positive finite number"),
         ({"gpu": float("nan")}, ValueError, "positive finite"),
-        ({"gpu": True}, ValueError, "positive finite"),
+        ({"gpu": True}, TypeError, r"must be a number \(int or float\), got bool"),
+        ({"gpu": "1"}, TypeError, r"must be a number \(int or float\), got str"),
+        ({"gpu": 10**400}, ValueError, "positive finite"),
+        ({"gpu": float("inf")}, ValueError, "positive finite"),
     ],
 )
 def test_bad_task_resources_are_rejected_at_add(resources: Any, error: type, match: str) -> None:

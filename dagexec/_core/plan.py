@@ -19,6 +19,7 @@ from operator import add, not_
 from typing import Any
 
 from .errors import UnknownTargetError, describe
+from .item_names import item_of, item_target_message
 from .policy import Policy
 from .validate import CompiledGraph
 
@@ -154,6 +155,12 @@ def _target_ids(compiled: CompiledGraph, requested: tuple[Hashable, ...]) -> tup
     index = compiled.index
     unknown = [t for t in requested if t not in index]
     if unknown:
+        if compiled.maps:
+            maps = {compiled.names[m] for m in compiled.maps}
+            for t in unknown:
+                item = item_of(t, maps)
+                if item is not None:
+                    raise UnknownTargetError([t], message=item_target_message(t, *item))
         raise UnknownTargetError(unknown, index)
     return tuple(index[t] for t in requested)
 
