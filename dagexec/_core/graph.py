@@ -264,6 +264,11 @@ class Graph:
         else:
             dep_names, kw_deps = check_deps(name, deps)
         if is_map:
+            if _same_name(over, name):
+                raise ValueError(
+                    f"map {describe(name)}: over={describe(over)} names the map itself; "
+                    "over is the task whose value (a list, or any iterable) the map runs over"
+                )
             dep_names = (over, *dep_names)
         ids: tuple[int, ...] | None
         try:
@@ -434,6 +439,8 @@ class Graph:
                 )
             map_name = name_of(func) if name is _NO_NAME else name
             constants = args if type(args) is tuple else check_args(map_name, args)
+            if kwargs is not None:  # before its keys are read to infer deps
+                check_kwargs(map_name, kwargs, None)
             map_deps: Iterable[Hashable] | Mapping[str, Hashable]
             if deps is None:
                 # The first parameter takes the item: the dependencies are the rest.
@@ -500,6 +507,8 @@ class Graph:
                 )
             task_name = name_of(func) if name is None else name
             task_args = args if type(args) is tuple else check_args(task_name, args)
+            if kwargs is not None:  # before its keys are read to infer deps
+                check_kwargs(task_name, kwargs, None)
             task_deps: Iterable[Hashable] | Mapping[str, Hashable]
             if deps is None:
                 task_deps = deps_from_signature(task_name, func, task_args, kwargs)
@@ -657,6 +666,13 @@ def _hash_keeping_dict() -> dict[Hashable, int]:
     index: dict[Hashable, int] = {marker: 0}
     del index[marker]
     return index
+
+
+def _same_name(a: object, b: object) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # a hostile name: the graph's own checks report it
+        return False
 
 
 def _check_hashable(task: Hashable, dep_names: tuple[Hashable, ...]) -> None:

@@ -87,8 +87,14 @@ class Fanout:
                 run.finish(m, SKIPPED)
                 run._skip_downstream(m)
                 return
-            # Expanded, it gathers like any map: a failed item skips it.
+            # Expanded, it gathers like any map: a failed item skips it. Its deps
+            # have all ended and no longer concern it (its items read them): the
+            # edges go, so that skipping downstream of a failed dep, which may be
+            # what made it expand, does not reach it now.
             cleanup[m] = 0
+            for d in set(run.deps[m]):
+                if source is None or d != over:  # a chained map's edge went below
+                    self.dependents[d].remove(m)
         items: list[Any] = []
         if source is None:
             # Iterated here, on the scheduler thread: a generator that blocks
