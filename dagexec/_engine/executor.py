@@ -109,7 +109,7 @@ def _check_on_error(on_error: object) -> OnError:
         )
     if on_error not in ("raise", "continue"):
         raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
-    return on_error
+    return "raise" if on_error == "raise" else "continue"
 
 
 def _check_flag(name: str, value: object) -> bool:
