@@ -143,7 +143,8 @@ def test_bad_task_resources_are_rejected_at_add(resources: Any, error: type, mat
     [
         (5, TypeError, "resources must be a mapping"),
         ({"gpu": -1}, ValueError, r"resources\['gpu'\] must be a number >= 0"),
-        ({"gpu": "2"}, ValueError, "must be a number"),
+        ({"gpu": "2"}, TypeError, "must be a number"),
+        ({"gpu": 10**400}, ValueError, "write math.inf for no limit"),
     ],
 )
 def test_bad_capacities_are_rejected_before_threads_start(
