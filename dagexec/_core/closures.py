@@ -41,9 +41,14 @@ _ABSENT = object()
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def watch(fn: object) -> Snapshot | None:
+def watch(fn: object, last: Snapshot | None = None) -> Snapshot | None:
     """What ``fn`` reads from closure cells and module globals now, or None if nothing
-    that a loop could rebind (then ``fn`` may take ``Graph.add``'s fast path)."""
+    that a loop could rebind (then ``fn`` may take ``Graph.add``'s fast path).
+
+    Returns ``last`` itself when it holds the same reads (same code, same cells
+    or globals, the very same values): tasks that read unchanged values share
+    one snapshot.
+    """
     if type(fn) is not types.FunctionType:
         return None  # functools.partial, a method, a callable object: values bound
     code = fn.__code__
@@ -64,7 +69,25 @@ def watch(fn: object) -> Snapshot | None:
             value = module.get(var, _ABSENT)
             if value is not _ABSENT and not _fixed(value, var):
                 reads.append((var, module, value))
-    return (code, tuple(reads)) if reads else None
+    if not reads:
+        return None
+    if last is not None and last[0] is code:
+        old = last[1]
+        if len(old) == 1 and len(reads) == 1:  # the usual case, without a call
+            if old[0][1] is reads[0][1] and old[0][2] is reads[0][2] and old[0][0] == reads[0][0]:
+                return last
+        elif _same_reads(old, reads):
+            return last
+    return (code, tuple(reads))
+
+
+def _same_reads(old: tuple[tuple[str, object, object], ...], new: list[Any]) -> bool:
+    if len(old) != len(new):
+        return False
+    for (var, where, value), (var2, where2, value2) in zip(old, new, strict=True):
+        if var != var2 or where is not where2 or value is not value2:
+            return False
+    return True
 
 
 def _fixed(value: object, var: str) -> bool:
@@ -81,10 +104,20 @@ def _fixed(value: object, var: str) -> bool:
 def warn_loop_closures(names: Sequence[Hashable], watched: Mapping[int, Snapshot]) -> None:
     """Warn (:class:`~dagexec.LoopClosureWarning`) once per variable that tasks sharing
     one function body read, and that held different values when they were added."""
+    # Tasks that read the same values share one snapshot object: grouped by it
+    # first, so a million adds of one function cost one pass over a dict.
+    by_snapshot: dict[int, tuple[Snapshot, list[int]]] = {}
+    for position, snapshot in watched.items():
+        entry = by_snapshot.get(id(snapshot))
+        if entry is None:
+            by_snapshot[id(snapshot)] = (snapshot, [position])
+        else:
+            entry[1].append(position)
     groups: dict[tuple[types.CodeType, str, int], list[tuple[int, object]]] = {}
-    for position, (code, reads) in watched.items():
+    for (code, reads), positions in by_snapshot.values():
         for var, where, value in reads:
-            groups.setdefault((code, var, id(where)), []).append((position, value))
+            group = groups.setdefault((code, var, id(where)), [])
+            group.extend((p, value) for p in positions)
     for (code, var, _), members in groups.items():
         if len(members) > 1 and _differ([value for _, value in members]):
             warnings.warn(

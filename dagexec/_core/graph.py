@@ -104,6 +104,7 @@ class Graph:
         "_index",
         "_index_shared",
         "_inferred",
+        "_last_watch",
         "_maps",
         "_names",
         "_options",
@@ -114,6 +115,7 @@ class Graph:
         "_resources",
         "_unresolved",
         "_watched",
+        "_watched_calls",
     )
 
     def __init__(self) -> None:
@@ -151,6 +153,11 @@ class Graph:
         # Sparse: tasks whose function reads a closure cell or a module global,
         # with what it read when added (see closures.py: the loop-closure trap).
         self._watched: dict[int, Snapshot] = {}
+        # _plain_calls for watched functions, and the last snapshot taken (the next
+        # task reading the same values shares it: a million adds of one function
+        # reading a data global keep one snapshot, not a million).
+        self._watched_calls: dict[int, int] = {}
+        self._last_watch: Snapshot | None = None
         self._compiled: CompiledGraph | None = None
 
     def add(
@@ -212,19 +219,30 @@ class Graph:
                     ids = tuple(map(index.__getitem__, deps))
             except (KeyError, TypeError):
                 known = True
-            if (
-                not known
-                and self._plain_calls.get(id(fn), 0) >> n_deps & 1
-                and not self._index_shared
-            ):
-                names = self._names
-                index[name] = len(names)
-                names.append(name)
-                self._fns.append(fn)
-                self._deps.append(deps)
-                self._ids.append(ids)
-                self._compiled = None
-                return name
+            if not known and not self._index_shared:
+                if self._plain_calls.get(id(fn), 0) >> n_deps & 1:
+                    names = self._names
+                    index[name] = len(names)
+                    names.append(name)
+                    self._fns.append(fn)
+                    self._deps.append(deps)
+                    self._ids.append(ids)
+                    self._compiled = None
+                    return name
+                if self._watched_calls.get(id(fn), 0) >> n_deps & 1:
+                    # The same, for a function that reads a cell or a data global:
+                    # what it reads now is recorded for the loop-closure check.
+                    snapshot = watch(fn, self._last_watch)
+                    if snapshot is not None:
+                        names = self._names
+                        self._watched[len(names)] = self._last_watch = snapshot
+                        index[name] = len(names)
+                        names.append(name)
+                        self._fns.append(fn)
+                        self._deps.append(deps)
+                        self._ids.append(ids)
+                        self._compiled = None
+                        return name
         return self._add(name, fn, deps, args, kwargs, options, _NO_OVER, "add")
 
     def _add(
@@ -293,7 +311,7 @@ class Graph:
         learned = 0
         original: Task | None = None
         if kw_deps is None and not constants and not kwargs:  # the common case: fn(*deps)
-            counts = self._plain_calls.get(id(fn), 0)
+            counts = self._plain_calls.get(id(fn), 0) | self._watched_calls.get(id(fn), 0)
             if not counts >> len(dep_names) & 1:
                 check_plain_call(name, fn, dep_names)
                 learned = counts | 1 << len(dep_names)
@@ -311,7 +329,7 @@ class Graph:
                 call = BoundCall(fn, constants, keywords)
             original = Task(name, fn, dep_names, constants, FrozenKwargs(keywords), dep_params)
         checked = check_task_options(name, options, caller) if options else None
-        watched = watch(fn)
+        watched = watch(fn, self._last_watch)
         # Every check passed: from here on the task is stored, in every column and
         # side table at once (a failed add must leave nothing for the next task
         # to inherit at this position).
@@ -321,7 +339,7 @@ class Graph:
         if checked is not None:
             self._store_options(position, checked)
         if watched is not None:
-            self._watched[position] = watched
+            self._watched[position] = self._last_watch = watched
         if is_map:
             self._maps.add(position)
         if self._index_shared:  # the last compiled graph reads it: copy on write
@@ -335,10 +353,13 @@ class Graph:
         if ids is None:
             self._unresolved.append(position)
         # Only now: fn is kept alive by the graph, so its id stays its own. A
-        # function watched for the loop-closure trap never takes add's fast
-        # path, which records nothing.
-        if learned and watched is None:
-            self._plain_calls[id(fn)] = learned
+        # function watched for the loop-closure trap takes the second fast path,
+        # which records what it reads.
+        if learned:
+            if watched is None:
+                self._plain_calls[id(fn)] = learned
+            else:
+                self._watched_calls[id(fn)] = learned
         self._compiled = None
         return name
 
