@@ -54,11 +54,7 @@ def test_a_loop_in_a_function_shares_one_cell_and_is_warned() -> None:
 
 def test_a_loop_at_module_level_rebinds_a_global_and_is_warned() -> None:
     # Module-level code: the loop variable is a global, the lambda has no closure.
-    source = (
-        "g = dagexec.Graph()\n"
-        "for f in FILES:\n"
-        "    g.add(('load', f), lambda: load(f))\n"
-    )
+    source = "g = dagexec.Graph()\nfor f in FILES:\n    g.add(('load', f), lambda: load(f))\n"
     module: dict[str, Any] = {"dagexec": dagexec, "FILES": FILES, "load": load}
     exec(compile(source, "nightly.py", "exec"), module)
     with pytest.warns(LoopClosureWarning, match=r"variable 'f'.*args=\(f,\)"):
