@@ -295,3 +295,14 @@ def test_huge_resource_amounts_are_refused_at_add_and_as_capacities() -> None:
     with pytest.raises(ValueError, match="write math.inf for no limit"):
         dagexec.run(g, workers=1, resources={"db": 10**400})
     assert dagexec.run(g, workers=1, resources={"db": math.inf})["t"] == 1
+
+
+def test_a_map_item_as_a_dependency_says_to_depend_on_the_map() -> None:
+    g = base()
+    g.map("squares", lambda x: x * x, over="xs")
+    g.add("first", lambda v: v, deps=[("squares", 0)])
+    with pytest.raises(dagexec.MissingDependencyError) as caught:
+        g.validate()
+    message = str(caught.value)
+    assert "item 0 of map 'squares'" in message and "deps=['squares']" in message
+    assert "did you mean" not in message

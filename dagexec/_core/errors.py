@@ -125,6 +125,7 @@ class MissingDependencyError(DagexecError, ValueError):
         *,
         known: Iterable[Hashable] | None = None,
         inferred_from: str | None = None,
+        message: str | None = None,
     ) -> None:
         self.task = task
         self.missing: tuple[Hashable, ...] = tuple(missing)
@@ -141,7 +142,8 @@ class MissingDependencyError(DagexecError, ValueError):
             names += f" (read by @g.task from the {params} {names} of {inferred_from}())"
             fix = "rename the parameter to the task it needs, or pass deps=[...] to @g.task"
         super().__init__(
-            f"task {describe(task)} depends on {names}, {which} not in the graph; "
+            message
+            or f"task {describe(task)} depends on {names}, {which} not in the graph; "
             f"{_did_you_mean(self.suggestions)}{fix}"
         )
 

@@ -40,7 +40,7 @@ from .bind import (
 )
 from .closures import Snapshot, warn_loop_closures, watch
 from .errors import DuplicateTaskError, MissingDependencyError, describe
-from .item_names import item_of, item_task_message
+from .item_names import item_dep_message, item_of, item_task_message
 from .options import (
     NO_KWARGS,
     FrozenKwargs,
@@ -73,6 +73,9 @@ class Task(NamedTuple):
     dependency's value is passed to (``dep_params[i]`` receives ``deps[i]``), and
     the call is ``fn(*args, **{dep_params[i]: result_of(deps[i])}, **kwargs)``.
     ``fn``, ``args`` and ``kwargs`` are what you passed: constants stay inspectable.
+    For a map, ``deps[0]`` is ``over`` and the rest are its deps: ``dep_params``
+    then name ``deps[1:]``, and each item is called as ``fn(item, *args,
+    **{dep_params[i]: result_of(deps[i + 1])}, **kwargs)``.
 
     A named tuple rather than a frozen dataclass: a million-task graph must build
     in about a second (a frozen dataclass's ``__init__`` alone costs three times
@@ -603,6 +606,14 @@ class Graph:
 
     def _explain(self, exc: MissingDependencyError) -> MissingDependencyError:
         """The same error, with "did you mean" and where @g.task found the names."""
+        if self._maps:
+            maps = {self._names[i] for i in self._maps}
+            for missing in exc.missing:
+                item = item_of(missing, maps)
+                if item is not None:
+                    return MissingDependencyError(
+                        exc.task, [missing], message=item_dep_message(exc.task, missing, *item)
+                    )
         inferred = self._inferred.get(self._index[exc.task])
         return MissingDependencyError(
             exc.task, exc.missing, known=self._names, inferred_from=inferred

@@ -19,7 +19,13 @@ from collections.abc import Container, Hashable
 
 from .errors import describe
 
-__all__ = ["item_index", "item_of", "item_target_message", "item_task_message"]
+__all__ = [
+    "item_dep_message",
+    "item_index",
+    "item_of",
+    "item_target_message",
+    "item_task_message",
+]
 
 
 def item_index(value: object) -> int | None:
@@ -66,4 +72,13 @@ def item_target_message(name: Hashable, owner: Hashable, index: int) -> str:
         "items exist only once the map expands during the run, so they cannot be "
         f"targets; target the map and index its list: "
         f"run(g, targets=[{describe(owner)}])[{describe(owner)}][{index}]"
+    )
+
+
+def item_dep_message(task: Hashable, name: Hashable, owner: Hashable, index: int) -> str:
+    return (
+        f"task {describe(task)} depends on {describe(name)}, item {index} of map "
+        f"{describe(owner)}: a map's items exist only once the map expands during the "
+        "run, so no task can depend on one; depend on the map and index its list: "
+        f"deps=[{describe(owner)}] and take value[{index}]"
     )
