@@ -82,6 +82,20 @@ def _submit(**kw: Any) -> Callable[[], object]:
     return call
 
 
+def _with_graph(api: str, graph: object) -> Callable[[], object]:
+    """``api`` called with ``graph`` in place of a Graph."""
+
+    def call() -> object:
+        if api == "run":
+            return dagexec.run(graph)  # type: ignore[arg-type]
+        with Executor(1) as ex:
+            if api == "Executor.run":
+                return ex.run(graph)  # type: ignore[arg-type]
+            return ex.submit(graph).result()  # type: ignore[arg-type]
+
+    return call
+
+
 def _leak_check(timeout: object) -> Callable[[], object]:
     def call() -> object:
         with no_leaked_threads(timeout):  # type: ignore[arg-type]
@@ -155,7 +169,7 @@ def _cases() -> list[Case]:
             if wrong_value is not None:
                 error = UNKNOWN_TARGET if option == "targets" else ValueError
                 cases.append(Case(api, option, make(**{option: wrong_value}), error))  # type: ignore[arg-type]
-        cases.append(Case(api, "graph", lambda: dagexec.run(5), TypeError))  # type: ignore[arg-type]
+        cases.append(Case(api, "graph", _with_graph(api, 5), TypeError))
     for api, make in (("Executor", _executor), ("run", _run)):
         for option, (wrong_type, wrong_value) in EXECUTOR_OPTIONS.items():
             cases.append(Case(api, option, make(**{option: wrong_type}), TypeError))
