@@ -17,6 +17,7 @@ import pytest
 
 import dagexec
 from dagexec import MISSING, DuplicateTaskError, Graph, TaskState, UnknownTargetError
+from dagexec._core.task_options import TaskOptions
 
 
 def xs() -> list[int]:
@@ -306,3 +307,61 @@ def test_a_map_item_as_a_dependency_says_to_depend_on_the_map() -> None:
     message = str(caught.value)
     assert "item 0 of map 'squares'" in message and "deps=['squares']" in message
     assert "did you mean" not in message
+
+
+def test_map_decorator_takes_deps_by_keyword_and_options() -> None:
+    g = base()
+    g.add("unit", lambda: "kg")
+
+    @g.map(over="xs", deps={"unit": "unit"}, kwargs={"digits": 1}, priority=3)
+    def weigh(x: int, *, unit: str, digits: int) -> str:
+        return f"{x:.{digits}f}{unit}"
+
+    assert g._options[len(g) - 1].priority == 3
+    assert dagexec.run(g, ["weigh"], workers=2)["weigh"] == ["1.0kg", "2.0kg", "3.0kg"]
+
+
+def test_over_must_name_a_task() -> None:
+    g = base()
+    with pytest.raises(TypeError, match=r"map 'm': over must be the name of a task"):
+        g.map("m", lambda x: x, over=["xs"])
+    with pytest.raises(ValueError, match=r"map 'm': over='m' names the map itself"):
+        g.map("m", lambda x: x, over="m")
+    assert list(g) == ["xs"]
+
+
+# A value other than the default for every task option.
+OPTION_VALUES: dict[str, Any] = {
+    "priority": 2,
+    "resources": {"db": 1},
+    "retries": 1,
+    "retry_delay": 0.5,
+    "retry_on": OSError,
+    "timeout": 5.0,
+    "run_if": "all_done",
+}
+
+
+def test_every_task_option_has_a_value_below() -> None:
+    """A new option (checkpoint=, isolate=) must join OPTION_VALUES, so the test
+    below checks that add, task and map all store it."""
+    assert set(OPTION_VALUES) == set(TaskOptions._fields)
+
+
+@pytest.mark.parametrize(("option", "value"), list(OPTION_VALUES.items()))
+@pytest.mark.parametrize("how", ["add", "task", "map"])
+def test_every_task_option_is_stored_whichever_way_the_task_is_added(
+    option: str, value: Any, how: str
+) -> None:
+    """One record: an option given to add, task or map is never dropped (by a fast
+    path or a forgotten pass-through)."""
+    g = base()
+    if how == "add":
+        g.add("t", lambda: 1, **{option: value})
+    elif how == "task":
+        g.task(name="t", **{option: value})(lambda: 1)
+    else:
+        g.map("t", lambda x: x, over="xs", **{option: value})
+    assert getattr(g._options[1], option) == value
+    if option in ("retries", "retry_delay", "retry_on", "timeout", "run_if"):
+        assert 1 in g._policy

@@ -285,6 +285,11 @@ class Graph:
         else:
             dep_names, kw_deps = check_deps(name, deps)
         if is_map:
+            if not _hashable(over):
+                raise TypeError(
+                    f"map {describe(name)}: over must be the name of a task (hashable), "
+                    f"got {type(over).__name__} {safe_repr(over)}"
+                )
             if _same_name(over, name):
                 raise ValueError(
                     f"map {describe(name)}: over={describe(over)} names the map itself; "
