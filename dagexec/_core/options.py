@@ -1,9 +1,9 @@
-"""The options of ``Graph.add`` and ``@g.task``, one check per option.
+"""The parameters of ``Graph.add``, ``g.map`` and ``@g.task``, one check per parameter.
 
 Each check turns what the user passed into what the graph stores, or raises a
-``TypeError`` that names the task, the option, the value and the fix. Kept
-apart from :mod:`dagexec._core.graph` so that a new option is one more function
-here and one more line in ``Graph.add``.
+``TypeError`` (wrong type) or ``ValueError`` (wrong value) that names the task,
+the parameter, the value and the fix. The task options themselves are listed
+once in :mod:`dagexec._core.task_options`, which uses the checks here.
 """
 
 from __future__ import annotations
