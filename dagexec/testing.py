@@ -55,6 +55,17 @@ DEFAULT_TIMEOUT = 10.0
 """Seconds any helper waits before giving up: long for a healthy test, short for CI."""
 
 
+def _check_seconds(where: str, value: object) -> float:
+    """A helper's timeout: a TypeError for a non-number, a ValueError for one <= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{where}: timeout must be a number of seconds, got {type(value).__name__} {value!r}"
+        )
+    if not value > 0:  # also refuses nan
+        raise ValueError(f"{where}: timeout must be a number of seconds > 0, got {value!r}")
+    return value
+
+
 class GateTimeout(AssertionError):
     """A task waited at a :class:`Gate` that was never opened: the test is broken."""
 
@@ -142,7 +153,7 @@ class Gate:
     """
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.timeout = timeout
+        self.timeout = _check_seconds("Gate(timeout=...)", timeout)
         self._opened = threading.Event()
         self._waiting = _Counter()
 
@@ -260,6 +271,11 @@ class ResourceRecorder:
     """
 
     def __init__(self, graph: Graph) -> None:
+        if not isinstance(graph, Graph):
+            raise TypeError(
+                f"ResourceRecorder(graph=...) takes the dagexec.Graph to be run, got "
+                f"{type(graph).__name__}"
+            )
         self._needs = {graph._names[i]: need for i, need in graph._resources.items()}
         # A map's items, named (map, i), hold what the map declares.
         self._map_needs = {
@@ -388,6 +404,7 @@ def no_leaked_threads(timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
     a run) is merged lazily, so only a collection makes the executor unreachable
     while this thread waits.
     """
+    _check_seconds("no_leaked_threads(timeout=...)", timeout)
     before = set(threading.enumerate())
     yield
     deadline = time.monotonic() + timeout

@@ -815,7 +815,7 @@ def client(dd: Any, offload_thread: None) -> Iterator[Any]:
             n_workers=1,
             threads_per_worker=2,
             processes=False,
-            dashboard_address=None,
+            dashboard_address=":0",  # any free port: never collide with another cluster
             host="127.0.0.1",
             protocol="tcp://",
             silence_logs=logging.CRITICAL,

@@ -385,11 +385,12 @@ def test_a_fatal_exception_while_iterating_a_maps_source_names_the_map(
         assert dict(ex.run(g, targets=["other"])) == {"other": 1}  # still usable
 
 
-def test_map_deps_by_keyword_are_rejected_not_read_as_the_keys() -> None:
+def test_map_deps_by_keyword_pass_the_tasks_values_not_the_keys() -> None:
+    # Once refused (iterating the mapping would have passed the task named by
+    # its key, "sep"): now the value of "b" goes to the parameter sep.
     g = Graph()
-    g.add("a", lambda: [1, 2])
+    g.add("a", lambda: ["x", "y"])
     g.add("b", lambda: ",")
     g.add("sep", lambda: "not this one")
-    with pytest.raises(TypeError, match=r"map 'mm': deps .*mapping .*write deps=\['b'\]"):
-        g.map("mm", lambda x, sep: x, over="a", deps={"sep": "b"})
-    assert "mm" not in g
+    g.map("mm", lambda x, sep: x + sep, over="a", deps={"sep": "b"})
+    assert dagexec.run(g, ["mm"], workers=2)["mm"] == ["x,", "y,"]

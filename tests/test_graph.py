@@ -268,7 +268,7 @@ def test_a_failed_add_leaves_nothing_for_the_next_task() -> None:
         return None
 
     g = dagexec.Graph()
-    with pytest.raises(TypeError, match="retries must be an int"):
+    with pytest.raises(ValueError, match="retries must be >= 0"):
         g.add("a", noop, priority=5, resources={"gpu": 1}, retries=-1)
     with pytest.raises(TypeError, match="priority must be an int"):
         g.add("c", anything, kwargs={"x": 1}, priority="high")  # type: ignore[arg-type]

@@ -461,9 +461,9 @@ def test_run_if_is_checked() -> None:
     g = Graph()
     with pytest.raises(ValueError, match="run_if must be 'all_success'.*'always'"):
         g.add("x", lambda: 1, run_if="always")
-    with pytest.raises(ValueError, match="not supported on g.map"):
-        g.map("m", lambda i: i, over="x", run_if="all_done")
-    with pytest.raises(TypeError, match="retries must be an int >= 0"):
+    with pytest.raises(TypeError, match="run_if must be a str"):
+        g.add("x", lambda: 1, run_if=True)
+    with pytest.raises(ValueError, match="retries must be >= 0"):
         g.add("y", lambda: 1, retries=-1)
     with pytest.raises(ValueError, match="KeyboardInterrupt"):
         g.add("y", lambda: 1, retries=1, retry_on=KeyboardInterrupt)

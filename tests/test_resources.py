@@ -125,7 +125,10 @@ def test_need_above_capacity_is_rejected_naming_task_and_resource() -> None:
         ({1: 1}, TypeError, "resource names must be strings"),
         ({"gpu": 0}, ValueError, r"resources\['gpu'\] must be a positive finite number"),
         ({"gpu": float("nan")}, ValueError, "positive finite"),
-        ({"gpu": True}, ValueError, "positive finite"),
+        ({"gpu": True}, TypeError, r"must be a number \(int or float\), got bool"),
+        ({"gpu": "1"}, TypeError, r"must be a number \(int or float\), got str"),
+        ({"gpu": 10**400}, ValueError, "positive finite"),
+        ({"gpu": float("inf")}, ValueError, "positive finite"),
     ],
 )
 def test_bad_task_resources_are_rejected_at_add(resources: Any, error: type, match: str) -> None:
@@ -140,7 +143,8 @@ def test_bad_task_resources_are_rejected_at_add(resources: Any, error: type, mat
     [
         (5, TypeError, "resources must be a mapping"),
         ({"gpu": -1}, ValueError, r"resources\['gpu'\] must be a number >= 0"),
-        ({"gpu": "2"}, ValueError, "must be a number"),
+        ({"gpu": "2"}, TypeError, "must be a number"),
+        ({"gpu": 10**400}, ValueError, "write math.inf for no limit"),
     ],
 )
 def test_bad_capacities_are_rejected_before_threads_start(

@@ -24,7 +24,14 @@ from typing import Any
 
 from .errors import describe
 
-__all__ = ["BoundCall", "KeywordCall", "callable_name", "check_call", "check_plain_call"]
+__all__ = [
+    "BoundCall",
+    "ItemKeywordCall",
+    "KeywordCall",
+    "callable_name",
+    "check_call",
+    "check_plain_call",
+]
 
 
 class BoundCall:
@@ -72,6 +79,27 @@ class KeywordCall:
         parts = [*map(_safe_repr, self.args), *(f"{p}=<dep>" for p in self.dep_params)]
         parts += [f"{k}={_safe_repr(v)}" for k, v in self.kwargs.items()]
         return f"<dagexec task call {callable_name(self.fn)}({', '.join(parts)})>"
+
+
+class ItemKeywordCall(KeywordCall):
+    """``fn(item, *args, **{param: dep_value}, **kwargs)``: a map's item with keyword deps.
+
+    A map's item is called with its element first, then the values of the map's
+    deps: the element stays positional, the deps go by keyword.
+    """
+
+    __slots__ = ()
+
+    def __call__(self, item: Any, *dep_values: Any) -> Any:
+        return self.fn(
+            item,
+            *self.args,
+            **dict(zip(self.dep_params, dep_values, strict=True)),
+            **self.kwargs,
+        )
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace("call ", "item call ", 1)
 
 
 def _safe_repr(value: object) -> str:

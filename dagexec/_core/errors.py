@@ -125,6 +125,7 @@ class MissingDependencyError(DagexecError, ValueError):
         *,
         known: Iterable[Hashable] | None = None,
         inferred_from: str | None = None,
+        message: str | None = None,
     ) -> None:
         self.task = task
         self.missing: tuple[Hashable, ...] = tuple(missing)
@@ -141,7 +142,8 @@ class MissingDependencyError(DagexecError, ValueError):
             names += f" (read by @g.task from the {params} {names} of {inferred_from}())"
             fix = "rename the parameter to the task it needs, or pass deps=[...] to @g.task"
         super().__init__(
-            f"task {describe(task)} depends on {names}, {which} not in the graph; "
+            message
+            or f"task {describe(task)} depends on {names}, {which} not in the graph; "
             f"{_did_you_mean(self.suggestions)}{fix}"
         )
 
@@ -165,7 +167,11 @@ class UnknownTargetError(DagexecError, KeyError):
     """
 
     def __init__(
-        self, targets: Sequence[Hashable], known: Iterable[Hashable] | None = None
+        self,
+        targets: Sequence[Hashable],
+        known: Iterable[Hashable] | None = None,
+        *,
+        message: str | None = None,
     ) -> None:
         self.targets: tuple[Hashable, ...] = tuple(targets)
         self.target = self.targets[0]
@@ -176,7 +182,9 @@ class UnknownTargetError(DagexecError, KeyError):
         names = ", ".join(describe(t) for t in self.targets)
         noun = "target" if len(self.targets) == 1 else "targets"
         hint = _did_you_mean(self.suggestions) or "check the spelling"
-        self.message = f"unknown {noun} {names}: not a task of this graph; {hint.strip()}"
+        self.message = (
+            message or f"unknown {noun} {names}: not a task of this graph; {hint.strip()}"
+        )
         super().__init__(self.message)
 
     def __str__(self) -> str:
@@ -209,3 +217,14 @@ class TaskTimeout(DagexecError, TimeoutError):
 class Cancelled(DagexecError):
     """Raised by ``current_task().check()`` once the attempt's cancellation token is set
     (its timeout passed, or the run is stopping)."""
+
+
+class LoopClosureWarning(UserWarning):
+    """Tasks that will all read the last value of a variable their adds changed.
+
+    ``for f in files: g.add(("load", f), lambda: load(f))`` makes tasks that
+    share one function body reading ``f`` when they *run*, after the loop has
+    ended: every task loads the last file. Warned before the run (when the graph
+    is validated), naming the tasks, the variable and the fix: pass the value
+    as a constant, ``g.add(("load", f), load, args=(f,))``.
+    """

@@ -28,22 +28,31 @@ again, and checked for cycles, by validation.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, Unpack, overload
 
-from .bind import BoundCall, KeywordCall, callable_name, check_call, check_plain_call
+from .bind import (
+    BoundCall,
+    ItemKeywordCall,
+    KeywordCall,
+    callable_name,
+    check_call,
+    check_plain_call,
+)
+from .closures import Snapshot, warn_loop_closures, watch
 from .errors import DuplicateTaskError, MissingDependencyError, describe
+from .item_names import item_dep_message, item_of, item_task_message
 from .options import (
     NO_KWARGS,
     FrozenKwargs,
     check_args,
     check_deps,
     check_kwargs,
-    check_resources,
     deps_from_signature,
     name_of,
     safe_repr,
 )
-from .policy import Policy, check_policy
+from .policy import Policy
+from .task_options import CheckedOptions, TaskOptionArgs, TaskOptions, check_task_options
 
 if TYPE_CHECKING:
     from .validate import CompiledGraph
@@ -51,6 +60,10 @@ if TYPE_CHECKING:
 __all__ = ["Graph", "Task"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Markers for "not given": g.map's name (decorator form) and a task's over (not a map).
+_NO_NAME: Any = object()
+_NO_OVER: Any = object()
 
 
 class Task(NamedTuple):
@@ -60,6 +73,9 @@ class Task(NamedTuple):
     dependency's value is passed to (``dep_params[i]`` receives ``deps[i]``), and
     the call is ``fn(*args, **{dep_params[i]: result_of(deps[i])}, **kwargs)``.
     ``fn``, ``args`` and ``kwargs`` are what you passed: constants stay inspectable.
+    For a map, ``deps[0]`` is ``over`` and the rest are its deps: ``dep_params``
+    then name ``deps[1:]``, and each item is called as ``fn(item, *args,
+    **{dep_params[i]: result_of(deps[i + 1])}, **kwargs)``.
 
     A named tuple rather than a frozen dataclass: a million-task graph must build
     in about a second (a frozen dataclass's ``__init__`` alone costs three times
@@ -91,14 +107,18 @@ class Graph:
         "_index",
         "_index_shared",
         "_inferred",
+        "_last_watch",
         "_maps",
         "_names",
+        "_options",
         "_originals",
         "_plain_calls",
         "_policy",
         "_priority",
         "_resources",
         "_unresolved",
+        "_watched",
+        "_watched_calls",
     )
 
     def __init__(self) -> None:
@@ -131,6 +151,16 @@ class Graph:
         self._resources: dict[int, tuple[tuple[str, float], ...]] = {}
         self._maps: set[int] = set()
         self._policy: dict[int, Policy] = {}  # sparse: tasks given retries, timeout, run_if
+        # Sparse: every task given an option, its options as given (TaskOptions).
+        self._options: dict[int, TaskOptions] = {}
+        # Sparse: tasks whose function reads a closure cell or a module global,
+        # with what it read when added (see closures.py: the loop-closure trap).
+        self._watched: dict[int, Snapshot] = {}
+        # _plain_calls for watched functions, and the last snapshot taken (the next
+        # task reading the same values shares it: a million adds of one function
+        # reading a data global keep one snapshot, not a million).
+        self._watched_calls: dict[int, int] = {}
+        self._last_watch: Snapshot | None = None
         self._compiled: CompiledGraph | None = None
 
     def add(
@@ -141,16 +171,16 @@ class Graph:
         deps: Iterable[Hashable] | Mapping[str, Hashable] = (),
         args: Iterable[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
-        priority: int = 0,
-        resources: Mapping[str, float] | None = None,
-        retries: int = 0,
-        retry_delay: float = 0.0,
-        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
-        timeout: float | None = None,
-        run_if: str = "all_success",
+        **options: Unpack[TaskOptionArgs],
     ) -> Hashable:
         """Add task ``name`` computing ``fn(*dep_values, *args, **kwargs)``; return ``name``.
 
+        ``deps`` is an ordered collection of task names whose values are passed
+        positionally, or a mapping ``{parameter: task name}`` passing them by
+        keyword. The call is checked against ``fn``'s signature now (when it can be
+        read), so a task that could never be called fails here, not mid-run.
+
+        Options (see :class:`dagexec._core.task_options.TaskOptions`):
         ``priority``: among tasks ready at the same time, higher runs first.
         ``resources``: what the task holds from dispatch until it ends, e.g.
         ``{"gpu": 1}``; the run's capacities (``resources=`` of the executor or the
@@ -158,33 +188,28 @@ class Graph:
         ``retries``, ``retry_delay``, ``retry_on``, ``timeout``, ``run_if``: see
         README "Retries, timeouts and cleanup tasks".
 
-        ``deps`` is an ordered collection of task names whose values are passed
-        positionally, or a mapping ``{parameter: task name}`` passing them by
-        keyword. The call is checked against ``fn``'s signature now (when it can be
-        read), so a task that could never be called fails here, not mid-run.
-
         Raises:
             DuplicateTaskError: ``name`` is already a task of this graph.
             TypeError: ``name`` is unhashable, ``fn`` is not callable or is an async
-                function, ``deps``/``args``/``kwargs`` have the wrong type, or ``fn``
-                cannot accept the dependency values and constants.
+                function, a parameter or option has the wrong type or is unknown,
+                or ``fn`` cannot accept the dependency values and constants.
+            ValueError: an option has the right type but a value it cannot take
+                (``retries=-1``, ``timeout=0``, ``run_if="sometimes"``).
         """
         if (
-            type(deps) is tuple
+            not options
             and kwargs is None
+            and type(deps) is tuple
             and type(args) is tuple
             and not args
-            and not (priority or resources or retries or retry_delay)
-            and timeout is None
-            and retry_on is Exception
-            and run_if == "all_success"
         ):
             ids: tuple[int, ...] | None
             # The common case, fn(*deps) with every dependency added already and
             # fn's signature checked for this many of them, stored without the
             # general path's steps (~0.1 us of ~1.4 per add on a million-task
             # build). Anything else, including every error, takes the general
-            # path below, which has stored nothing yet.
+            # path below, which has stored nothing yet. Keyed on "no option
+            # given", so an option added to TaskOptions cannot be missed here.
             index = self._index
             try:
                 known = name in index
@@ -197,25 +222,55 @@ class Graph:
                     ids = tuple(map(index.__getitem__, deps))
             except (KeyError, TypeError):
                 known = True
-            if (
-                not known
-                and self._plain_calls.get(id(fn), 0) >> n_deps & 1
-                and not self._index_shared
-            ):
-                names = self._names
-                index[name] = len(names)
-                names.append(name)
-                self._fns.append(fn)
-                self._deps.append(deps)
-                self._ids.append(ids)
-                self._compiled = None
-                return name
+            if not known and not self._index_shared:
+                if self._plain_calls.get(id(fn), 0) >> n_deps & 1:
+                    names = self._names
+                    index[name] = len(names)
+                    names.append(name)
+                    self._fns.append(fn)
+                    self._deps.append(deps)
+                    self._ids.append(ids)
+                    self._compiled = None
+                    return name
+                if self._watched_calls.get(id(fn), 0) >> n_deps & 1:
+                    # The same, for a function that reads a cell or a data global:
+                    # what it reads now is recorded for the loop-closure check.
+                    snapshot = watch(fn, self._last_watch)
+                    if snapshot is not None:
+                        names = self._names
+                        self._watched[len(names)] = self._last_watch = snapshot
+                        index[name] = len(names)
+                        names.append(name)
+                        self._fns.append(fn)
+                        self._deps.append(deps)
+                        self._ids.append(ids)
+                        self._compiled = None
+                        return name
+        return self._add(name, fn, deps, args, kwargs, options, _NO_OVER, "add")
+
+    def _add(
+        self,
+        name: Hashable,
+        fn: Callable[..., Any],
+        deps: object,
+        args: object,
+        kwargs: object,
+        options: Mapping[str, object],
+        over: object,
+        caller: str,
+    ) -> Hashable:
+        """:meth:`add`'s general path; a map passes the name of its ``over`` task.
+
+        Checks everything first, then stores the task in every column and side
+        table at once: a failed add leaves nothing behind.
+        """
+        is_map = over is not _NO_OVER
         index = self._index
         try:
             known = name in index
         except TypeError:
             raise TypeError(
-                f"task name must be hashable, got {type(name).__name__} {name!r}"
+                f"task name must be hashable, got {type(name).__name__} {safe_repr(name)}"
             ) from None
         if known:
             raise DuplicateTaskError(name)
@@ -229,6 +284,19 @@ class Graph:
             dep_names: tuple[Hashable, ...] = deps
         else:
             dep_names, kw_deps = check_deps(name, deps)
+        if is_map:
+            if not _hashable(over):
+                raise TypeError(
+                    f"map {describe(name)}: over must be the name of a task (hashable), "
+                    f"got {type(over).__name__} {safe_repr(over)}"
+                )
+            if _same_name(over, name):
+                raise ValueError(
+                    f"map {describe(name)}: over={describe(over)} names the map itself; "
+                    "over is the task whose value (a list, or any iterable) the map runs over"
+                )
+            dep_names = (over, *dep_names)
+        ids: tuple[int, ...] | None
         try:
             # The dependencies' positions, when all of them were added before this
             # task (the usual order): looked up now, while they are fresh in the
@@ -244,50 +312,44 @@ class Graph:
         except TypeError:
             _check_hashable(name, dep_names)
             raise
-        if type(args) is not tuple:
-            args = check_args(name, args)
+        constants = args if type(args) is tuple else check_args(name, args)
         if kwargs is not None:
             kwargs = check_kwargs(name, kwargs, kw_deps)
         call = fn
         learned = 0
         original: Task | None = None
-        if kw_deps is None and not args and not kwargs:  # the common case: fn(*deps)
-            counts = self._plain_calls.get(id(fn), 0)
+        if kw_deps is None and not constants and not kwargs:  # the common case: fn(*deps)
+            counts = self._plain_calls.get(id(fn), 0) | self._watched_calls.get(id(fn), 0)
             if not counts >> len(dep_names) & 1:
                 check_plain_call(name, fn, dep_names)
                 learned = counts | 1 << len(dep_names)
         else:
-            kwargs = dict(kwargs or ())
+            keywords = dict(kwargs or {})
             kw_deps = kw_deps or {}
-            check_call(name, fn, () if kw_deps else dep_names, kw_deps, args, kwargs)
+            positional = dep_names[:1] if kw_deps and is_map else () if kw_deps else dep_names
+            check_call(name, fn, positional, kw_deps, constants, keywords)
             dep_params = tuple(kw_deps)
             if dep_params:
-                call = KeywordCall(fn, args, kwargs, dep_params)
+                call = (ItemKeywordCall if is_map else KeywordCall)(
+                    fn, constants, keywords, dep_params
+                )
             else:
-                call = BoundCall(fn, args, kwargs)
-            original = Task(name, fn, dep_names, args, FrozenKwargs(kwargs), dep_params)
-        options = None
-        if priority or resources:  # plain tasks store nothing here
-            options = _check_options(name, priority, resources)
-        policy = None
-        if (
-            retries
-            or retry_delay
-            or timeout is not None
-            or run_if != "all_success"
-            or retry_on is not Exception
-        ):
-            policy = check_policy(name, retries, retry_delay, retry_on, timeout, run_if)
+                call = BoundCall(fn, constants, keywords)
+            original = Task(name, fn, dep_names, constants, FrozenKwargs(keywords), dep_params)
+        checked = check_task_options(name, options, caller) if options else None
+        watched = watch(fn, self._last_watch)
         # Every check passed: from here on the task is stored, in every column and
         # side table at once (a failed add must leave nothing for the next task
         # to inherit at this position).
         position = len(self._names)
         if original is not None:
             self._originals[position] = original
-        if options is not None:
-            self._store_options(position, *options)
-        if policy is not None:
-            self._policy[position] = policy
+        if checked is not None:
+            self._store_options(position, checked)
+        if watched is not None:
+            self._watched[position] = self._last_watch = watched
+        if is_map:
+            self._maps.add(position)
         if self._index_shared:  # the last compiled graph reads it: copy on write
             self._index = index = dict(index)
             self._index_shared = False
@@ -298,85 +360,134 @@ class Graph:
         self._ids.append(ids)
         if ids is None:
             self._unresolved.append(position)
-        if learned:  # only now: fn is kept alive by the graph, so its id stays its own
-            self._plain_calls[id(fn)] = learned
+        # Only now: fn is kept alive by the graph, so its id stays its own. A
+        # function watched for the loop-closure trap takes the second fast path,
+        # which records what it reads.
+        if learned:
+            if watched is None:
+                self._plain_calls[id(fn)] = learned
+            else:
+                self._watched_calls[id(fn)] = learned
         self._compiled = None
         return name
 
     def _set_options(self, i: int, name: Hashable, priority: object, resources: object) -> None:
         """Check and store task ``i``'s priority and resources (also used by dagexec.dask)."""
-        self._store_options(i, *_check_options(name, priority, resources))
+        checked = check_task_options(name, {"priority": priority, "resources": resources}, "add")
+        if checked is not None:
+            self._store_options(i, checked)
 
-    def _store_options(self, i: int, priority: int, needs: tuple[tuple[str, float], ...]) -> None:
-        if priority:
-            self._priority[i] = priority
-        if needs:
-            self._resources[i] = needs
+    def _store_options(self, i: int, checked: CheckedOptions) -> None:
+        self._options[i] = checked.given
+        if checked.priority:
+            self._priority[i] = checked.priority
+        if checked.needs:
+            self._resources[i] = checked.needs
+        if checked.policy is not None:
+            self._policy[i] = checked.policy
 
+    @overload
     def map(
         self,
         name: Hashable,
         fn: Callable[..., Any],
         *,
         over: Hashable,
-        deps: Iterable[Hashable] = (),
-        priority: int = 0,
-        resources: Mapping[str, float] | None = None,
-        retries: int = 0,
-        retry_delay: float = 0.0,
-        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
-        timeout: float | None = None,
-        run_if: str = "all_success",
-    ) -> Hashable:
-        """Add ``name``: ``fn(item, *[result of d for d in deps])`` for each item of ``over``.
+        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[TaskOptionArgs],
+    ) -> Hashable: ...
+
+    @overload
+    def map(
+        self,
+        name: Hashable = ...,
+        fn: None = None,
+        *,
+        over: Hashable,
+        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[TaskOptionArgs],
+    ) -> Callable[[F], F]: ...
+
+    def map(
+        self,
+        name: Hashable = _NO_NAME,
+        fn: Callable[..., Any] | None = None,
+        *,
+        over: Hashable,
+        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[TaskOptionArgs],
+    ) -> Any:
+        """Add ``name``: ``fn(item, *dep_values, *args, **kwargs)`` for each item of ``over``.
+
+        Takes what :meth:`add` takes: ``deps`` in order (passed after the item) or
+        as a mapping ``{parameter: task name}`` (passed by keyword, and then
+        ``args`` follow the item), ``args``, ``kwargs`` and every task option.
+        ``run_if="all_done"`` applies to ``deps``: the items run even when one of
+        them failed (and receive its exception, or ``dagexec.MISSING``); a failed
+        ``over`` skips the map, since it has no items.
 
         When ``over`` ends, its value is iterated once and each item becomes a
         task of its own, named ``(name, i)`` in status, trace and callbacks, with
-        this task's ``priority`` and ``resources``. A task depending on ``name``
-        receives the list of results, in order. When ``over`` is itself a map,
-        ``(name, i)`` runs as soon as ``(over, i)`` is done, without waiting for
-        the whole of ``over``.
+        this task's options. A task depending on ``name`` receives the list of
+        results, in order. When ``over`` is itself a map, ``(name, i)`` runs as
+        soon as ``(over, i)`` is done, without waiting for the whole of ``over``.
+
+        Without ``fn``, a decorator like :meth:`task`: ``@g.map(over="files")``
+        names the map after the function and, without ``deps``, takes its
+        dependencies from the positional parameters after the item.
 
         Raises:
-            The errors of :meth:`add`; TypeError if ``deps`` is a mapping (unlike
-            ``add``, a map passes its deps by position only).
+            The errors of :meth:`add`.
         """
-        if type(deps) is not tuple:
-            if isinstance(deps, Mapping):
-                # Iterating it would silently pass its keys' tasks, by position.
+        if fn is not None:
+            if name is _NO_NAME:
                 raise TypeError(
-                    f"map {describe(name)}: deps must be a collection of task names, "
-                    f"passed after the item by position; got a mapping "
-                    f"{safe_repr(deps)}, which map does not take by keyword: write "
-                    f"deps=[{', '.join(safe_repr(v) for v in deps.values())}] and take "
-                    "them as fn's parameters after the item"
+                    "g.map(fn=..., over=...) needs the map's name: write "
+                    "g.map('name', fn, over=...), or decorate: @g.map(over=...)"
                 )
-            if isinstance(deps, (str, bytes, bytearray)) or not isinstance(deps, Iterable):
-                raise TypeError(
-                    f"map {describe(name)}: deps must be a collection of task names, got "
-                    f"{type(deps).__name__} {safe_repr(deps)}; write deps=[...]"
-                )
-            deps = tuple(deps)
-        if run_if != "all_success":
-            raise ValueError(
-                f"map {describe(name)}: run_if={run_if!r} is not supported on g.map (its "
-                "items need the value of over); add a cleanup task with g.add(..., "
-                "run_if='all_done') that depends on the map instead"
+            return self._add(
+                name, fn, () if deps is None else deps, args, kwargs, options, over, "map"
             )
-        position = len(self._names)
-        self.add(
-            name,
-            fn,
-            deps=(over, *deps),
-            priority=priority,
-            resources=resources,
-            retries=retries,
-            retry_delay=retry_delay,
-            retry_on=retry_on,
-            timeout=timeout,
-        )
-        self._maps.add(position)
-        return name
+        if callable(name) and not isinstance(name, (str, tuple, int)):
+            raise TypeError(
+                f"g.map takes the map's name first, then its function: got the function "
+                f"{callable_name(name)} alone; write g.map('name', fn, over=...), or "
+                "decorate it with @g.map(over=...)"
+            )
+
+        def register(func: F) -> F:
+            if not callable(func):
+                raise TypeError(
+                    f"g.map(...) decorates a function, got {type(func).__name__} {safe_repr(func)}"
+                )
+            map_name = name_of(func) if name is _NO_NAME else name
+            constants = args if type(args) is tuple else check_args(map_name, args)
+            if kwargs is not None:  # before its keys are read to infer deps
+                check_kwargs(map_name, kwargs, None)
+            map_deps: Iterable[Hashable] | Mapping[str, Hashable]
+            if deps is None:
+                # The first parameter takes the item: the dependencies are the rest.
+                inferred = deps_from_signature(map_name, func, constants, kwargs, skip=1)
+                map_deps = inferred
+            else:
+                map_deps = deps
+            position = len(self._names)
+            if deps is None and map_deps:
+                self._inferred[position] = callable_name(func)
+            try:
+                self._add(map_name, func, map_deps, constants, kwargs, options, over, "map")
+            except BaseException:
+                self._inferred.pop(position, None)
+                raise
+            return func
+
+        return register
 
     @overload
     def task(self, fn: F, /) -> F: ...
@@ -390,13 +501,7 @@ class Graph:
         deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
         args: Iterable[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
-        priority: int = 0,
-        resources: Mapping[str, float] | None = None,
-        retries: int = 0,
-        retry_delay: float = 0.0,
-        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
-        timeout: float | None = None,
-        run_if: str = "all_success",
+        **options: Unpack[TaskOptionArgs],
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -408,20 +513,14 @@ class Graph:
         deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
         args: Iterable[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
-        priority: int = 0,
-        resources: Mapping[str, float] | None = None,
-        retries: int = 0,
-        retry_delay: float = 0.0,
-        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
-        timeout: float | None = None,
-        run_if: str = "all_success",
+        **options: Unpack[TaskOptionArgs],
     ) -> Any:
         """Decorator form of :meth:`add`; the function is returned unchanged.
 
         Without ``name`` the task is named after the function. Without ``deps``
         its dependencies are its positional parameters that have no default and
         that ``args`` and ``kwargs`` do not fill (``args`` fill the last of them,
-        since dependency values come first).
+        since dependency values come first). Takes every option of :meth:`add`.
         """
         if fn is not None and not callable(fn):
             raise TypeError(
@@ -437,6 +536,8 @@ class Graph:
                 )
             task_name = name_of(func) if name is None else name
             task_args = args if type(args) is tuple else check_args(task_name, args)
+            if kwargs is not None:  # before its keys are read to infer deps
+                check_kwargs(task_name, kwargs, None)
             task_deps: Iterable[Hashable] | Mapping[str, Hashable]
             if deps is None:
                 task_deps = deps_from_signature(task_name, func, task_args, kwargs)
@@ -445,20 +546,7 @@ class Graph:
             else:
                 task_deps = deps
             try:
-                self.add(
-                    task_name,
-                    func,
-                    deps=task_deps,
-                    args=task_args,
-                    kwargs=kwargs,
-                    priority=priority,
-                    resources=resources,
-                    retries=retries,
-                    retry_delay=retry_delay,
-                    retry_on=retry_on,
-                    timeout=timeout,
-                    run_if=run_if,
-                )
+                self._add(task_name, func, task_deps, task_args, kwargs, options, _NO_OVER, "task")
             except BaseException:
                 self._inferred.pop(len(self._names), None)
                 raise
@@ -502,6 +590,8 @@ class Graph:
                 raise self._explain(exc) from None
             if self._maps:
                 self._check_item_names()
+            if self._watched:
+                warn_loop_closures(self._names, self._watched)
             self._index_shared = True
             self._compiled = compiled
         return compiled
@@ -515,23 +605,20 @@ class Graph:
         names = self._names
         maps = {names[i] for i in self._maps}
         for name in names:
-            if type(name) is not tuple or len(name) != 2:
-                continue
-            owner, i = name
-            try:
-                clash = owner in maps and isinstance(i, (int, float)) and i >= 0 and i == int(i)
-            except Exception:  # a hostile name cannot be an item's name: no clash
-                clash = False
-            if clash:
-                raise DuplicateTaskError(
-                    name,
-                    f"task {describe(name)} has the name of item {describe(i)} of map "
-                    f"{describe(owner)} (a map's items are named (map, index) at run "
-                    "time); rename the task or the map",
-                )
+            clash = item_of(name, maps)
+            if clash is not None:
+                raise DuplicateTaskError(name, item_task_message(name, *clash))
 
     def _explain(self, exc: MissingDependencyError) -> MissingDependencyError:
         """The same error, with "did you mean" and where @g.task found the names."""
+        if self._maps:
+            maps = {self._names[i] for i in self._maps}
+            for missing in exc.missing:
+                item = item_of(missing, maps)
+                if item is not None:
+                    return MissingDependencyError(
+                        exc.task, [missing], message=item_dep_message(exc.task, missing, *item)
+                    )
         inferred = self._inferred.get(self._index[exc.task])
         return MissingDependencyError(
             exc.task, exc.missing, known=self._names, inferred_from=inferred
@@ -618,16 +705,11 @@ def _hash_keeping_dict() -> dict[Hashable, int]:
     return index
 
 
-def _check_options(
-    name: Hashable, priority: object, resources: object
-) -> tuple[int, tuple[tuple[str, float], ...]]:
-    """``priority`` and ``resources`` as stored: an int and sorted (name, amount) pairs."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TypeError(
-            f"task {describe(name)}: priority must be an int, got "
-            f"{type(priority).__name__} {safe_repr(priority)}"
-        )
-    return priority, check_resources(name, resources) if resources else ()
+def _same_name(a: object, b: object) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # a hostile name: the graph's own checks report it
+        return False
 
 
 def _check_hashable(task: Hashable, dep_names: tuple[Hashable, ...]) -> None:

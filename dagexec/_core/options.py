@@ -1,9 +1,9 @@
-"""The options of ``Graph.add`` and ``@g.task``, one check per option.
+"""The parameters of ``Graph.add``, ``g.map`` and ``@g.task``, one check per parameter.
 
 Each check turns what the user passed into what the graph stores, or raises a
-``TypeError`` that names the task, the option, the value and the fix. Kept
-apart from :mod:`dagexec._core.graph` so that a new option is one more function
-here and one more line in ``Graph.add``.
+``TypeError`` (wrong type) or ``ValueError`` (wrong value) that names the task,
+the parameter, the value and the fix. The task options themselves are listed
+once in :mod:`dagexec._core.task_options`, which uses the checks here.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from .errors import describe
 __all__ = [
     "NO_KWARGS",
     "FrozenKwargs",
+    "check_amount",
     "check_args",
     "check_deps",
     "check_kwargs",
+    "check_priority",
     "check_resources",
     "deps_from_signature",
     "name_of",
@@ -167,8 +169,12 @@ def deps_from_signature(
     func: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any] | None,
+    skip: int = 0,
 ) -> tuple[str, ...]:
-    """The positional parameters without defaults that args and kwargs leave, in order."""
+    """The positional parameters without defaults that args and kwargs leave, in order.
+
+    The first ``skip`` positional parameters are not dependencies (a map's item).
+    """
     try:
         params = inspect.signature(func).parameters.values()
     except Exception:
@@ -179,6 +185,9 @@ def deps_from_signature(
     filled = set(kwargs or ())
     required: list[str] = []
     for param in params:
+        if skip and param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            skip -= 1
+            continue
         if param.kind is param.VAR_POSITIONAL:
             raise TypeError(
                 f"task {describe(name)}: @g.task cannot tell which tasks "
@@ -199,6 +208,15 @@ def deps_from_signature(
     return tuple(required[: max(0, len(required) - len(args))])
 
 
+def check_priority(name: Hashable, priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(
+            f"task {describe(name)}: priority must be an int, got "
+            f"{type(priority).__name__} {safe_repr(priority)}"
+        )
+    return priority
+
+
 def check_resources(name: Hashable, resources: object) -> tuple[tuple[str, float], ...]:
     """``resources`` as sorted (name, amount) pairs, amounts positive and finite."""
     if not isinstance(resources, Mapping):
@@ -213,15 +231,25 @@ def check_resources(name: Hashable, resources: object) -> tuple[tuple[str, float
                 f"task {describe(name)}: resource names must be strings, got "
                 f"{type(key).__name__} {safe_repr(key)}"
             )
-        if (
-            isinstance(amount, bool)
-            or not isinstance(amount, (int, float))
-            or not 0 < amount < math.inf
-        ):
-            raise ValueError(
-                f"task {describe(name)}: resources[{key!r}] must be a positive finite "
-                f"number, got {safe_repr(amount)}; leave the resource out if the task "
-                "needs none"
-            )
-        needs.append((key, amount))
+        needs.append((key, check_amount(f"task {describe(name)}: resources[{key!r}]", amount)))
     return tuple(sorted(needs))
+
+
+def check_amount(what: str, amount: object) -> float:
+    """A resource amount: a positive number a float can hold (``10**400`` cannot:
+    the scheduler's sums would overflow mid-run)."""
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+        raise TypeError(
+            f"{what} must be a number (int or float), got {type(amount).__name__} "
+            f"{safe_repr(amount)}"
+        )
+    try:
+        finite = math.isfinite(amount)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite or amount <= 0:
+        raise ValueError(
+            f"{what} must be a positive finite number, got {safe_repr(amount)}; leave "
+            "the resource out if the task needs none"
+        )
+    return amount

@@ -11,6 +11,7 @@ plans themselves are immutable and built outside it.
 
 from __future__ import annotations
 
+import difflib
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from operator import add, not_
 from typing import Any
 
 from .errors import UnknownTargetError, describe
+from .item_names import item_of, item_target_message
 from .policy import Policy
 from .validate import CompiledGraph
 
@@ -154,6 +156,12 @@ def _target_ids(compiled: CompiledGraph, requested: tuple[Hashable, ...]) -> tup
     index = compiled.index
     unknown = [t for t in requested if t not in index]
     if unknown:
+        if compiled.maps:
+            maps = {compiled.names[m] for m in compiled.maps}
+            for t in unknown:
+                item = item_of(t, maps)
+                if item is not None:
+                    raise UnknownTargetError([t], message=item_target_message(t, *item))
         raise UnknownTargetError(unknown, index)
     return tuple(index[t] for t in requested)
 
@@ -368,10 +376,16 @@ def check_resources(plan: Plan, capacity: Mapping[str, float]) -> None:
         for name, amount in need:
             if name not in capacity:
                 declared = ", ".join(map(repr, sorted(capacity))) or "none"
+                close = close_resource(name, capacity)
+                fix = (
+                    f"did you mean {close!r}? Spell it the same in the task's resources= "
+                    f"and the run's, or declare {name!r} too"
+                    if close is not None
+                    else f"pass resources={{{name!r}: ...}} to the Executor or to run"
+                )
                 raise ValueError(
                     f"task {describe(plan.names[task])} needs resource {name!r}, which "
-                    f"has no capacity in this run (declared: {declared}); pass "
-                    f"resources={{{name!r}: ...}} to the Executor or to run"
+                    f"has no capacity in this run (declared: {declared}); {fix}"
                 )
             if amount > capacity[name]:
                 raise ValueError(
@@ -379,6 +393,19 @@ def check_resources(plan: Plan, capacity: Mapping[str, float]) -> None:
                     f"{name!r}, more than its capacity {capacity[name]}; it could never "
                     "run: raise the capacity or lower the need"
                 )
+
+
+def close_resource(name: str, declared: Iterable[str]) -> str | None:
+    """The declared resource ``name`` most likely meant: the same name in another
+    case ('DB' for 'db'), else the closest by spelling; None if none is close."""
+    names = [d for d in declared if isinstance(d, str)]
+    folded = name.casefold()
+    for d in names:
+        if d.casefold() == folded:
+            return d
+    by_fold = {d.casefold(): d for d in names}
+    close = difflib.get_close_matches(folded, list(by_fold), n=1)
+    return by_fold[close[0]] if close else None
 
 
 def restrict_plan(

@@ -93,15 +93,25 @@ def check_policy(
     run_if: object,
 ) -> Policy | None:
     """The options as a :class:`Policy`, or None when all are the defaults."""
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+    if isinstance(retries, bool) or not isinstance(retries, int):
         raise TypeError(
-            f"task {describe(name)}: retries must be an int >= 0 (how many times a failed "
+            f"task {describe(name)}: retries must be an int (how many times a failed "
             f"attempt is tried again), got {_show(retries)}"
+        )
+    if retries < 0:
+        raise ValueError(
+            f"task {describe(name)}: retries must be >= 0 (how many times a failed "
+            f"attempt is tried again), got {retries}; 0 tries once"
         )
     delay = _seconds(name, "retry_delay", retry_delay, allow_zero=True)
     assert delay is not None
     on = _exception_types(name, retry_on)
     limit = None if timeout is None else _seconds(name, "timeout", timeout, allow_zero=False)
+    if not isinstance(run_if, str):
+        raise TypeError(
+            f"task {describe(name)}: run_if must be a str, 'all_success' or 'all_done', "
+            f"got {_show(run_if)}"
+        )
     if run_if not in ("all_success", "all_done"):
         raise ValueError(
             f"task {describe(name)}: run_if must be 'all_success' (the default: run when "
@@ -120,14 +130,17 @@ def _show(value: object) -> str:
 
 
 def _seconds(name: Hashable, option: str, value: object, *, allow_zero: bool) -> float | None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < 0
-        or (value == 0 and not allow_zero)
-    ):
-        bound = ">= 0" if allow_zero else "> 0"
+    bound = ">= 0" if allow_zero else "> 0"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"task {describe(name)}: {option} must be a number of seconds (int or "
+            f"float) {bound}, got {_show(value)}"
+        )
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite or value < 0 or (value == 0 and not allow_zero):
         raise ValueError(
             f"task {describe(name)}: {option} must be a finite number of seconds {bound}, "
             f"got {_show(value)}"

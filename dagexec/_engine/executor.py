@@ -31,6 +31,7 @@ import logging
 import math
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -87,6 +88,11 @@ _LAUNCH_GRACE_SECONDS = 1.0
 _CANCEL_WAIT_SECONDS = 1.0
 
 
+# Ints above this cannot become a float (10**400): refused as capacities, not
+# left to overflow in the scheduler's sums mid-run.
+_LARGEST_EXACT = int(sys.float_info.max)
+
+
 def _check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
@@ -96,9 +102,14 @@ def _check_int(name: str, value: object, minimum: int) -> int:
 
 
 def _check_on_error(on_error: object) -> OnError:
+    if not isinstance(on_error, str):
+        raise TypeError(
+            f"on_error must be a str, 'raise' or 'continue', got {type(on_error).__name__} "
+            f"{on_error!r}"
+        )
     if on_error not in ("raise", "continue"):
         raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
-    return on_error
+    return "raise" if on_error == "raise" else "continue"
 
 
 def _check_flag(name: str, value: object) -> bool:
@@ -122,12 +133,17 @@ def _check_capacity(name: str, resources: object) -> dict[str, float]:
             raise TypeError(
                 f"{name}: resource names must be strings, got {type(key).__name__} {key!r}"
             )
-        if (
-            isinstance(amount, bool)
-            or not isinstance(amount, (int, float))
-            or math.isnan(amount)
-            or amount < 0
-        ):
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            raise TypeError(
+                f"{name}[{key!r}] must be a number (int or float) >= 0, math.inf for no "
+                f"limit; got {type(amount).__name__} {amount!r}"
+            )
+        if isinstance(amount, int) and amount > _LARGEST_EXACT:
+            raise ValueError(
+                f"{name}[{key!r}] is an int of {len(str(amount))} digits, too large for "
+                "the scheduler's sums (more than a float holds); write math.inf for no limit"
+            )
+        if math.isnan(amount) or amount < 0:
             raise ValueError(
                 f"{name}[{key!r}] must be a number >= 0 (math.inf for no limit), got {amount!r}"
             )
@@ -138,12 +154,14 @@ def _check_capacity(name: str, resources: object) -> dict[str, float]:
 def _check_timeout(timeout: object) -> float | None:
     if timeout is None:
         return None
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or math.isnan(timeout)
-        or timeout <= 0
-    ):
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(
+            f"timeout must be a number of seconds (int or float) > 0, or None for no "
+            f"limit; got {type(timeout).__name__} {timeout!r}"
+        )
+    if isinstance(timeout, int) and timeout > _LARGEST_EXACT:
+        timeout = math.inf  # longer than any run: no limit (float() would overflow)
+    if math.isnan(timeout) or timeout <= 0:
         raise ValueError(
             f"timeout must be a number of seconds > 0 (None: no limit), got {timeout!r}"
         )

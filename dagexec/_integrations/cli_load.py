@@ -26,7 +26,6 @@ from .cli_io import PACKAGE_DIR, Fail, safe_str
 __all__ = ["graph_variables", "load_graph", "looks_like_file"]
 
 
-
 def looks_like_file(source: str) -> bool:
     """Whether ``source`` names a file (``x.py``, ``dir/x``) rather than a module (``pkg.mod``)."""
     return source.endswith(".py") or os.sep in source or "/" in source or os.path.isfile(source)

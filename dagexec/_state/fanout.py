@@ -79,6 +79,22 @@ class Fanout:
         run = self.run
         over, extra = run.deps[m][0], run.deps[m][1:]
         source = self.span.get(over)  # item by item when over is an expanded map
+        cleanup = run.cleanup
+        if cleanup is not None and cleanup[m]:
+            # run_if="all_done" applies to the extra deps only: a map whose over
+            # ended without a value has no items, and is skipped.
+            if source is None and run.state[over] != DONE:
+                run.finish(m, SKIPPED)
+                run._skip_downstream(m)
+                return
+            # Expanded, it gathers like any map: a failed item skips it. Its deps
+            # have all ended and no longer concern it (its items read them): the
+            # edges go, so that skipping downstream of a failed dep, which may be
+            # what made it expand, does not reach it now.
+            cleanup[m] = 0
+            for d in set(run.deps[m]):
+                if source is None or d != over:  # a chained map's edge went below
+                    self.dependents[d].remove(m)
         items: list[Any] = []
         if source is None:
             # Iterated here, on the scheduler thread: a generator that blocks
@@ -106,6 +122,12 @@ class Fanout:
         priority = run.priority[m] if run.priority is not None else 0
         need = run.needs[m] if run.needs is not None else ()
         policy = run.policy[m] if run.policy is not None else None
+        if cleanup is not None:
+            # Its items keep the map's run_if only when they need nothing but the
+            # extra deps (which have ended); an item of a map over a map still
+            # waits for its source item, and is skipped if that fails.
+            flag = policy is not None and policy.cleanup and source is None
+            cleanup.extend(b"\x01" * count if flag else bytes(count))
         for i, t in enumerate(span):
             task_name = (name, i)
             self.names.append(task_name)

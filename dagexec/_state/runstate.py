@@ -647,7 +647,7 @@ class RunState:
                 left = remaining[d] - 1
                 remaining[d] = left
                 if not left and not self.hard:
-                    self._make_ready(d)
+                    self.became_ready(d)  # a map (run_if="all_done") expands
         if wanted and self.consumers[task]:
             self.values[task] = value
 
