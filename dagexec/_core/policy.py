@@ -102,6 +102,8 @@ def check_policy(
     assert delay is not None
     on = _exception_types(name, retry_on)
     limit = None if timeout is None else _seconds(name, "timeout", timeout, allow_zero=False)
+    if limit is not None and limit > threading.TIMEOUT_MAX:
+        limit = None  # longer than any wait can be: no limit, as for a run's timeout=
     if run_if not in ("all_success", "all_done"):
         raise ValueError(
             f"task {describe(name)}: run_if must be 'all_success' (the default: run when "

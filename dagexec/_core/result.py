@@ -90,7 +90,9 @@ class RunStats:
     ``r`` held at once by tasks out (dispatched and not ended); never above its
     capacity. ``retries`` counts retry attempts (``retries=`` of a task): a task
     that failed twice and then succeeded adds 2 (and ``tasks_run``, which counts
-    attempts that ran, 3).
+    attempts that ran, 3). ``abandoned`` counts attempts that timed out and were
+    still running when the run ended: the run did not wait for them (see
+    docs/attempts.md).
 
     With a checkpoint, ``tasks_loaded`` counts the tasks whose value came from
     the file; they are in ``tasks_planned`` but not in ``tasks_run`` (each is
@@ -112,6 +114,7 @@ class RunStats:
     peak_resources: Mapping[str, float] = field(default_factory=dict)
     tasks_loaded: int = 0
     retries: int = 0
+    abandoned: int = 0
 
 
 @dataclass(frozen=True, slots=True)

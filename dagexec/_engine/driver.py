@@ -30,8 +30,9 @@ from .balance import Balance
 from .inbox import Inbox
 from .items import chained_jobs, head, log_dispatch, plain_jobs, special_items, take_back
 from .outcome import log_interrupted
+from .attempts import LiveAttempt, Overran
 from .timers import AttemptTimers, clock
-from .wire import CHAIN, DONE, MEMBER, STARTED, STOP, Item
+from .wire import CHAIN, DONE, FAILED, FREED, MEMBER, STARTED, STOP, Item
 
 __all__ = ["ABORT", "Driver"]
 
@@ -68,6 +69,9 @@ class Driver:
     observer: Observer
     balance: Balance
     timers: AttemptTimers | None  # only in runs whose plan has a task policy
+    # Resources of abandoned attempts of earlier runs, not free in this run until
+    # their functions return (a FREED message): attempt -> what it holds here.
+    lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]]
     stop: threading.Event  # chains stop between members once it is set
     cancelled: threading.Event  # nothing queued will start any more
     cap: int
@@ -109,13 +113,15 @@ class Driver:
                 return
             if timers is not None:
                 wait = timers.due()
+                if not state.unfinished:  # the last task timed out: its attempt is
+                    continue  # not waited for (see _attempts.py)
             if not state.stopping and state.in_flight > 1:
                 balance.steer(self.now, self.started_at, sum(state.ran_on))
             # Cleanup tasks (run_if="all_done") are dispatched during a stop too.
             pickup = bool(state.ready) and self._dispatch()
             if not state.stopping and state.in_flight > 1:
                 balance.feed_idle(self.now)
-            if state.in_flight == 0 and not pickup and wait is None:
+            if state.in_flight == 0 and not pickup and wait is None and not self.lent:
                 if not state.stopping:  # a bug: say so, never end as if it succeeded
                     state.fail(state.stuck_error())
                     continue  # report the cancels; the loop then ends
@@ -208,6 +214,10 @@ class Driver:
             worker, task, kind, payload, started, ended = msg
             if kind == MEMBER:  # a chain member ended; the chain is still in flight
                 state.finish(task, S_DONE, None, worker, started, ended)
+            elif kind == FREED:  # an abandoned attempt of an earlier run returned
+                lent = self.lent.pop(task, None)
+                if lent is not None:
+                    state.give_back(lent)
             elif kind == STARTED:
                 if state.events is not None:
                     state.events.append(Event(START, task, worker))
@@ -218,7 +228,11 @@ class Driver:
                 last_seen[worker] = now
                 if kind == CHAIN:
                     state.chain_ended(task, payload, worker)
-                elif timers is None or not timers.ended(task, worker):  # else: timed out
+                elif timers is not None and kind == FAILED and type(payload) is Overran:
+                    timers.overran(task, payload, worker, started, ended)  # never used
+                else:
+                    if timers is not None:
+                        timers.ended(task)
                     outcome = S_DONE if kind == DONE else S_FAILED
                     if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
                         outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own

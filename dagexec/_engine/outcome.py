@@ -119,6 +119,7 @@ def build_result(run: Run, wall: float) -> RunResult:
         peak_resources=state.peak_resources(run.capacity),
         tasks_loaded=loaded,
         retries=state.retries,
+        abandoned=run.abandoned,
     )
     recorder = run.observer.recorder
     trace = recorder.records(status, codes) if recorder is not None else ()

@@ -845,6 +845,22 @@ class RunState:
         self.finish(task, CANCELLED)
         self.release(task)
 
+    def lend(self, needs: Sequence[tuple[str, float]]) -> tuple[tuple[int, float], ...]:
+        """What an attempt of an earlier run still holds (it was abandoned and runs on):
+        not free in this run until :meth:`give_back`. Returns the part of ``needs``
+        this run knows, in its own terms (empty if none)."""
+        if self.needs is None:
+            return ()
+        rid = {r: i for i, r in enumerate(self.resource_names)}
+        lent = tuple((rid[r], exact(a)) for r, a in needs if r in rid)
+        for r, amount in lent:
+            self.free[r] -= amount
+        return lent
+
+    def give_back(self, lent: tuple[tuple[int, float], ...]) -> None:
+        """The attempt :meth:`lend` was for returned: its resources are free again."""
+        self._unhold(lent)
+
     def peak_resources(self, capacity: Mapping[str, float]) -> dict[str, float]:
         """Resource name -> most of it held at once, for every name in ``capacity``."""
         peaks: dict[str, float] = dict.fromkeys(capacity, 0)

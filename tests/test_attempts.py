@@ -1,0 +1,315 @@
+"""Attempts that outlive their timeout (issue 19): the caller is never held by one.
+
+Every overrunning task blocks on an Event the test releases at its end (never a
+spin, never a sleep); the fake policy clock of test_policy.py stands in for time
+where a test needs an attempt to be "late" without waiting for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import dagexec
+from dagexec import Executor, Graph, TaskState, TaskTimeout, current_task
+from dagexec._engine import timers as _timers
+from dagexec.testing import assert_within_bounds
+
+WAIT = 30.0  # a safety net for gates: a hang fails here, a pass never waits this long
+CALLER = 20.0  # how long a test lets a caller take before calling it held
+
+
+class FakeClock:
+    """The policy clock (deadlines, retry waits), moved only by the test's tasks."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self.lock:
+            return self.t
+
+    def advance(self, seconds: float) -> None:
+        with self.lock:
+            self.t += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
+    fake = FakeClock()
+    monkeypatch.setattr(_timers, "_clock", fake)
+    monkeypatch.setattr(random, "random", lambda: 0.0)
+    yield fake
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """What hung tasks wait on; opened when the test ends, pass or fail."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def hanging(gate: threading.Event, returned: threading.Event | None = None) -> Callable[[], str]:
+    def hang() -> str:
+        gate.wait(WAIT)
+        if returned is not None:
+            returned.set()
+        return "late"
+
+    return hang
+
+
+def within(seconds: float, fn: Callable[[], object]) -> object:
+    """``fn()`` on another thread; fail if it has not returned within ``seconds``."""
+    box: list[object] = []
+
+    def target() -> None:
+        try:
+            box.append(("ok", fn()))
+        except BaseException as exc:  # handed to the test
+            box.append(("raised", exc))
+
+    thread = threading.Thread(target=target, name="test-caller", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the caller was held by an attempt that overran"
+    how, value = box[0]  # type: ignore[misc]
+    if how == "raised":
+        raise value  # type: ignore[misc]
+    return value
+
+
+# ------------------------------------------------------------ 1. the worker's clock
+def test_a_late_value_is_never_used_even_when_the_start_is_heard_late(clock: FakeClock) -> None:
+    """The driver is held in a callback while 'slow' starts and returns 10 s (on the
+    fake clock) into a 1 s timeout: it hears of the start only afterwards. Today the
+    deadline counted from then, and the late value fed 'use'."""
+    in_callback, slow_returned = threading.Event(), threading.Event()
+
+    def wait_for_driver() -> int:
+        assert in_callback.wait(WAIT)
+        return 0
+
+    def slow() -> str:
+        clock.advance(10.0)
+        slow_returned.set()
+        return "late"
+
+    class HoldDriver:
+        def on_task_end(self, name: object, state: TaskState, seconds: float) -> None:
+            if name == "first":
+                in_callback.set()
+                assert slow_returned.wait(WAIT)
+
+    g = Graph()
+    g.add("first", lambda: 1)
+    g.add("hold", wait_for_driver)
+    g.add("slow", slow, timeout=1.0)
+    g.add("use", lambda s: s.upper(), deps=["slow"])
+    result = dagexec.run(g, workers=1, on_error="continue", callbacks=[HoldDriver()])
+    assert isinstance(result.errors["slow"], TaskTimeout)
+    assert result.status["use"] is TaskState.SKIPPED
+    assert result.stats.abandoned == 0  # it returned before the run ended
+
+
+# ---------------------------------------------------- 2. the run does not wait
+def _graph(gate: threading.Event) -> Graph:
+    g = Graph()
+    g.add("hang", hanging(gate), timeout=0.05)
+    g.add("other", lambda: 1)
+    return g
+
+
+class Quiet:
+    def on_task_end(self, name: object, state: TaskState, seconds: float) -> None:
+        pass
+
+
+OPTIONS: dict[str, Callable[[Path], dict[str, object]]] = {
+    "plain": lambda tmp: {},
+    "callbacks": lambda tmp: {"callbacks": [Quiet()]},
+    "progress": lambda tmp: {"progress": True},
+    "trace": lambda tmp: {"trace": True},
+    "checkpoint": lambda tmp: {"checkpoint": tmp / "c.sqlite"},
+    "timeout": lambda tmp: {"timeout": 600},
+}
+
+
+@pytest.mark.parametrize("options", sorted(OPTIONS))
+@pytest.mark.parametrize("entry", ["Executor.run", "dagexec.run", "submit", "shutdown"])
+def test_a_run_ends_without_its_abandoned_attempt(
+    entry: str,
+    options: str,
+    gate: threading.Event,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every way in returns while 'hang' still runs; the attempt is counted and named.
+    Today dagexec.run joined the stuck worker forever."""
+    g = _graph(gate)
+    kw = OPTIONS[options](tmp_path)
+    caplog.set_level(logging.WARNING, logger="dagexec")
+
+    def go() -> dagexec.RunResult:
+        if entry == "dagexec.run":
+            return dagexec.run(g, workers=2, on_error="continue", **kw)  # type: ignore[arg-type]
+        ex = Executor(workers=2)
+        try:
+            if entry == "submit":
+                return ex.submit(g, on_error="continue", **kw).result()
+            return ex.run(g, on_error="continue", **kw)  # type: ignore[arg-type]
+        finally:
+            ex.shutdown(wait=True)
+
+    result = within(CALLER, go)
+    assert isinstance(result, dagexec.RunResult)
+    assert result.stats.abandoned == 1
+    assert isinstance(result.errors["hang"], TaskTimeout)
+    assert result["other"] == 1
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("'hang'" in m and "abandoned" in m for m in warned), warned
+
+
+def test_raise_mode_raises_the_timeout_without_waiting(gate: threading.Event) -> None:
+    g = Graph()
+    g.add("hang", hanging(gate), timeout=0.05)
+    with pytest.raises(TaskTimeout, match="'hang'"):
+        within(CALLER, lambda: dagexec.run(g, workers=1))
+
+
+# ------------------------------------------------- 3. workers are replaced, bounded
+def test_an_abandoned_attempt_holds_no_worker_after_its_run(gate: threading.Event) -> None:
+    """One worker: the next run on the executor runs at once (today it queued behind
+    the hung attempt forever)."""
+    g = Graph()
+    g.add("hang", hanging(gate), timeout=0.05)
+    after = Graph()
+    after.add("x", lambda: 41)
+    after.add("y", lambda x: x + 1, deps=["x"])
+    with Executor(workers=1) as ex:
+        first = within(CALLER, lambda: ex.run(g, on_error="continue"))
+        assert isinstance(first, dagexec.RunResult) and first.stats.abandoned == 1
+        second = within(CALLER, lambda: ex.run(after))
+        assert isinstance(second, dagexec.RunResult) and second["y"] == 42
+        assert second.stats.tasks_per_worker == (2,)
+        assert second.stats.peak_in_flight <= ex.effective_cap
+
+
+def test_a_retry_does_not_queue_behind_its_hung_attempt(gate: threading.Event) -> None:
+    """One worker, two slots: attempt 2 runs on the slot's new thread."""
+
+    def task() -> str:
+        if current_task().attempt == 1:
+            gate.wait(WAIT)
+            return "late"
+        return "fresh"
+
+    g = Graph()
+    g.add("t", task, timeout=0.05, retries=1)
+    result = within(CALLER, lambda: dagexec.run(g, workers=1, max_in_flight=2))
+    assert isinstance(result, dagexec.RunResult)
+    assert result["t"] == "fresh" and result.stats.abandoned == 1
+
+
+def test_replacements_are_bounded_by_workers(
+    gate: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One worker: the first hung attempt's slot gets a new thread, the second's
+    does not (one let-go thread is alive already): a WARNING says so."""
+    caplog.set_level(logging.WARNING, logger="dagexec")
+    g = Graph()
+    g.add("hang", hanging(gate), timeout=0.05)
+    before = threading.active_count()
+    with Executor(workers=1) as ex:
+        for _ in range(2):
+            within(CALLER, lambda: ex.run(g, on_error="continue"))
+        assert threading.active_count() - before <= 2  # the worker and one replacement
+        warned = " ".join(r.getMessage() for r in caplog.records)
+        assert "a new worker thread takes its place" in warned
+        assert "no new thread is started" in warned
+        gate.set()
+
+
+# ----------------------------------------------------- 4. bounds across runs
+def test_an_abandoned_attempt_keeps_its_resources_for_the_next_run(
+    gate: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gpu capacity 1: the next run's gpu task starts only once the abandoned attempt
+    returned (today it ran beside it), and a WARNING names what it waits for."""
+    caplog.set_level(logging.WARNING, logger="dagexec")
+    returned = threading.Event()
+    g = Graph()
+    g.add("hang", hanging(gate, returned), timeout=0.05, resources={"gpu": 1})
+    nxt = Graph()
+
+    def gpu_task() -> str:
+        assert returned.is_set(), "the gpu was used twice at once"
+        return "ok"
+
+    nxt.add("use", gpu_task, resources={"gpu": 1})
+    nxt.add("free", lambda: 1)
+    with Executor(workers=2, resources={"gpu": 1}) as ex:
+        within(CALLER, lambda: ex.run(g, on_error="continue"))
+        future = ex.submit(nxt)
+        with pytest.raises(TimeoutError):  # it waits for the gpu...
+            future.result(timeout=0.2)
+        assert any("'hang'" in r.getMessage() and "gpu" in r.getMessage() for r in caplog.records)
+        gate.set()  # ...until the attempt returns
+        result = future.result(timeout=WAIT)
+        assert result["use"] == "ok"
+        assert_within_bounds(result)
+
+
+def test_waiting_for_an_abandoned_attempts_resources_is_bounded_by_the_run_timeout(
+    gate: threading.Event,
+) -> None:
+    g = Graph()
+    g.add("hang", hanging(gate), timeout=0.05, resources={"gpu": 1})
+    nxt = Graph()
+    nxt.add("use", lambda: 1, resources={"gpu": 1})
+    with Executor(workers=2, resources={"gpu": 1}) as ex:
+        within(CALLER, lambda: ex.run(g, on_error="continue"))
+        with pytest.raises(TimeoutError, match="timed out after 0.2 s"):
+            within(CALLER, lambda: ex.run(nxt, timeout=0.2))
+        gate.set()
+
+
+# -------------------------------------------------------- 5. the run's timeout=
+def test_a_run_timeout_during_a_retry_wait_raises_timeout_error() -> None:
+    """Nothing runs while 'flaky' waits an hour for its retry: today the run ended
+    with RuntimeError("the run ended without an outcome")."""
+
+    def flaky() -> None:
+        raise OSError("down")
+
+    g = Graph()
+    g.add("flaky", flaky, retries=1, retry_delay=3600)
+    for attempt in range(3):  # the race it lost was timing-dependent
+        with pytest.raises(TimeoutError, match="timed out after"):
+            within(CALLER, lambda: dagexec.run(g, timeout=0.1))
+        with Executor(workers=1) as ex, pytest.raises(TimeoutError, match="timed out after"):
+            within(CALLER, lambda ex=ex: ex.submit(g, timeout=0.1).result())
+        del attempt
+
+
+def test_timeouts_beyond_timeout_max_mean_no_limit() -> None:
+    huge = threading.TIMEOUT_MAX * 2
+    died: list[BaseException] = []
+    old_hook = threading.excepthook
+    threading.excepthook = lambda args: died.append(args.exc_value)  # type: ignore[assignment,return-value]
+    try:
+        g = Graph()
+        g.add("t", lambda: 1, timeout=huge)
+        assert dagexec.run(g, timeout=huge)["t"] == 1
+        with Executor(workers=1) as ex:
+            assert ex.submit(g, timeout=huge).result(timeout=WAIT)["t"] == 1
+    finally:
+        threading.excepthook = old_hook
+    assert died == []
