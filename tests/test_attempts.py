@@ -313,3 +313,89 @@ def test_timeouts_beyond_timeout_max_mean_no_limit() -> None:
     finally:
         threading.excepthook = old_hook
     assert died == []
+
+
+# ------------------------------------------- 6. resources held while tasks run
+def test_a_task_holding_a_resource_is_not_queued_behind_other_work() -> None:
+    """One worker: 'upload' (db 1) goes out only once 'before' has ended, so its db
+    slot is never held while it waits in an inbox (today both went out together)."""
+    seen: list[tuple[str, object]] = []
+
+    class Watch:
+        def on_task_dispatch(self, name: object, worker: int) -> None:
+            seen.append(("dispatch", name))
+
+        def on_task_end(self, name: object, state: TaskState, seconds: float) -> None:
+            seen.append(("end", name))
+
+    g = Graph()
+    g.add("before", lambda: 1)
+    g.add("upload", lambda: 2, resources={"db": 1})
+    g.add("after", lambda: 3)
+    result = dagexec.run(g, workers=1, resources={"db": 1}, callbacks=[Watch()])
+    assert seen.index(("end", "before")) < seen.index(("dispatch", "upload"))
+    # ...and what needs nothing may still queue behind it.
+    assert seen.index(("dispatch", "after")) < seen.index(("end", "upload"))
+    assert result.stats.peak_resources == {"db": 1}
+    assert_within_bounds(result)
+
+
+# --------------------------------------------------------- 7. the recorders
+def test_the_recorders_stay_exact_with_retries_timeouts_and_abandoned_attempts(
+    gate: threading.Event,
+) -> None:
+    """gpu capacity 1. 'flaky' fails twice, then answers; 'hang' times out on every
+    attempt, and its last one is abandoned. Today: peak gpu 3, 'held' 2 after."""
+    from dagexec.testing import InFlightRecorder, ResourceRecorder
+
+    def flaky() -> str:
+        if current_task().attempt < 3:
+            raise OSError("flaky")
+        return "ok"
+
+    def hang() -> None:
+        me = current_task()
+        if me.attempt == 1:
+            assert me.cancelled.wait(WAIT)  # returns once timed out: releases in the run
+            return
+        gate.wait(WAIT)
+
+    g = Graph()
+    g.add("flaky", flaky, retries=2, resources={"gpu": 1})
+    g.add("hang", hang, retries=1, timeout=0.05, resources={"gpu": 1})
+    in_flight, held = InFlightRecorder(), ResourceRecorder(g)
+    result = within(
+        CALLER,
+        lambda: dagexec.run(
+            g, workers=2, resources={"gpu": 1}, on_error="continue", callbacks=[in_flight, held]
+        ),
+    )
+    assert isinstance(result, dagexec.RunResult)
+    assert result.stats.abandoned == 1 and result["flaky"] == "ok"
+    assert held.peak == {"gpu": 1} == result.stats.peak_resources
+    assert held.held == {"gpu": 0}
+    assert in_flight.in_flight == 0
+    assert in_flight.peak == result.stats.peak_in_flight
+    assert len(in_flight.dispatched) == 5  # 3 of flaky, 2 of hang
+
+
+def test_on_attempt_release_says_how_each_attempt_let_go(gate: threading.Event) -> None:
+    got: list[tuple[object, int, str]] = []
+
+    class Watch:
+        def on_attempt_release(self, name: object, attempt: int, how: str) -> None:
+            got.append((name, attempt, how))
+
+    def hang() -> None:
+        if current_task().attempt == 1:
+            assert current_task().cancelled.wait(WAIT)
+            return
+        gate.wait(WAIT)
+
+    g = Graph()
+    g.add("hang", hang, retries=1, timeout=0.05)
+    g.add("ok", lambda: 1)
+    within(CALLER, lambda: dagexec.run(g, workers=2, on_error="continue", callbacks=[Watch()]))
+    assert sorted(got, key=repr) == sorted(
+        [("hang", 1, "returned"), ("hang", 2, "abandoned"), ("ok", 1, "returned")], key=repr
+    )

@@ -70,6 +70,21 @@ class Callback:
         bar's total grows). Called before any of them is dispatched.
         """
 
+    def on_attempt_release(self, name: Hashable, attempt: int, how: str) -> None:
+        """Attempt number ``attempt`` of ``name`` no longer holds its in-flight slot
+        or its resources in this run. ``how``: ``"returned"`` (its function returned
+        or raised, in time or after its timeout), ``"taken back"`` (a stop took it
+        out of its inbox before it started) or ``"abandoned"`` (it timed out and
+        still ran when the run ended; the executor, not the run, holds its
+        resources until it returns: see docs/attempts.md).
+
+        Each ``on_task_dispatch`` is matched by exactly one call, which is what
+        counts exactly with retries and timeouts, where a task has several
+        attempts and a timed-out one holds on after its task ended (the
+        recorders of :mod:`dagexec.testing` use it). For a linear run of tasks
+        handed over as one unit, ``name`` is its first task, as in dispatch.
+        """
+
     def on_run_end(self, result: RunResult) -> None:
         """The run is over and every worker is idle; called before errors are raised."""
 
@@ -79,6 +94,7 @@ _HOOK_NAMES = (
     "on_task_dispatch",
     "on_task_start",
     "on_task_end",
+    "on_attempt_release",
     "on_map_expand",
     "on_run_end",
 )
@@ -145,7 +161,15 @@ def _as_list(callbacks: object) -> list[object]:
 class Hooks:
     """The hooks a run's callbacks implement, bound once so the hot path is a list walk."""
 
-    __slots__ = ("map_expand", "run_end", "run_start", "task_dispatch", "task_end", "task_start")
+    __slots__ = (
+        "attempt_release",
+        "map_expand",
+        "run_end",
+        "run_start",
+        "task_dispatch",
+        "task_end",
+        "task_start",
+    )
 
     def __init__(self, callbacks: Iterable[object]) -> None:
         found: dict[str, list[Callable[..., Any]]] = {name: [] for name in _HOOK_NAMES}
@@ -161,6 +185,7 @@ class Hooks:
         self.task_dispatch = tuple(found["on_task_dispatch"])
         self.task_start = tuple(found["on_task_start"])
         self.task_end = tuple(found["on_task_end"])
+        self.attempt_release = tuple(found["on_attempt_release"])
         self.map_expand = tuple(found["on_map_expand"])
         self.run_end = tuple(found["on_run_end"])
 
@@ -170,6 +195,7 @@ class Hooks:
             or self.task_dispatch
             or self.task_start
             or self.task_end
+            or self.attempt_release
             or self.map_expand
             or self.run_end
         )

@@ -168,10 +168,11 @@ class Driver:
         else:
             build = chained_jobs if self.plan.chained else plain_jobs
         events, stopping = state.events, state.stopping
+        held = self.balance.held
         for worker, count in enumerate(counts):
             if not count:
                 continue
-            tasks, arguments = state.hand_out(count, worker)
+            tasks, arguments = state.hand_out(count, worker, not held[worker])
             if len(tasks) < count:  # the other ready tasks wait for resources
                 wanted = 0
             items = build(self, tasks, arguments)
@@ -236,8 +237,9 @@ class Driver:
                     outcome = S_DONE if kind == DONE else S_FAILED
                     if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
                         outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
+                    number = state.attempt.get(task, 1)  # before a retry counts on
                     state.finish(task, outcome, payload, worker, started, ended)
-                    state.release(task)
+                    state.release(task, number)
         if returned:
             state.returned(returned)
         batch.clear()

@@ -132,6 +132,7 @@ class Run(Driver):
         self.book = book if book is not None else AttemptBook()  # the executor's
         self.lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]] = {}
         self.abandoned = 0  # attempts still running when the run ended (RunStats)
+        self.abandoned_attempts: set[tuple[int, int]] = set()  # (task, attempt), for the trace
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
         self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
         self.capacity = dict(capacity or {})
@@ -148,7 +149,11 @@ class Run(Driver):
         self.escaped: BaseException | None = None  # see main()
         self.wake_every: float | None = None
         observed = trace or bool(
-            hooks.task_end or hooks.task_dispatch or hooks.task_start or hooks.map_expand
+            hooks.task_end
+            or hooks.task_dispatch
+            or hooks.task_start
+            or hooks.map_expand
+            or hooks.attempt_release
         )
         self.state = state = RunState(
             plan, on_error=on_error, workers=len(inboxes), observed=observed, capacity=capacity
@@ -299,12 +304,11 @@ class Run(Driver):
         """After the loop: end what is left, publish the outcome."""
         state = self.state
         state.stop(hard=True)  # a no-op unless the loop above broke out early
-        if state.events:
-            self.observer.drain(state.events)
         if self.timers is not None:
             left = self.timers.abandon()
             self.abandoned = len(left)
-            for attempt in left:
+            self.abandoned_attempts = {(task, live.number) for live, task in left}
+            for attempt, _ in left:
                 log.warning(
                     "task %s: its attempt %d timed out and still runs; the run ends "
                     "without it (abandoned: its value will be dropped, it keeps its "
@@ -312,6 +316,8 @@ class Run(Driver):
                     task_for_message(attempt.name),
                     attempt.number,
                 )
+        if state.events:
+            self.observer.drain(state.events)
         if self.aborted:
             log.info("interrupted run: its last running tasks have finished")
             return  # the caller has gone; nobody reads an outcome

@@ -24,6 +24,7 @@ from .._core.errors import TaskTimeout
 from .._core.policy import Attempt, CurrentTask, Policy
 from .._core.result import FAILED, IN_FLIGHT
 from .._core.safe import task_for_message
+from .._state.events import ABANDONED
 from .._state.runstate import RunState
 from .attempts import TIMED_OUT, AttemptBook, LiveAttempt, Overran, TimedAttempt
 
@@ -141,7 +142,7 @@ class AttemptTimers:
             state.finish(task, FAILED, self._error(task, live.number), worker, started, ended)
         else:
             self.overdue.pop(live, None)
-        state.release(task)
+        state.release(task, live.number)
 
     def due(self) -> float | None:
         """Wake the retries that are due, time out the attempts that ran too long;
@@ -156,10 +157,15 @@ class AttemptTimers:
         times = [q[0][0] for q in (state.timers, deadlines) if q]
         return min(times) - now if times else None
 
-    def abandon(self) -> list[LiveAttempt]:
-        """The run ends: its timed-out attempts still running are abandoned (returned)."""
-        left = self.book.abandon(list(self.overdue))
-        self.overdue.clear()
+    def abandon(self) -> list[tuple[LiveAttempt, int]]:
+        """The run ends: its timed-out attempts still running are abandoned; returns
+        them with their tasks. The run lets go of their slots (the executor keeps
+        their resources until they return)."""
+        overdue = self.overdue
+        left = [(live, overdue[live]) for live in self.book.abandon(list(overdue))]
+        overdue.clear()
+        for live, task in left:
+            self.state.release(task, live.number, ABANDONED)
         return left
 
     def _over(self, deadline: tuple[float, int, int, int]) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 from .._core.hooks import Hooks
 from .._core.result import _FINAL
 from .._core.safe import add_note, hook_for_message
-from .._state.events import DISPATCH, END, EXPAND, START, Event
+from .._state.events import DISPATCH, END, EXPAND, RELEASE, RELEASE_HOW, START, Event
 from .trace import Recorder
 
 __all__ = ["OWN_FILES", "Observer", "release_frames"]
@@ -63,6 +63,10 @@ class Observer:
             elif kind == START:
                 if hooks.task_start:
                     self.call(hooks.task_start, names[event.task], event.worker)
+            elif kind == RELEASE:
+                if hooks.attempt_release:
+                    how = RELEASE_HOW[event.state]
+                    self.call(hooks.attempt_release, names[event.task], event.attempt, how)
             elif kind == EXPAND and hooks.map_expand:
                 self.call(hooks.map_expand, names[event.task], event.state)
         events.clear()

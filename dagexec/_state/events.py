@@ -9,7 +9,22 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["DISPATCH", "END", "EXPAND", "READY", "RETRY", "START", "ChainEnd", "Event"]
+__all__ = [
+    "ABANDONED",
+    "DISPATCH",
+    "END",
+    "EXPAND",
+    "READY",
+    "RELEASE",
+    "RELEASE_HOW",
+    "RETRY",
+    "RETURNED",
+    "START",
+    "TAKEN_BACK",
+    "TIMED_OUT",
+    "ChainEnd",
+    "Event",
+]
 
 
 class ChainEnd(NamedTuple):
@@ -27,8 +42,16 @@ class ChainEnd(NamedTuple):
 
 # Event kinds, in the order a task meets them. RETRY: an attempt failed and the
 # task waits for another (retries=); END comes once, with the final state.
-# EXPAND: a map made its items.
-READY, DISPATCH, START, END, RETRY, EXPAND = range(6)
+# EXPAND: a map made its items. RELEASE: a dispatched attempt no longer holds its
+# slot and resources in the run (one per DISPATCH; ``state`` says how, below).
+READY, DISPATCH, START, END, RETRY, EXPAND, RELEASE = range(7)
+
+# RELEASE's ``state``: how the attempt let go (names as ``on_attempt_release`` gets them).
+RETURNED, TAKEN_BACK, ABANDONED = range(3)
+RELEASE_HOW = ("returned", "taken back", "abandoned")
+
+# RETRY's ``state`` for an attempt that failed by its timeout (else FAILED).
+TIMED_OUT = 255
 
 
 class Event(NamedTuple):
@@ -37,6 +60,7 @@ class Event(NamedTuple):
     ``state`` is the final state code (END only); ``worker`` is -1 for a task
     that never ran; ``started``/``ended`` are the worker's stamps (END only). For
     EXPAND, ``task`` is the map and ``state`` the number of its items.
+    ``attempt`` is the attempt's number for DISPATCH, RETRY and RELEASE.
     """
 
     kind: int
@@ -45,3 +69,4 @@ class Event(NamedTuple):
     state: int = 0
     started: float = 0.0
     ended: float = 0.0
+    attempt: int = 1
