@@ -399,3 +399,47 @@ def test_on_attempt_release_says_how_each_attempt_let_go(gate: threading.Event) 
     assert sorted(got, key=repr) == sorted(
         [("hang", 1, "returned"), ("hang", 2, "abandoned"), ("ok", 1, "returned")], key=repr
     )
+
+
+def test_the_trace_chrome_export_and_gantt_show_every_attempt(gate: threading.Event) -> None:
+    """'hang' times out on attempt 1 (it returns when told), is retried, and its
+    attempt 2 times out for good and is abandoned: three bars, each with its number
+    and outcome; the timed-out ones drawn, not hidden."""
+    from dagexec._observation.chrome import chrome_trace
+    from dagexec._observation.gantt import gantt_svg
+
+    def hang() -> None:
+        me = current_task()
+        if me.attempt == 1:
+            assert me.cancelled.wait(WAIT)
+            return
+        gate.wait(WAIT)
+
+    def flaky() -> int:
+        if current_task().attempt == 1:
+            raise OSError("once")
+        return 1
+
+    g = Graph()
+    g.add("hang", hang, retries=1, timeout=0.05)
+    g.add("flaky", flaky, retries=1)
+    result = within(CALLER, lambda: dagexec.run(g, workers=2, on_error="continue", trace=True))
+    assert isinstance(result, dagexec.RunResult)
+    got = sorted((r.name, r.attempt, r.outcome) for r in result.trace)
+    assert got == [
+        ("flaky", 1, "retried"),
+        ("flaky", 2, "done"),
+        ("hang", 1, "timed out"),
+        ("hang", 2, "abandoned"),
+    ]
+    assert all(r.worker >= 0 and r.ended >= r.started for r in result.trace)
+    names = {e["name"] for e in chrome_trace(result)["traceEvents"] if e.get("ph") == "X"}
+    assert names == {
+        "flaky (attempt 1, retried)",
+        "flaky (attempt 2)",
+        "hang (attempt 1, timed out)",
+        "hang (attempt 2, abandoned)",
+    }
+    svg = gantt_svg(result, aggregate=False)
+    assert "hang (attempt 1, timed out)" in svg and "timed-out" in svg
+    assert "hang (attempt 2, abandoned)" in svg

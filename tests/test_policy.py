@@ -199,7 +199,12 @@ def test_callbacks_see_each_attempt_and_one_end() -> None:
     g.add("f", flaky, retries=2)
     result = dagexec.run(g, callbacks=[Watch()], trace=True)
     assert events == [("dispatch", "f"), ("start", "f")] * 3 + [("end", "done")]
-    assert [(r.name, r.attempt) for r in result.trace] == [("f", 3)]  # the last attempt
+    # Every attempt is in the trace (issue 19), with how it ended.
+    assert [(r.name, r.attempt, r.outcome) for r in result.trace] == [
+        ("f", 1, "retried"),
+        ("f", 2, "retried"),
+        ("f", 3, "done"),
+    ]
 
 
 # ---------------------------------------------------------------------- timeouts

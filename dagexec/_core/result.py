@@ -123,8 +123,15 @@ class TraceRecord:
 
     ``ready`` and ``dispatched`` are taken on the scheduler thread, ``started`` and
     ``ended`` on the worker that ran it, all from :func:`time.perf_counter`.
-    For a task with ``retries=``, the record is its last attempt's, and
-    ``attempt`` says which one (1 without retries).
+    There is one record per attempt: a task with ``retries=`` has one for each
+    attempt that ran, ``attempt`` says which (1 without retries).
+
+    ``outcome`` says how the attempt ended: ``"done"``, ``"failed"``,
+    ``"cancelled"`` (the task's final state, for its last attempt),
+    ``"retried"`` (it failed and the task was tried again), ``"timed out"`` (it
+    ran past its ``timeout=``: ``ended`` is when the run stopped waiting for
+    it) or ``"abandoned"`` (it timed out and still ran when the run ended). A
+    failed attempt's ``state`` is FAILED.
     """
 
     name: Hashable
@@ -135,6 +142,7 @@ class TraceRecord:
     started: float
     ended: float
     attempt: int = 1
+    outcome: str = ""
 
 
 class RunResult(Mapping[Hashable, Any]):

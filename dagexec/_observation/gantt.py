@@ -24,7 +24,7 @@ from xml.sax.saxutils import escape
 
 from .._core.result import TaskState
 from .chrome import require_trace
-from .draw import display_name
+from .draw import attempt_label
 
 if TYPE_CHECKING:
     from .._core.result import RunResult, TraceRecord
@@ -88,10 +88,16 @@ def _ticks(span: float) -> tuple[list[float], float, str]:
 
 def _bar_title(rec: TraceRecord) -> str:
     return (
-        f"{display_name(rec.name)}: {rec.state.value} in {_fmt_seconds(rec.ended - rec.started)} "
+        f"{attempt_label(rec)}: {rec.outcome or rec.state.value} in "
+        f"{_fmt_seconds(rec.ended - rec.started)} "
         f"on worker {rec.worker} (ready {_fmt_seconds(rec.ready)}, dispatched "
         f"{_fmt_seconds(rec.dispatched)}, started {_fmt_seconds(rec.started)})"
     )
+
+
+def _css(outcome: str) -> str:
+    """An attempt's outcome as a class name: ``timed-out``."""
+    return outcome.replace(" ", "-")
 
 
 def _detailed(trace: tuple[TraceRecord, ...], scale: float, lane_y: Sequence[float]) -> list[str]:
@@ -103,11 +109,11 @@ def _detailed(trace: tuple[TraceRecord, ...], scale: float, lane_y: Sequence[flo
         color = FAILED_COLOR if rec.state is TaskState.FAILED else DONE_COLOR
         parts = [
             f"<g><title>{_clean(_bar_title(rec))}</title>",
-            f'<rect class="task {rec.state.value}" x="{x:.2f}" y="{y:.2f}" '
+            f'<rect class="task {rec.state.value} {_css(rec.outcome)}" x="{x:.2f}" y="{y:.2f}" '
             f'width="{w:.2f}" height="{_LANE - 2}" fill="{color}" stroke="#ffffff" '
             f'stroke-width="0.5"/>',
         ]
-        label = display_name(rec.name)
+        label = attempt_label(rec)
         if w >= len(label) * _CHAR_PX + 6:
             parts.append(
                 f'<text x="{x + 3:.2f}" y="{y + _LANE / 2 + 3:.2f}" class="label">'
