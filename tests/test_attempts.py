@@ -226,14 +226,27 @@ def test_replacements_are_bounded_by_workers(
     caplog.set_level(logging.WARNING, logger="dagexec")
     g = Graph()
     g.add("hang", hanging(gate), timeout=0.05)
-    before = threading.active_count()
+    released: list[list[str]] = []
+
+    class Watch:
+        def on_attempt_release(self, name: object, attempt: int, how: str) -> None:
+            released[-1].append(how)
+
+    def workers() -> int:
+        return sum(t.name.startswith("dagexec-worker") for t in threading.enumerate())
+
+    before = workers()
     with Executor(workers=1) as ex:
         for _ in range(2):
-            within(CALLER, lambda: ex.run(g, on_error="continue"))
-        assert threading.active_count() - before <= 2  # the worker and one replacement
+            released.append([])
+            result = within(CALLER, lambda: ex.run(g, on_error="continue", callbacks=[Watch()]))
+            assert isinstance(result, dagexec.RunResult) and result.stats.abandoned == 1
+        assert workers() - before == 2  # the worker and one replacement, both hung
         warned = " ".join(r.getMessage() for r in caplog.records)
         assert "a new worker thread takes its place" in warned
         assert "no new thread is started" in warned
+        # The first let go at its timeout; the second kept its slot to the run's end.
+        assert released == [["timed out"], ["abandoned"]]
         gate.set()
 
 
@@ -396,8 +409,9 @@ def test_on_attempt_release_says_how_each_attempt_let_go(gate: threading.Event) 
     g.add("hang", hang, retries=1, timeout=0.05)
     g.add("ok", lambda: 1)
     within(CALLER, lambda: dagexec.run(g, workers=2, on_error="continue", callbacks=[Watch()]))
+    # Each timed-out attempt's worker got a new thread: the run let go of it then.
     assert sorted(got, key=repr) == sorted(
-        [("hang", 1, "returned"), ("hang", 2, "abandoned"), ("ok", 1, "returned")], key=repr
+        [("hang", 1, "timed out"), ("hang", 2, "timed out"), ("ok", 1, "returned")], key=repr
     )
 
 

@@ -224,13 +224,17 @@ class Driver:
                     state.events.append(Event(START, task, worker))
                 if timers is not None:
                     timers.started(task, worker, now)
+            elif timers is not None and kind == FAILED and type(payload) is Overran:
+                # Its value is never used; it was off its worker already if the
+                # run let go of it at its timeout (its worker got a new thread).
+                if timers.overran(task, payload, worker, started, ended):
+                    held[worker] -= 1
+                    last_seen[worker] = now
             else:  # a job or a chain is off its worker
                 held[worker] -= 1
                 last_seen[worker] = now
                 if kind == CHAIN:
                     state.chain_ended(task, payload, worker)
-                elif timers is not None and kind == FAILED and type(payload) is Overran:
-                    timers.overran(task, payload, worker, started, ended)  # never used
                 else:
                     if timers is not None:
                         timers.ended(task)

@@ -170,6 +170,8 @@ class Run(Driver):
             if plan.policy is None
             else AttemptTimers(state, self.book, self._replace_worker)
         )
+        if self.timers is not None:
+            self.timers.lend = self._lend
         self.debug = False
 
     def main(self, *, detachable: bool = False, wake_every: float | None = None) -> None:
@@ -354,4 +356,12 @@ class Run(Driver):
         if self.crew is None or not self.crew.replace(slot, why):
             return False
         self.balance.queues[slot] = self.inboxes[slot].queue
+        self.balance.held[slot] -= 1  # the hung attempt is no longer on it
         return True
+
+    def _lend(self, attempt: LiveAttempt) -> None:
+        """The run let go of a timed-out ``attempt`` that still runs: what it holds is
+        lent to it from outside the run until it returns (a FREED message)."""
+        lent = self.state.lend(attempt.needs)
+        if lent:
+            self.lent[attempt] = lent

@@ -24,7 +24,7 @@ from .._core.errors import TaskTimeout
 from .._core.policy import Attempt, CurrentTask, Policy
 from .._core.result import FAILED, IN_FLIGHT
 from .._core.safe import task_for_message
-from .._state.events import ABANDONED
+from .._state.events import ABANDONED, LET_GO
 from .._state.runstate import RunState
 from .attempts import TIMED_OUT, AttemptBook, LiveAttempt, Overran, TimedAttempt
 
@@ -52,6 +52,8 @@ class AttemptTimers:
     __slots__ = (
         "book",
         "deadlines",
+        "lend",
+        "let_go",
         "live",
         "overdue",
         "replace",
@@ -80,6 +82,9 @@ class AttemptTimers:
         # Timed-out attempts of this run whose function has not returned: they keep
         # their slot and resources until it does, or are abandoned when the run ends.
         self.overdue: dict[LiveAttempt, int] = {}
+        # Timed-out attempts whose worker got a new thread: the run let go of them.
+        self.let_go: dict[LiveAttempt, int] = {}
+        self.lend: Callable[[LiveAttempt], object] | None = None  # the run's, see _time_out
         self.seq = 0
 
     def attempt(self, task: int, policy: Policy, flag_start: int) -> tuple[Attempt, int]:
@@ -130,19 +135,24 @@ class AttemptTimers:
         self.live.pop(task, None)
         self.running_on.pop(task, None)
 
-    def overran(self, task: int, late: Overran, worker: int, started: float, ended: float) -> None:
+    def overran(self, task: int, late: Overran, worker: int, started: float, ended: float) -> bool:
         """A report of an attempt that returned after its deadline: its value is never
-        used. Times the task out now if the worker was first to notice; frees the
-        attempt's slot and resources either way, since its function has returned."""
+        used. Times the task out now if the worker was first to notice. Frees the
+        attempt's slot and resources unless the run let go of them at its timeout
+        (its worker was replaced: see :meth:`_time_out`); True if it did here, so
+        that the report still counts as off its worker."""
         state, live = self.state, late.attempt
         if late.by_worker:  # the driver's timer had not fired: time it out now
             self.tokens.pop(task, None)
             self.live.pop(task, None)
             self.running_on.pop(task, None)
+            state.release(task, live.number)  # first: a retry may take the slot
             state.finish(task, FAILED, self._error(task, live.number), worker, started, ended)
-        else:
-            self.overdue.pop(live, None)
+            return True
+        if self.overdue.pop(live, None) is None:
+            return False  # let go at its timeout; its resources came back as FREED
         state.release(task, live.number)
+        return True
 
     def due(self) -> float | None:
         """Wake the retries that are due, time out the attempts that ran too long;
@@ -159,14 +169,16 @@ class AttemptTimers:
 
     def abandon(self) -> list[tuple[LiveAttempt, int]]:
         """The run ends: its timed-out attempts still running are abandoned; returns
-        them with their tasks. The run lets go of their slots (the executor keeps
-        their resources until they return)."""
-        overdue = self.overdue
-        left = [(live, overdue[live]) for live in self.book.abandon(list(overdue))]
+        them with their tasks. The run lets go of the slots of those it still held
+        (the executor keeps their resources until they return)."""
+        overdue, book = self.overdue, self.book
+        held = [(live, overdue[live]) for live in book.abandon(list(overdue))]
         overdue.clear()
-        for live, task in left:
+        for live, task in held:
             self.state.release(task, live.number, ABANDONED)
-        return left
+        let_go = [(live, task) for live, task in self.let_go.items() if not live.done.is_set()]
+        self.let_go.clear()
+        return held + let_go
 
     def _over(self, deadline: tuple[float, int, int, int]) -> bool:
         """True if the attempt this deadline was for has ended: it need not wake us."""
@@ -184,9 +196,15 @@ class AttemptTimers:
         return exc
 
     def _time_out(self, task: int, attempt: int) -> None:
-        """``task``'s attempt ran past its timeout: it fails now with TaskTimeout. Its
-        thread runs on; its worker gets a new thread; its slot and resources stay
-        held until it returns."""
+        """``task``'s attempt ran past its timeout: it fails now with TaskTimeout.
+
+        Its thread runs on (it cannot be stopped). Its worker slot gets a new
+        thread, and then the run lets go of it: its in-flight slot is free, and
+        its resources are lent to it from outside the run (``lend``) until its
+        function returns (a FREED message, to this run or a later one). If no new
+        thread may be started, it keeps its slot and resources in the run until
+        its function returns or the run ends.
+        """
         if self._over((0.0, 0, task, attempt)):
             return  # that attempt ended in time
         live = self.live.get(task)
@@ -198,10 +216,19 @@ class AttemptTimers:
         if token is not None:
             token.set()
         self.book.timed_out(live)
-        self.overdue[live] = task
+        state = self.state
         try:
-            if self.replace is not None:
-                self.replace(worker, f"attempt {live.number} of task {task_for_message(live.name)}")
+            why = f"attempt {live.number} of task {task_for_message(live.name)}"
+            replaced = self.replace is not None and bool(self.replace(worker, why))
+            if replaced:
+                # Its thread waits for `decided` before it can return: not returned yet.
+                self.book.abandon([live])
+                self.let_go[live] = task
+                state.release(task, live.number, LET_GO)
+                if self.lend is not None:
+                    self.lend(live)
+            else:
+                self.overdue[live] = task
         finally:
             live.decided.set()  # its thread may go back to an inbox now
-        self.state.finish(task, FAILED, self._error(task, attempt), worker, started, perf_counter())
+        state.finish(task, FAILED, self._error(task, attempt), worker, started, perf_counter())

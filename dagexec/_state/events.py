@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 __all__ = [
     "ABANDONED",
     "DISPATCH",
+    "LET_GO",
     "END",
     "EXPAND",
     "READY",
@@ -47,8 +48,8 @@ class ChainEnd(NamedTuple):
 READY, DISPATCH, START, END, RETRY, EXPAND, RELEASE = range(7)
 
 # RELEASE's ``state``: how the attempt let go (names as ``on_attempt_release`` gets them).
-RETURNED, TAKEN_BACK, ABANDONED = range(3)
-RELEASE_HOW = ("returned", "taken back", "abandoned")
+RETURNED, TAKEN_BACK, ABANDONED, LET_GO = range(4)
+RELEASE_HOW = ("returned", "taken back", "abandoned", "timed out")
 
 # RETRY's ``state`` for an attempt that failed by its timeout (else FAILED).
 TIMED_OUT = 255

@@ -213,6 +213,9 @@ class RunState:
         self.capacity = [exact(capacity.get(r, 0)) for r in names]
         self.free = list(self.capacity)
         self.peak_held = [0] * len(names)
+        # Held by attempts the run let go of (timed out, still running) or by
+        # abandoned attempts of earlier runs: not free, and not this run's to count.
+        self.lent_out = [0] * len(names)
         self.needs = tuple(tuple((rid[r], exact(a)) for r, a in need) for need in needs)
         # Per resource, a heap of the entries waiting for it.
         self.blocked: list[list[tuple[Any, ...]]] = [[] for _ in names]
@@ -305,10 +308,10 @@ class RunState:
             self._wake_if_fits(holder)
 
     def _hold(self, need: tuple[tuple[int, float], ...]) -> None:
-        free, peak, capacity = self.free, self.peak_held, self.capacity
+        free, peak, capacity, lent = self.free, self.peak_held, self.capacity, self.lent_out
         for r, amount in need:
             free[r] -= amount
-            held = capacity[r] - free[r]
+            held = capacity[r] - free[r] - lent[r]
             if held > peak[r]:
                 peak[r] = held
 
@@ -890,10 +893,13 @@ class RunState:
         lent = tuple((rid[r], exact(a)) for r, a in needs if r in rid)
         for r, amount in lent:
             self.free[r] -= amount
+            self.lent_out[r] += amount
         return lent
 
     def give_back(self, lent: tuple[tuple[int, float], ...]) -> None:
         """The attempt :meth:`lend` was for returned: its resources are free again."""
+        for r, amount in lent:
+            self.lent_out[r] -= amount
         self._unhold(lent)
 
     def peak_resources(self, capacity: Mapping[str, float]) -> dict[str, float]:
