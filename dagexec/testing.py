@@ -26,14 +26,11 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from ._core.graph import Graph
-from ._core.result import RunResult, TaskState
+from ._core.result import RunResult
 from ._state.runstate import exact
-
-if TYPE_CHECKING:
-    from ._core.plan import Plan
 
 __all__ = [
     "ConcurrencyProbe",

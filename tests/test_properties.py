@@ -250,7 +250,11 @@ def test_random_dags_with_timeouts_that_overrun(case: Case, data: st.DataObject)
     else:
         assert raised is None and result is not None
         expected = {
-            n: TaskState.SKIPPED if n in doomed else TaskState.FAILED if n in bad else TaskState.DONE
+            n: TaskState.SKIPPED
+            if n in doomed
+            else TaskState.FAILED
+            if n in bad
+            else TaskState.DONE
             for n in needed
         }
         assert dict(result.status) == expected

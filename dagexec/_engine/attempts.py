@@ -70,6 +70,7 @@ class LiveAttempt:
     """
 
     __slots__ = (
+        "_claim",
         "abandoned",
         "book",
         "decided",
@@ -84,7 +85,6 @@ class LiveAttempt:
         "thread",
         "timeout",
         "worker",
-        "_claim",
     )
 
     def __init__(
@@ -127,7 +127,7 @@ class LiveAttempt:
         return f"<attempt {self.number} of task {self.name!r} on worker {self.worker}>"
 
 
-class Overran(Exception):  # noqa: N818 - a report's payload, never raised to users
+class Overran(Exception):  # a report's payload, never raised to users
     """What a worker reports instead of an attempt's value once the attempt is late.
 
     ``by_worker`` is True when the worker judged it late by its own clock before

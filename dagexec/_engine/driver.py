@@ -26,11 +26,11 @@ from .._core.result import FAILED as S_FAILED
 from .._observation.observer import Observer
 from .._state.events import START, Event
 from .._state.runstate import RunState
+from .attempts import LiveAttempt, Overran
 from .balance import Balance
 from .inbox import Inbox
 from .items import chained_jobs, head, log_dispatch, plain_jobs, special_items, take_back
 from .outcome import log_interrupted
-from .attempts import LiveAttempt, Overran
 from .timers import AttemptTimers, clock
 from .wire import CHAIN, DONE, FAILED, FREED, MEMBER, STARTED, STOP, Item
 

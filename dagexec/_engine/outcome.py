@@ -10,8 +10,8 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from .._core.hooks import PlanInfo
 from .._core.errors import TaskTimeout
+from .._core.hooks import PlanInfo
 from .._core.result import DONE, RunResult, RunStats, StatusMap, TraceRecord
 
 if TYPE_CHECKING:

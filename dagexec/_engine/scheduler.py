@@ -166,9 +166,7 @@ class Run(Driver):
         self.balance = Balance(inboxes, queue_cap)
         self.now = self.started_at = 0.0
         self.timers = (
-            None
-            if plan.policy is None
-            else AttemptTimers(state, self.book, self._replace_worker)
+            None if plan.policy is None else AttemptTimers(state, self.book, self._replace_worker)
         )
         if self.timers is not None:
             self.timers.lend = self._lend

@@ -12,9 +12,9 @@ from typing import Any, NamedTuple
 __all__ = [
     "ABANDONED",
     "DISPATCH",
-    "LET_GO",
     "END",
     "EXPAND",
+    "LET_GO",
     "READY",
     "RELEASE",
     "RELEASE_HOW",

@@ -215,7 +215,7 @@ class RunState:
         self.peak_held = [0] * len(names)
         # Held by attempts the run let go of (timed out, still running) or by
         # abandoned attempts of earlier runs: not free, and not this run's to count.
-        self.lent_out = [0] * len(names)
+        self.lent_out: list[float] = [0] * len(names)
         self.needs = tuple(tuple((rid[r], exact(a)) for r, a in need) for need in needs)
         # Per resource, a heap of the entries waiting for it.
         self.blocked: list[list[tuple[Any, ...]]] = [[] for _ in names]
