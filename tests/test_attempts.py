@@ -457,3 +457,22 @@ def test_the_trace_chrome_export_and_gantt_show_every_attempt(gate: threading.Ev
     svg = gantt_svg(result, aggregate=False)
     assert "hang (attempt 1, timed out)" in svg and "timed-out" in svg
     assert "hang (attempt 2, abandoned)" in svg
+
+
+def test_the_recorders_count_each_retry_once() -> None:
+    """Retries only (no hang): today a retried task's attempts were each added at
+    dispatch and removed once at its end: peak gpu 3 and 'held' 2 after the run."""
+    from dagexec.testing import InFlightRecorder, ResourceRecorder
+
+    def flaky() -> str:
+        if current_task().attempt < 3:
+            raise OSError("flaky")
+        return "ok"
+
+    g = Graph()
+    g.add("flaky", flaky, retries=2, resources={"gpu": 1})
+    in_flight, held = InFlightRecorder(), ResourceRecorder(g)
+    result = dagexec.run(g, workers=2, resources={"gpu": 1}, callbacks=[in_flight, held])
+    assert held.peak == {"gpu": 1} == result.stats.peak_resources
+    assert held.held == {"gpu": 0}
+    assert in_flight.peak == 1 == result.stats.peak_in_flight and in_flight.in_flight == 0

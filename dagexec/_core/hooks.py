@@ -30,9 +30,9 @@ class PlanInfo:
     queue_cap: int
     max_in_flight: int
     effective_cap: int
-    # The run's plan, for dagexec.testing.InFlightRecorder, which must know which
-    # tasks a dispatch hands over together (a unit, see Plan.chain_next) to count
-    # in flight what the scheduler counts. Private: not part of the protocol.
+    # The run's plan, for callbacks of dagexec's own that must know which tasks a
+    # dispatch hands over together (a unit, see Plan.chain_next). Private: not
+    # part of the protocol.
     _plan: Plan | None = field(default=None, repr=False, compare=False)
 
 

@@ -208,7 +208,7 @@ class AttemptBook:
 
     def unsubscribe(self, notify: Callable[[LiveAttempt], None]) -> None:
         with self._lock:
-            if self._notify is notify:
+            if self._notify == notify:  # bound methods: equal, not the same object
                 self._notify = None
 
     def timed_out(self, attempt: LiveAttempt) -> None:

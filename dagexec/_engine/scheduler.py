@@ -158,6 +158,7 @@ class Run(Driver):
         self.state = state = RunState(
             plan, on_error=on_error, workers=len(inboxes), observed=observed, capacity=capacity
         )
+        state.tell_release = bool(hooks.attempt_release)
         self.trace = trace
         self.observer = Observer(hooks, state.names, None, state.fail)
         self.flags = (TIMED if trace or hooks.task_end else 0) | (

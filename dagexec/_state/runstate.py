@@ -152,6 +152,8 @@ class RunState:
         self.first_error: BaseException | None = None
         self.errors: dict[int, BaseException] = {}
         self.events: list[Event] | None = [] if observed else None
+        # RELEASE events, for on_attempt_release only: one more event per task.
+        self.tell_release = False
         # Per-task policy (retries, timeouts, cleanup tasks); all of it None or
         # empty when no task has one, and then never looked at.
         self.policy: Sequence[Policy | None] | None = plan.policy
@@ -513,7 +515,8 @@ class RunState:
         of the attempt let go (0: the task's current one); ``how`` is a RELEASE
         event's state, for the observers.
         """
-        if self.events is not None:
+        if self.tell_release:
+            assert self.events is not None
             number = attempt or self.attempt.get(task, 1)
             self.events.append(Event(RELEASE, task, -1, how, 0.0, 0.0, number))
         self.in_flight -= 1
@@ -581,7 +584,8 @@ class RunState:
         self.unfinished -= len(reports)
         if release:
             self.in_flight -= len(reports)
-            if events is not None:
+            if self.tell_release:
+                assert events is not None
                 number = self.attempt.get
                 events.extend(
                     [Event(RELEASE, r[1], -1, RETURNED, 0.0, 0.0, number(r[1], 1)) for r in reports]
