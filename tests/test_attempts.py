@@ -476,3 +476,95 @@ def test_the_recorders_count_each_retry_once() -> None:
     assert held.peak == {"gpu": 1} == result.stats.peak_resources
     assert held.held == {"gpu": 0}
     assert in_flight.peak == 1 == result.stats.peak_in_flight and in_flight.in_flight == 0
+
+
+# ----------------------------------------------------- meetings with other options
+def test_map_items_that_hang_are_abandoned_and_the_rest_of_the_map_runs(
+    gate: threading.Event, tmp_path: Path
+) -> None:
+    """A map with a timeout, a db resource of 2 and a checkpoint: item 1 hangs (and
+    keeps its db slot), the others answer on the other; the run returns, the hung
+    item is never saved, and a rerun (once it returned) gets every value."""
+    ran: list[object] = []
+
+    def item(x: int) -> int:
+        ran.append(x)
+        if x == 1 and not gate.is_set():
+            gate.wait(WAIT)
+        return x * 10
+
+    g = Graph()
+    g.add("src", lambda: [0, 1, 2])
+    g.map("m", item, over="src", timeout=0.05, resources={"db": 1})
+    path = tmp_path / "c.sqlite"
+    first = within(
+        CALLER,
+        lambda: dagexec.run(
+            g, workers=2, resources={"db": 2}, on_error="continue", checkpoint=path
+        ),
+    )
+    assert isinstance(first, dagexec.RunResult)
+    assert isinstance(first.errors[("m", 1)], TaskTimeout)
+    assert first.stats.abandoned == 1
+    assert first.status[("m", 0)] is TaskState.DONE and first.status[("m", 2)] is TaskState.DONE
+    assert_within_bounds(first)
+    gate.set()
+    second = dagexec.run(g, workers=2, resources={"db": 2}, checkpoint=path)
+    assert second["m"] == [0, 10, 20]
+
+
+def test_a_cleanup_task_after_a_timed_out_task_runs_and_the_caller_returns(
+    gate: threading.Event,
+) -> None:
+    got: list[object] = []
+    g = Graph()
+    g.add("hang", hanging(gate), timeout=0.05)
+    g.add("clean", lambda h: got.append(type(h).__name__), deps=["hang"], run_if="all_done")
+    result = within(CALLER, lambda: dagexec.run(g, workers=2, on_error="continue"))
+    assert isinstance(result, dagexec.RunResult)
+    assert got == ["TaskTimeout"] and result.status["clean"] is TaskState.DONE
+    assert result.stats.abandoned == 1
+
+
+def test_a_cancel_while_an_attempt_overruns_returns_at_once(gate: threading.Event) -> None:
+    from concurrent.futures import CancelledError
+
+    started = threading.Event()
+
+    def hang() -> None:
+        started.set()
+        gate.wait(WAIT)
+
+    g = Graph()
+    g.add("hang", hang, timeout=3600)
+    with Executor(workers=1) as ex:
+        future = ex.submit(g)
+        assert started.wait(WAIT)
+        assert future.cancel()
+        with pytest.raises(CancelledError):
+            future.result(timeout=CALLER)
+        gate.set()
+
+
+def test_within_a_run_a_timed_out_attempt_keeps_its_resources_until_it_returns(
+    gate: threading.Event,
+) -> None:
+    """db capacity 1: 'use' waits for the db that the timed-out 'hang' still holds,
+    though the run let go of hang's slot and worker."""
+    returned = threading.Event()
+
+    def use(_: object) -> str:
+        assert returned.is_set(), "the db was used twice at once"
+        return "ok"
+
+    g = Graph()
+    g.add("hang", hanging(gate, returned), timeout=0.05, resources={"db": 1})
+    g.add("use", use, deps=["hang"], run_if="all_done", resources={"db": 1})
+    with Executor(workers=2, resources={"db": 1}) as ex:
+        future = ex.submit(g, on_error="continue")
+        with pytest.raises(TimeoutError):
+            future.result(timeout=0.2)
+        gate.set()
+        result = future.result(timeout=WAIT)
+    assert result["use"] == "ok" and result.stats.abandoned == 0
+    assert_within_bounds(result)

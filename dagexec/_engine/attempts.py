@@ -64,7 +64,7 @@ class LiveAttempt:
 
     ``name``, ``number``, ``worker``, ``timeout``, ``needs`` (resource name ->
     amount) and ``run`` (the book's number of its run) are set by the driver
-    before dispatch. ``started`` (the policy clock, 0.0 until it starts) and
+    before dispatch. ``started`` (the policy clock, None until it starts) and
     ``thread`` are written once by the worker when the function is entered.
     ``done`` is set once the function has returned (or raised).
     """
@@ -100,7 +100,7 @@ class LiveAttempt:
         self.book = book
         self.name, self.number, self.worker = name, number, worker
         self.timeout, self.needs, self.run = timeout, needs, run
-        self.started = 0.0
+        self.started: float | None = None
         self.thread: threading.Thread | None = None
         self.outcome: str | None = None  # IN_TIME, LATE or TIMED_OUT, once settled
         self._claim = threading.Lock()
@@ -171,6 +171,7 @@ class TimedAttempt(Attempt):
 
     def _in_time(self) -> bool:
         live = self.live
+        assert live.started is not None  # stamped on entry
         late = timers.clock() - live.started > live.timeout
         if live.settle(LATE if late else IN_TIME):
             return not late

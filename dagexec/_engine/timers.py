@@ -125,7 +125,9 @@ class AttemptTimers:
             return
         live.worker = worker
         self.running_on[task] = (worker, now)
-        begun = live.started or _clock()  # not stamped yet: it starts after now
+        begun = live.started
+        if begun is None:  # not stamped yet: it starts after now
+            begun = _clock()
         self.seq += 1
         heapq.heappush(self.deadlines, (begun + live.timeout, self.seq, task, live.number))
 
