@@ -568,3 +568,20 @@ def test_within_a_run_a_timed_out_attempt_keeps_its_resources_until_it_returns(
         result = future.result(timeout=WAIT)
     assert result["use"] == "ok" and result.stats.abandoned == 0
     assert_within_bounds(result)
+
+
+def test_a_slot_left_to_a_hung_thread_gets_no_work(gate: threading.Event) -> None:
+    """Two workers, one task per run, so each lands on slot 0: hangs 1 and 2 get new
+    threads, hang 3 may not (two let-go threads alive) and keeps slot 0; the next
+    run's task goes to slot 1 instead of waiting behind it forever."""
+    g = Graph()
+    g.add("hang", hanging(gate), timeout=0.05)
+    quick = Graph()
+    quick.add("q", lambda: "ok")
+    with Executor(workers=2) as ex:
+        for _ in range(3):
+            within(CALLER, lambda: ex.run(g, on_error="continue"))
+        result = within(CALLER, lambda: ex.run(quick))
+        assert isinstance(result, dagexec.RunResult) and result["q"] == "ok"
+        assert result.stats.tasks_per_worker == (0, 1)
+        gate.set()

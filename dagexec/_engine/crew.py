@@ -33,7 +33,7 @@ log = logging.getLogger("dagexec")
 class Crew:
     """Worker threads by slot; ``retired`` are those replaced while in a hung attempt."""
 
-    __slots__ = ("generation", "inboxes", "queue_cap", "retired", "threads")
+    __slots__ = ("blocked", "generation", "inboxes", "queue_cap", "retired", "threads")
 
     def __init__(self, workers: int, queue_cap: int) -> None:
         self.queue_cap = queue_cap
@@ -41,7 +41,18 @@ class Crew:
         self.inboxes: list[Inbox[Item | None]] = [Inbox(maxsize=queue_cap) for _ in range(workers)]
         self.threads = [self._thread(i, inbox) for i, inbox in enumerate(self.inboxes)]
         self.retired: list[threading.Thread] = []
+        # Slots left to a hung thread (no new one was allowed), until its attempt's
+        # function returns (the Event).
+        self.blocked: dict[int, threading.Event] = {}
         self.generation = 0
+
+    def blocked_slots(self) -> frozenset[int]:
+        """Slots whose thread is still hung in an attempt and was not replaced; none
+        if that is every slot (tasks then wait in the inboxes for a thread to return)."""
+        self.blocked = {s: done for s, done in self.blocked.items() if not done.is_set()}
+        if len(self.blocked) >= len(self.threads):
+            return frozenset()
+        return frozenset(self.blocked)
 
     def _thread(self, slot: int, inbox: Inbox[Item | None], suffix: str = "") -> threading.Thread:
         return threading.Thread(
@@ -51,15 +62,17 @@ class Crew:
             daemon=True,
         )
 
-    def replace(self, slot: int, why: str) -> bool:
+    def replace(self, slot: int, why: str, done: threading.Event) -> bool:
         """Give ``slot`` a new inbox and thread, moving what waits there; False if the
         executor already let ``workers`` threads go that are still alive.
 
         The old thread must be inside a hung attempt that waits for the caller's
-        go-ahead before its thread takes another item (``LiveAttempt.decided``).
+        go-ahead before its thread takes another item (``LiveAttempt.decided``);
+        ``done`` is set when it returns.
         """
         self.retired = [t for t in self.retired if t.is_alive()]
         if len(self.retired) >= len(self.threads):
+            self.blocked[slot] = done
             log.warning(
                 "worker %d stays blocked by %s: %d replaced workers are still blocked, "
                 "so no new thread is started; the executor runs with fewer workers until "
@@ -85,6 +98,7 @@ class Crew:
         self.retired.append(self.threads[slot])
         self.threads[slot] = thread
         thread.start()
+        self.blocked.pop(slot, None)
         log.warning(
             "worker %d is blocked by %s, which cannot be stopped; a new worker thread "
             "takes its place (%d blocked thread(s) alive)",

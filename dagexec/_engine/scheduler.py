@@ -165,6 +165,8 @@ class Run(Driver):
             NOTIFY_START if hooks.task_start else 0
         )
         self.balance = Balance(inboxes, queue_cap)
+        if crew is not None:
+            self.balance.dead = crew.blocked_slots()  # hung threads of earlier runs
         self.now = self.started_at = 0.0
         self.timers = (
             None if plan.policy is None else AttemptTimers(state, self.book, self._replace_worker)
@@ -350,9 +352,15 @@ class Run(Driver):
         """An abandoned attempt returned (on its own thread): tell the driver."""
         self.results.put((-1, attempt, FREED, None, 0.0, 0.0))
 
-    def _replace_worker(self, slot: int, why: str) -> bool:
-        """Give ``slot`` a new thread: its own is blocked in a timed-out attempt."""
-        if self.crew is None or not self.crew.replace(slot, why):
+    def _replace_worker(self, slot: int, why: str, done: threading.Event) -> bool:
+        """Give ``slot`` a new thread: its own is blocked in a timed-out attempt
+        (``done`` is set when that returns). If none may be started, the slot gets
+        no more work and what waits in its inbox goes to the other workers."""
+        if self.crew is None:
+            return False
+        if not self.crew.replace(slot, why, done):
+            self.balance.dead = self.crew.blocked_slots()
+            self.balance.evacuate(slot, self.now)
             return False
         self.balance.queues[slot] = self.inboxes[slot].queue
         self.balance.held[slot] -= 1  # the hung attempt is no longer on it

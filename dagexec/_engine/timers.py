@@ -68,7 +68,7 @@ class AttemptTimers:
         self,
         state: RunState,
         book: AttemptBook | None = None,
-        replace: Callable[[int, str], object] | None = None,
+        replace: Callable[[int, str, threading.Event], object] | None = None,
         run: int = 0,
     ) -> None:
         self.state = state
@@ -221,7 +221,7 @@ class AttemptTimers:
         state = self.state
         try:
             why = f"attempt {live.number} of task {task_for_message(live.name)}"
-            replaced = self.replace is not None and bool(self.replace(worker, why))
+            replaced = self.replace is not None and bool(self.replace(worker, why, live.done))
             if replaced:
                 # Its thread waits for `decided` before it can return: not returned yet.
                 self.book.abandon([live])
