@@ -585,3 +585,23 @@ def test_a_slot_left_to_a_hung_thread_gets_no_work(gate: threading.Event) -> Non
         assert isinstance(result, dagexec.RunResult) and result["q"] == "ok"
         assert result.stats.tasks_per_worker == (0, 1)
         gate.set()
+
+
+def test_the_attempt_book_says_which_attempts_still_run_and_when_they_return(
+    gate: threading.Event,
+) -> None:
+    """The query cleanup tasks use: attempts of given tasks still running, each with
+    an Event set when its function returns."""
+    g = Graph()
+    g.add("hang", hanging(gate), timeout=0.05)
+    g.add("ok", lambda: 1)
+    with Executor(workers=2) as ex:
+        within(CALLER, lambda: ex.run(g, on_error="continue"))
+        book = ex._book
+        [attempt] = book.running(["hang", "ok"])
+        assert (attempt.name, attempt.number) == ("hang", 1)
+        assert book.running(["ok"]) == []
+        assert not attempt.wait(0)
+        gate.set()
+        assert attempt.wait(WAIT)
+        assert book.running() == []

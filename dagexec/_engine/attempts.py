@@ -10,13 +10,16 @@ its function returns, and the run waits for that. The lifecycle::
        |                     +--> timed out  (its deadline, counted from the
        |                             |        worker's own start stamp, passed
        |                             |        first; the task fails with
-       |                             |        TaskTimeout, maybe retried)
+       |                             |        TaskTimeout, maybe retried; its
+       |                             |        worker slot gets a new thread and
+       |                             |        the run lets go of its slot, see
+       |                             |        _crew.py)
        |                             +--> returned late (value dropped; its
-       |                             |        slot and resources are freed now)
+       |                             |        resources are free again)
        |                             +--> abandoned (its run ended while it ran;
        |                                      the executor holds its resources)
        |                                      --> returned late (resources freed,
-       |                                          the next run is told)
+       |                                          the run then going is told)
        +--> taken back (a stop, before it started: it never runs)
 
 Who decides "in time" or "timed out" is a race between the worker (its function
@@ -229,7 +232,9 @@ class AttemptBook:
             notify(attempt)
 
     def abandon(self, attempts: Collection[LiveAttempt]) -> list[LiveAttempt]:
-        """A run ended: those of ``attempts`` still running are abandoned; returns them."""
+        """A run let go of ``attempts`` (at their timeout, their worker replaced; or
+        at its end): those still running are the executor's now, and whichever run
+        is subscribed hears when they return. Returns those."""
         with self._lock:
             left = [a for a in attempts if not a.returned]
             for a in left:
@@ -239,8 +244,9 @@ class AttemptBook:
 
     def running(self, names: Collection[Hashable] | None = None) -> list[LiveAttempt]:
         """Attempts that outlived their deadline and still run (of tasks ``names``, if
-        given, matched by task name). Each one's ``done`` Event (or ``wait()``) says
-        when its function returns. For cleanup tasks, which wait for them."""
+        given, matched by task name; ``LiveAttempt.run`` tells runs apart). Each
+        one's ``done`` Event (or ``wait()``) says when its function returns. For
+        cleanup tasks, which wait for their ancestors' attempts."""
         with self._lock:
             found = list(self._overrunning)
         if names is None:
