@@ -68,22 +68,22 @@ def hanging(gate: threading.Event, returned: threading.Event | None = None) -> C
 
 def within(seconds: float, fn: Callable[[], object]) -> object:
     """``fn()`` on another thread; fail if it has not returned within ``seconds``."""
-    box: list[object] = []
+    returned: list[object] = []
+    raised: list[BaseException] = []
 
     def target() -> None:
         try:
-            box.append(("ok", fn()))
+            returned.append(fn())
         except BaseException as exc:  # handed to the test
-            box.append(("raised", exc))
+            raised.append(exc)
 
     thread = threading.Thread(target=target, name="test-caller", daemon=True)
     thread.start()
     thread.join(seconds)
     assert not thread.is_alive(), "the caller was held by an attempt that overran"
-    how, value = box[0]  # type: ignore[misc]
-    if how == "raised":
-        raise value  # type: ignore[misc]
-    return value
+    if raised:
+        raise raised[0]
+    return returned[0]
 
 
 # ------------------------------------------------------------ 1. the worker's clock
@@ -163,7 +163,7 @@ def test_a_run_ends_without_its_abandoned_attempt(
         ex = Executor(workers=2)
         try:
             if entry == "submit":
-                return ex.submit(g, on_error="continue", **kw).result()
+                return ex.submit(g, None, on_error="continue", **kw).result()
             return ex.run(g, on_error="continue", **kw)  # type: ignore[arg-type]
         finally:
             ex.shutdown(wait=True)
@@ -304,19 +304,24 @@ def test_a_run_timeout_during_a_retry_wait_raises_timeout_error() -> None:
 
     g = Graph()
     g.add("flaky", flaky, retries=1, retry_delay=3600)
-    for attempt in range(3):  # the race it lost was timing-dependent
+    for _ in range(3):  # the race it lost was timing-dependent
         with pytest.raises(TimeoutError, match="timed out after"):
             within(CALLER, lambda: dagexec.run(g, timeout=0.1))
         with Executor(workers=1) as ex, pytest.raises(TimeoutError, match="timed out after"):
-            within(CALLER, lambda ex=ex: ex.submit(g, timeout=0.1).result())
-        del attempt
+            future = ex.submit(g, timeout=0.1)
+            within(CALLER, future.result)
 
 
 def test_timeouts_beyond_timeout_max_mean_no_limit() -> None:
     huge = threading.TIMEOUT_MAX * 2
     died: list[BaseException] = []
     old_hook = threading.excepthook
-    threading.excepthook = lambda args: died.append(args.exc_value)  # type: ignore[assignment,return-value]
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None:
+            died.append(args.exc_value)
+
+    threading.excepthook = hook
     try:
         g = Graph()
         g.add("t", lambda: 1, timeout=huge)
