@@ -26,15 +26,11 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from ._core.graph import Graph
-from ._core.hooks import PlanInfo
-from ._core.result import RunResult, TaskState
+from ._core.result import RunResult
 from ._state.runstate import exact
-
-if TYPE_CHECKING:
-    from ._core.plan import Plan
 
 __all__ = [
     "ConcurrencyProbe",
@@ -201,49 +197,25 @@ class InFlightRecorder:
     blocks until the scheduler has that many tasks out, which is how a test knows
     the cap was reached before it releases a :class:`Gate`.
 
-    A linear run of tasks dispatched as one unit counts once (``on_task_dispatch``
-    names its first task only) until its *last* member has ended, as in the
-    scheduler's ``peak_in_flight``; the recorder learns the units from the plan
-    it gets in ``on_run_start``.
+    Counts attempts, as the scheduler does: +1 at each ``on_task_dispatch`` (each
+    retry is dispatched again; a linear run of tasks handed over as one unit is
+    dispatched once, by its first task), -1 at its ``on_attempt_release``. So it
+    stays exact with retries, with a timed-out attempt that holds its slot until
+    its function returns, and with one abandoned at the run's end (the run lets
+    go of its slot then): ``in_flight`` is 0 once a run is over.
     """
 
     def __init__(self) -> None:
         self._count = _Counter()
-        self._plan: Plan | None = None  # scheduler thread only
-        # Each dispatched, unfinished task -> [members of its unit not yet ended].
-        self._out: dict[Hashable, list[int]] = {}  # scheduler thread only
         # Appended on the scheduler thread; read it after the run (its join orders it).
         self.dispatched: list[tuple[Hashable, int]] = []
 
-    def on_run_start(self, plan: PlanInfo) -> None:
-        self._plan = plan._plan
-
     def on_task_dispatch(self, name: Hashable, worker: int) -> None:
-        members = self._unit(name)
-        left = [len(members)]  # shared by the unit's members
-        for member in members:
-            self._out[member] = left
         self.dispatched.append((name, worker))
         self._count.add(1)
 
-    def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
-        left = self._out.pop(name, None)
-        if left is not None:
-            left[0] -= 1
-            if not left[0]:  # the unit's last member: the scheduler's slot is free
-                self._count.add(-1)
-
-    def _unit(self, name: Hashable) -> list[Hashable]:
-        """The tasks handed over together when ``name`` is dispatched, in order."""
-        plan = self._plan
-        if plan is None or name not in plan.index:
-            return [name]
-        members = [name]
-        follower = plan.chain_next[plan.index[name]]
-        while follower >= 0:
-            members.append(plan.names[follower])
-            follower = plan.chain_next[follower]
-        return members
+    def on_attempt_release(self, name: Hashable, attempt: int, how: str) -> None:
+        self._count.add(-1)
 
     @property
     def in_flight(self) -> int:
@@ -259,15 +231,18 @@ class InFlightRecorder:
 
 
 class ResourceRecorder:
-    """A run callback summing what tasks out (dispatched, not ended) hold, per resource.
+    """A run callback summing what attempts out hold in the run, per resource.
 
     Reads each task's ``resources`` from ``graph``. Counts move exactly when the
-    scheduler's own do (a task holds from dispatch until its end), so from
-    another thread :meth:`wait_for_held` tells a test that a capacity is reached
-    before it releases a :class:`Gate`; ``peak`` must then equal
-    ``RunStats.peak_resources``. Sums are exact, like the scheduler's (three
-    tasks of 0.1 hold 0.3, not 0.30000000000000004); ``held`` and ``peak`` show
-    them as plain numbers.
+    scheduler's own do: an attempt holds from its dispatch until its
+    ``on_attempt_release`` (a timed-out attempt holds on after its task ended,
+    until its function returns or the run ends and abandons it to the
+    executor; each retry holds again), so from another thread
+    :meth:`wait_for_held` tells a test that a capacity is reached before it
+    releases a :class:`Gate`; ``peak`` must then equal
+    ``RunStats.peak_resources``, and ``held`` is empty-handed (0) after a run.
+    Sums are exact, like the scheduler's (three tasks of 0.1 hold 0.3, not
+    0.30000000000000004); ``held`` and ``peak`` show them as plain numbers.
     """
 
     def __init__(self, graph: Graph) -> None:
@@ -282,7 +257,7 @@ class ResourceRecorder:
             graph._names[i]: graph._resources[i] for i in graph._maps if i in graph._resources
         }
         self._cond = threading.Condition()
-        self._out: set[Hashable] = set()  # scheduler thread only
+        self._out: dict[Hashable, int] = {}  # attempts out per task; scheduler thread only
         self.held: dict[str, float] = {}
         self.peak: dict[str, float] = {}
         self._held: dict[str, float] = {}  # exact sums (see _runstate.exact)
@@ -295,7 +270,7 @@ class ResourceRecorder:
             if need:
                 self._needs[name] = need
         if need:
-            self._out.add(name)
+            self._out[name] = self._out.get(name, 0) + 1
             with self._cond:
                 for r, amount in need:
                     held = self._held[r] = self._held.get(r, 0) + exact(amount)
@@ -303,14 +278,19 @@ class ResourceRecorder:
                     self.held[r], self.peak[r] = _plain(held), _plain(self._peak[r])
                 self._cond.notify_all()
 
-    def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
-        if name in self._out:
-            self._out.discard(name)
-            with self._cond:
-                for r, amount in self._needs[name]:
-                    held = self._held[r] = self._held[r] - exact(amount)
-                    self.held[r] = _plain(held)
-                self._cond.notify_all()
+    def on_attempt_release(self, name: Hashable, attempt: int, how: str) -> None:
+        out = self._out.get(name, 0)
+        if not out:
+            return
+        if out == 1:
+            del self._out[name]
+        else:
+            self._out[name] = out - 1
+        with self._cond:
+            for r, amount in self._needs[name]:
+                held = self._held[r] = self._held[r] - exact(amount)
+                self.held[r] = _plain(held)
+            self._cond.notify_all()
 
     def wait_for_held(self, resource: str, amount: float, timeout: float = DEFAULT_TIMEOUT) -> bool:
         """Block until exactly ``amount`` of ``resource`` is held; False if not in time.

@@ -176,3 +176,93 @@ def test_random_dags_respect_order_targets_values_and_bounds(case: Case) -> None
         assert result.stats.peak_in_flight <= cap
         assert result.stats.tasks_run == len(log.ran)
         assert_within_bounds(result)
+
+
+# Long enough that a trivial attempt never overruns it on a loaded machine (the
+# worker's own clock decides), short enough for many examples.
+OVERRUN_TIMEOUT = 0.3
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_tasks=40), st.data())
+def test_random_dags_with_timeouts_that_overrun(case: Case, data: st.DataObject) -> None:
+    """Some tasks hang past their timeout (blocked on a gate opened only at the end):
+    the caller still returns, a hung attempt's value is never used, a task whose
+    retry answers is done with the serial reference's value, and the bounds hold.
+    At most ``workers`` hang in one run, so every hung worker gets a new thread."""
+    hanging = set(data.draw(st.lists(st.sampled_from(case.order), max_size=case.workers)))
+    recovering = {n for n in hanging if data.draw(st.booleans())}
+    case.failing -= hanging
+    hard = hanging - recovering  # every attempt of these hangs: they fail with TaskTimeout
+    gate = threading.Event()
+    log = Log()
+
+    g = dagexec.Graph()
+    for name, task_deps in case.deps.items():
+
+        def task(*values: object, name: Hashable = name) -> object:
+            if name in hard or (name in recovering and dagexec.current_task().attempt == 1):
+                gate.wait(60)
+                return "late"
+            with log.lock:
+                log.ran.append(name)
+            if name in case.failing:
+                raise Planned(name)
+            return (name, values)
+
+        if name in hanging:
+            retries = 1 if name in recovering else 0
+            g.add(name, task, deps=task_deps, timeout=OVERRUN_TIMEOUT, retries=retries)
+        else:
+            g.add(name, task, deps=task_deps)
+
+    sinks = [n for n in case.order if not any(n in d for d in case.deps.values())]
+    wanted = case.targets if case.targets is not None else sinks
+    needed = ancestors(case.deps, wanted)
+    bad = (case.failing | hard) & needed
+    doomed = {n for n in needed if ancestors(case.deps, [n]) & bad} - bad
+    doomed |= {f for f in bad if (ancestors(case.deps, [f]) - {f}) & bad}
+
+    result: dagexec.RunResult | None = None
+    raised: BaseException | None = None
+    with no_leaked_threads():
+        try:
+            with dagexec.Executor(
+                case.workers, queue_cap=case.queue_cap, max_in_flight=case.max_in_flight
+            ) as ex:
+                try:
+                    result = ex.run(g, case.targets, on_error=case.on_error)  # type: ignore[arg-type]
+                except (Planned, dagexec.TaskTimeout) as exc:
+                    raised = exc
+                cap = ex.effective_cap
+            # Both the run and shutdown(wait=True) returned with the gate still shut.
+        finally:
+            gate.set()  # the hung attempts return; no_leaked_threads waits for their threads
+
+    reference = serial_reference(case)
+    assert len(log.ran) == len(set(log.ran))
+    assert set(log.ran) <= needed
+    if not bad:
+        assert raised is None and result is not None
+        assert dict(result) == {t: reference[t] for t in wanted}
+    elif case.on_error == "raise":
+        assert result is None and raised is not None
+    else:
+        assert raised is None and result is not None
+        expected = {
+            n: TaskState.SKIPPED
+            if n in doomed
+            else TaskState.FAILED
+            if n in bad
+            else TaskState.DONE
+            for n in needed
+        }
+        assert dict(result.status) == expected
+        for n in hard & needed - doomed:
+            assert isinstance(result.errors[n], dagexec.TaskTimeout)
+        assert dict(result) == {t: reference[t] for t in wanted if expected[t] is TaskState.DONE}
+        assert result.stats.abandoned == len((hanging & needed) - doomed)
+    if result is not None:
+        assert "late" not in list(result.values())
+        assert result.stats.peak_in_flight <= cap
+        assert_within_bounds(result)

@@ -195,9 +195,10 @@ class UnknownTargetError(DagexecError, KeyError):
 class TaskTimeout(DagexecError, TimeoutError):
     """An attempt of a task ran longer than its ``timeout=``.
 
-    The attempt's thread cannot be killed: it keeps running (and keeps its
-    worker, its in-flight slot and its resources) until the function returns;
-    its value is discarded and ``current_task().cancelled`` is set for it.
+    The attempt's thread cannot be killed: it keeps running, and keeps its
+    resources, until the function returns; its worker slot gets a new thread,
+    its value is discarded and ``current_task().cancelled`` is set for it. The
+    run does not wait for it (docs/attempts.md).
     """
 
     def __init__(self, task: Hashable, timeout: float, attempt: int = 1) -> None:

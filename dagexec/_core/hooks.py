@@ -30,9 +30,9 @@ class PlanInfo:
     queue_cap: int
     max_in_flight: int
     effective_cap: int
-    # The run's plan, for dagexec.testing.InFlightRecorder, which must know which
-    # tasks a dispatch hands over together (a unit, see Plan.chain_next) to count
-    # in flight what the scheduler counts. Private: not part of the protocol.
+    # The run's plan, for callbacks of dagexec's own that must know which tasks a
+    # dispatch hands over together (a unit, see Plan.chain_next). Private: not
+    # part of the protocol.
     _plan: Plan | None = field(default=None, repr=False, compare=False)
 
 
@@ -79,6 +79,21 @@ class Callback:
         bar's total grows). Called before any of them is dispatched.
         """
 
+    def on_attempt_release(self, name: Hashable, attempt: int, how: str) -> None:
+        """Attempt number ``attempt`` of ``name`` no longer holds its in-flight slot
+        or its resources in this run. ``how``: ``"returned"`` (its function returned
+        or raised, in time or after its timeout), ``"taken back"`` (a stop took it
+        out of its inbox before it started) or ``"abandoned"`` (it timed out and
+        still ran when the run ended; the executor, not the run, holds its
+        resources until it returns: see docs/attempts.md).
+
+        Each ``on_task_dispatch`` is matched by exactly one call, which is what
+        counts exactly with retries and timeouts, where a task has several
+        attempts and a timed-out one holds on after its task ended (the
+        recorders of :mod:`dagexec.testing` use it). For a linear run of tasks
+        handed over as one unit, ``name`` is its first task, as in dispatch.
+        """
+
     def on_run_end(self, result: RunResult) -> None:
         """The run is over and every worker is idle; called before errors are raised."""
 
@@ -90,6 +105,7 @@ _HOOK_NAMES = (
     "on_task_end",
     "on_task_retry",
     "on_task_timeout",
+    "on_attempt_release",
     "on_map_expand",
     "on_run_end",
 )
@@ -157,6 +173,7 @@ class Hooks:
     """The hooks a run's callbacks implement, bound once so the hot path is a list walk."""
 
     __slots__ = (
+        "attempt_release",
         "map_expand",
         "run_end",
         "run_start",
@@ -183,6 +200,7 @@ class Hooks:
         self.task_end = tuple(found["on_task_end"])
         self.task_retry = tuple(found["on_task_retry"])
         self.task_timeout = tuple(found["on_task_timeout"])
+        self.attempt_release = tuple(found["on_attempt_release"])
         self.map_expand = tuple(found["on_map_expand"])
         self.run_end = tuple(found["on_run_end"])
 
@@ -194,6 +212,7 @@ class Hooks:
             or self.task_end
             or self.task_retry
             or self.task_timeout
+            or self.attempt_release
             or self.map_expand
             or self.run_end
         )

@@ -112,6 +112,8 @@ def check_policy(
             f"task {describe(name)}: run_if must be a str, 'all_success' or 'all_done', "
             f"got {_show(run_if)}"
         )
+    if limit is not None and limit > threading.TIMEOUT_MAX:
+        limit = None  # longer than any wait can be: no limit, as for a run's timeout=
     if run_if not in ("all_success", "all_done"):
         raise ValueError(
             f"task {describe(name)}: run_if must be 'all_success' (the default: run when "

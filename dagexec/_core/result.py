@@ -90,7 +90,9 @@ class RunStats:
     ``r`` held at once by tasks out (dispatched and not ended); never above its
     capacity. ``retries`` counts retry attempts (``retries=`` of a task): a task
     that failed twice and then succeeded adds 2 (and ``tasks_run``, which counts
-    attempts that ran, 3).
+    attempts that ran, 3). ``abandoned`` counts attempts that timed out and were
+    still running when the run ended: the run did not wait for them (see
+    docs/attempts.md).
 
     With a checkpoint, ``tasks_loaded`` counts the tasks whose value came from
     the file; they are in ``tasks_planned`` but not in ``tasks_run`` (each is
@@ -112,6 +114,7 @@ class RunStats:
     peak_resources: Mapping[str, float] = field(default_factory=dict)
     tasks_loaded: int = 0
     retries: int = 0
+    abandoned: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +123,17 @@ class TraceRecord:
 
     ``ready`` and ``dispatched`` are taken on the scheduler thread, ``started`` and
     ``ended`` on the worker that ran it, all from :func:`time.perf_counter`.
-    For a task with ``retries=``, the record is its last attempt's, and
-    ``attempt`` says which one (1 without retries). ``group`` is the step it
-    belongs to, which the Gantt chart colours by: the map's name for a map's
-    item, else its function's name (see :mod:`dagexec._observation.groups`).
+    There is one record per attempt: a task with ``retries=`` has one for each
+    attempt that ran, ``attempt`` says which (1 without retries). ``group`` is the
+    step it belongs to, which the Gantt chart colours by: the map's name for a
+    map's item, else its function's name (see :mod:`dagexec._observation.groups`).
+
+    ``outcome`` says how the attempt ended: ``"done"``, ``"failed"``,
+    ``"cancelled"`` (the task's final state, for its last attempt),
+    ``"retried"`` (it failed and the task was tried again), ``"timed out"`` (it
+    ran past its ``timeout=``: ``ended`` is when the run stopped waiting for
+    it) or ``"abandoned"`` (it timed out and still ran when the run ended). A
+    failed attempt's ``state`` is FAILED.
     """
 
     name: Hashable
@@ -135,6 +145,7 @@ class TraceRecord:
     ended: float
     attempt: int = 1
     group: str = ""
+    outcome: str = ""
 
 
 class RunResult(Mapping[Hashable, Any]):

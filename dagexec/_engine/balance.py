@@ -42,6 +42,7 @@ class Balance:
 
     __slots__ = (
         "avoid",
+        "dead",
         "held",
         "inboxes",
         "last_seen",
@@ -59,6 +60,9 @@ class Balance:
         self.held = [0] * len(inboxes)  # tasks queued or running, per worker
         self.last_seen = [0.0] * len(inboxes)  # last report, or handed work while idle
         self.avoid: frozenset[int] = frozenset()  # stalled workers: no new work
+        # Workers whose thread hangs in a timed-out attempt that could not be
+        # replaced (see _crew.py): no work at all.
+        self.dead: frozenset[int] = frozenset()
         # Most tasks seen waiting in each inbox, sampled right after every put: the
         # only moments it can grow, since the scheduler is the only producer.
         self.peak_depth = [0] * len(inboxes)
@@ -80,6 +84,8 @@ class Balance:
         room = [queue_cap] * len(queues)
         for w, q in enumerate(queues):
             room[w] -= len(q)
+        for w in self.dead:
+            room[w] = 0
         groups: tuple[Sequence[int], ...] = (self.workers,)
         if avoid:  # stalled workers last
             groups = ([w for w in self.workers if w not in avoid], sorted(avoid))
@@ -136,9 +142,10 @@ class Balance:
         patience = max(_STALL_FLOOR, _STALL_FACTOR * mean)
         stalled = frozenset(w for w in self.workers if held[w] and now - last_seen[w] > patience)
         self.avoid = stalled
+        exclude = stalled | self.dead
         for victim in stalled:
             while queues[victim]:
-                target = self._room(exclude=stalled)
+                target = self._room(exclude=exclude)
                 if target < 0 or not self._move(victim, target, now):
                     break
 
@@ -148,9 +155,9 @@ class Balance:
         Called after dispatch, so it only moves tasks when there was no fresh
         work for the idle worker: a move costs a get and a put, dispatch is free.
         """
-        held, queues = self.held, self.queues
+        held, queues, dead = self.held, self.queues, self.dead
         for idle in self.workers:
-            if not held[idle]:
+            if not held[idle] and idle not in dead:
                 victim = max(self.workers, key=lambda w: len(queues[w]))
                 if not queues[victim]:
                     return
@@ -167,6 +174,14 @@ class Balance:
                     break
                 self.held[w] -= 1
         return taken
+
+    def evacuate(self, victim: int, now: float) -> None:
+        """Move the tasks waiting in ``victim``'s inbox to workers with room (a dead one)."""
+        exclude = self.dead | {victim}
+        while self.queues[victim]:
+            target = self._room(exclude=exclude)
+            if target < 0 or not self._move(victim, target, now):
+                return
 
     def _room(self, exclude: frozenset[int]) -> int:
         best, best_held = -1, self.queue_cap + 1

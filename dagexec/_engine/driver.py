@@ -26,12 +26,14 @@ from .._core.result import FAILED as S_FAILED
 from .._observation.observer import Observer
 from .._state.events import START, Event
 from .._state.runstate import RunState
+from . import clock
+from .attempts import LiveAttempt, Overran
 from .balance import Balance
 from .inbox import Inbox
 from .items import chained_jobs, head, log_dispatch, plain_jobs, special_items, take_back
 from .outcome import log_interrupted
-from .timers import AttemptTimers, clock
-from .wire import CHAIN, DONE, MEMBER, STARTED, STOP, Item
+from .timers import AttemptTimers
+from .wire import CHAIN, DONE, FAILED, FREED, MEMBER, STARTED, STOP, Item
 
 __all__ = ["ABORT", "Driver"]
 
@@ -68,6 +70,9 @@ class Driver:
     observer: Observer
     balance: Balance
     timers: AttemptTimers | None  # only in runs whose plan has a task policy
+    # Resources of abandoned attempts of earlier runs, not free in this run until
+    # their functions return (a FREED message): attempt -> what it holds here.
+    lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]]
     stop: threading.Event  # chains stop between members once it is set
     cancelled: threading.Event  # nothing queued will start any more
     cap: int
@@ -109,13 +114,15 @@ class Driver:
                 return
             if timers is not None:
                 wait = timers.due()
+                if not state.unfinished:  # the last task timed out: its attempt is
+                    continue  # not waited for (see _attempts.py)
             if not state.stopping and state.in_flight > 1:
                 balance.steer(self.now, self.started_at, sum(state.ran_on))
             # Cleanup tasks (run_if="all_done") are dispatched during a stop too.
             pickup = bool(state.ready) and self._dispatch()
             if not state.stopping and state.in_flight > 1:
                 balance.feed_idle(self.now)
-            if state.in_flight == 0 and not pickup and wait is None:
+            if state.in_flight == 0 and not pickup and wait is None and not self.lent:
                 if not state.stopping:  # a bug: say so, never end as if it succeeded
                     state.fail(state.stuck_error())
                     continue  # report the cancels; the loop then ends
@@ -140,7 +147,7 @@ class Driver:
             batch = []
         self.now = perf_counter()
         if self.timers is not None:
-            self.state.now = clock()  # a failed attempt's retry is due from now
+            self.state.now = clock.now()  # a failed attempt's retry is due from now
         while not results.empty():
             batch.append(results.get())
         return batch
@@ -162,10 +169,11 @@ class Driver:
         else:
             build = chained_jobs if self.plan.chained else plain_jobs
         events, stopping = state.events, state.stopping
+        held = self.balance.held
         for worker, count in enumerate(counts):
             if not count:
                 continue
-            tasks, arguments = state.hand_out(count, worker)
+            tasks, arguments = state.hand_out(count, worker, not held[worker])
             if len(tasks) < count:  # the other ready tasks wait for resources
                 wanted = 0
             items = build(self, tasks, arguments)
@@ -208,22 +216,35 @@ class Driver:
             worker, task, kind, payload, started, ended = msg
             if kind == MEMBER:  # a chain member ended; the chain is still in flight
                 state.finish(task, S_DONE, None, worker, started, ended)
+            elif kind == FREED:  # an abandoned attempt of an earlier run returned
+                lent = self.lent.pop(task, None)
+                if lent is not None:
+                    state.give_back(lent)
             elif kind == STARTED:
                 if state.events is not None:
                     state.events.append(Event(START, task, worker))
                 if timers is not None:
                     timers.started(task, worker, now)
+            elif timers is not None and kind == FAILED and type(payload) is Overran:
+                # Its value is never used; it was off its worker already if the
+                # run let go of it at its timeout (its worker got a new thread).
+                if timers.overran(task, payload, worker, started, ended):
+                    held[worker] -= 1
+                    last_seen[worker] = now
             else:  # a job or a chain is off its worker
                 held[worker] -= 1
                 last_seen[worker] = now
                 if kind == CHAIN:
                     state.chain_ended(task, payload, worker)
-                elif timers is None or not timers.ended(task, worker):  # else: timed out
+                else:
+                    if timers is not None:
+                        timers.ended(task)
                     outcome = S_DONE if kind == DONE else S_FAILED
                     if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
                         outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
+                    number = state.attempt.get(task, 1)  # before a retry counts on
                     state.finish(task, outcome, payload, worker, started, ended)
-                    state.release(task)
+                    state.release(task, number)
         if returned:
             state.returned(returned)
         batch.clear()

@@ -44,12 +44,13 @@ from .._core.hooks import Hooks, callback_list
 from .._core.plan import Plan, check_resources, plan_run
 from .._core.result import RunResult
 from .._core.safe import add_note
+from .attempts import AttemptBook
+from .crew import Crew
 from .future import _TIMED_OUT, RunFuture
 from .inbox import Inbox
 from .scheduler import Run
 from .sigint import SigintToAbort, sigint_stops_runs
 from .wire import STOP, Item
-from .worker import worker_loop
 
 if TYPE_CHECKING:
     from .._persist.checkpoint import CheckpointStore
@@ -165,7 +166,9 @@ def _check_timeout(timeout: object) -> float | None:
         raise ValueError(
             f"timeout must be a number of seconds > 0 (None: no limit), got {timeout!r}"
         )
-    return None if math.isinf(timeout) else float(timeout)  # a timer cannot wait forever
+    # A timer cannot wait forever, nor longer than the platform allows (its thread
+    # would die of OverflowError): beyond threading.TIMEOUT_MAX, no limit.
+    return None if timeout > threading.TIMEOUT_MAX else float(timeout)
 
 
 def _check_checkpoint(checkpoint: object) -> str | None:
@@ -276,19 +279,13 @@ class Executor:
         self.max_in_flight = _check_int("max_in_flight", max_in_flight, 1)
         self.effective_cap = min(self.max_in_flight, self.workers * (self.queue_cap + 1))
         self.resources = _check_capacity("resources", resources)
-        # maxsize >= 1 was checked above: Queue(maxsize=0) would be unbounded.
-        self._inboxes: list[Inbox[Item | None]] = [
-            Inbox(maxsize=self.queue_cap) for _ in range(self.workers)
-        ]
-        self._threads = [
-            threading.Thread(
-                target=worker_loop,
-                args=(i, inbox),
-                name=f"dagexec-worker-{i}",
-                daemon=True,
-            )
-            for i, inbox in enumerate(self._inboxes)
-        ]
+        # The workers and their inboxes, by slot; a slot whose thread hangs in a
+        # timed-out attempt gets a new one (see _crew.py). The lists change in place.
+        self._crew = Crew(self.workers, self.queue_cap)
+        self._inboxes = self._crew.inboxes
+        self._threads = self._crew.threads
+        # Attempts that outlived their timeout, across runs (see _attempts.py).
+        self._book = AttemptBook()
         # Held to queue a run and to shut down: no run is queued after shutdown.
         # Runs are serialised by the scheduler thread, which takes them in order.
         self._run_lock = threading.Lock()
@@ -318,7 +315,7 @@ class Executor:
         # ThreadPoolExecutor's workers exit. Runs once; not at interpreter exit,
         # where a daemon thread may still be running on this executor and the
         # daemon workers die anyway.
-        self._stopper = _Stopper(self._inboxes, [*self._threads, self._scheduler], self._runs)
+        self._stopper = _Stopper(self._inboxes, self._threads, self._scheduler, self._runs)
         finalizer = weakref.finalize(self, self._stopper)
         finalizer.atexit = False
         try:
@@ -469,6 +466,8 @@ class Executor:
         return Run(
             plan,
             self._inboxes,
+            crew=self._crew,
+            book=self._book,
             queue_cap=self.queue_cap,
             max_in_flight=self.max_in_flight,
             on_error=job.on_error,
@@ -780,16 +779,18 @@ class _Stopper:
     are all in (or a helper thread will put them), calling it does nothing.
     """
 
-    __slots__ = ("abandoned", "done", "inboxes", "posted", "runs", "workers")
+    __slots__ = ("abandoned", "done", "inboxes", "posted", "runs", "scheduler", "workers")
 
     def __init__(
         self,
         inboxes: list[Inbox[Item | None]],
         workers: list[threading.Thread],
+        scheduler: threading.Thread,
         runs: queue.SimpleQueue[_Submission | None],
     ) -> None:
         self.inboxes = inboxes
-        self.workers = workers  # and the scheduler thread
+        self.workers = workers  # the executor's list: a replaced worker's new thread
+        self.scheduler = scheduler
         self.runs = runs
         self.abandoned: tuple[threading.Thread, _Ending] | None = None
         self.posted = 0  # inboxes[:posted] have their STOP
@@ -800,7 +801,8 @@ class _Stopper:
             return
         abandoned = self.abandoned
         if abandoned is None or abandoned[1].cancelled.is_set():
-            if threading.current_thread() not in self.workers:
+            here = threading.current_thread()
+            if here not in self.workers and here is not self.scheduler:
                 _post_stops(self)
                 return
             # Only as the finalizer, run by a garbage collection on one of our
@@ -935,6 +937,7 @@ class _Submission:
                     log.exception("closing the checkpoint store failed")
                 self.store = None
             outcome = run.outcome
+            expired = None if run.expired is None else _timed_out_message(run, run.expired)
             # This frame stays reachable from a callback error's traceback (the
             # scheduler's frame's f_back): it must not keep the run alive from there.
             self.run = None
@@ -943,6 +946,8 @@ class _Submission:
             if outcome is not None:
                 future._finish(outcome.result, outcome.error)
                 del outcome
+            elif expired is not None:  # its timeout= stopped it: the timer may be late
+                future._expire(expired)
             elif not future.done():  # only if the driver failed to publish anything
                 future._finish(None, RuntimeError("dagexec: the run ended without an outcome"))
             self.finished.set()
@@ -976,15 +981,22 @@ def _time_out(future: RunFuture, run: Run, timeout: float | None) -> None:
     """A run's ``timeout`` passed: stop it as a cancel does, fail it with TimeoutError."""
     if future.done():
         return
+    # Before the abort: a run with nothing running ends at once, and its end must
+    # know that it was this (TimeoutError), not a driver that lost its outcome.
+    run.expired = timeout
     run.abort()
     run.cancelled.wait(_CANCEL_WAIT_SECONDS)  # queued tasks taken back: the count settles
+    future._expire(_timed_out_message(run, timeout))
+
+
+def _timed_out_message(run: Run, timeout: float | None) -> str:
     finished = sum(run.state.ran_on)  # a read of ints the scheduler writes: a snapshot
     loaded = len(run.plan.loaded or ())
     total = len(run.plan)
     if loaded:
         finished = max(0, finished - loaded)
         total -= loaded
-    future._expire(
+    return (
         f"the run timed out after {timeout:g} s with {finished} of {total} tasks finished; "
         "the rest were cancelled (tasks still running finish in the background and their "
         "values are dropped); raise timeout= or make the tasks faster"

@@ -10,8 +10,9 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from .._core.errors import TaskTimeout
 from .._core.hooks import PlanInfo
-from .._core.result import DONE, RunResult, RunStats, StatusMap
+from .._core.result import DONE, RunResult, RunStats, StatusMap, TraceRecord
 
 if TYPE_CHECKING:
     from .scheduler import Run
@@ -119,7 +120,11 @@ def build_result(run: Run, wall: float) -> RunResult:
         peak_resources=state.peak_resources(run.capacity),
         tasks_loaded=loaded,
         retries=state.retries,
+        abandoned=run.abandoned,
     )
     recorder = run.observer.recorder
-    trace = recorder.records(status, codes) if recorder is not None else ()
+    trace: tuple[TraceRecord, ...] = ()
+    if recorder is not None:
+        timed_out = {t for t, e in state.errors.items() if isinstance(e, TaskTimeout)}
+        trace = recorder.records(status, codes, timed_out, run.abandoned_attempts)
     return RunResult(values, status, errors, stats, trace, target_names)

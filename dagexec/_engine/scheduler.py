@@ -82,16 +82,18 @@ from typing import Any
 from .._core.current import register_run
 from .._core.hooks import Hooks
 from .._core.plan import Plan
-from .._core.safe import add_note
+from .._core.safe import add_note, task_for_message
 from .._observation.observer import OWN_FILES, Observer, release_frames
 from .._observation.trace import Recorder
 from .._state.runstate import RunState
+from .attempts import AttemptBook, LiveAttempt
 from .balance import Balance
+from .crew import Crew
 from .driver import ABORT, Driver
 from .inbox import Inbox
 from .outcome import Outcome, announce, conclude
 from .timers import AttemptTimers
-from .wire import CHAIN, DONE, FAILED, NOTIFY_START, TIMED, Item, Job
+from .wire import CHAIN, DONE, FAILED, FREED, NOTIFY_START, TIMED, Item, Job
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
@@ -122,8 +124,15 @@ class Run(Driver):
         trace: bool,
         capacity: Mapping[str, float] | None = None,
         context: contextvars.Context | None = None,
+        crew: Crew | None = None,
+        book: AttemptBook | None = None,
     ) -> None:
         self.plan, self.inboxes, self.hooks = plan, inboxes, hooks
+        self.crew = crew  # replaces a worker blocked by a timed-out attempt
+        self.book = book if book is not None else AttemptBook()  # the executor's
+        self.lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]] = {}
+        self.abandoned = 0  # attempts still running when the run ended (RunStats)
+        self.abandoned_attempts: set[tuple[int, int]] = set()  # (task, attempt), for the trace
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
         self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
         self.capacity = dict(capacity or {})
@@ -134,6 +143,7 @@ class Run(Driver):
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
         self.abort_requested = False  # written by abort(), on any thread
+        self.expired: float | None = None  # its timeout= passed (set before abort())
         self.begun = self.aborted = False  # the driving thread only, like all below
         self.detachable = self.detached = False  # see main()
         self.escaped: BaseException | None = None  # see main()
@@ -145,6 +155,7 @@ class Run(Driver):
             or hooks.map_expand
             or hooks.task_retry
             or hooks.task_timeout
+            or hooks.attempt_release
         )
         self.state = state = RunState(
             plan,
@@ -154,14 +165,21 @@ class Run(Driver):
             capacity=capacity,
             log=log.info if log.isEnabledFor(logging.INFO) else None,
         )
+        state.tell_release = bool(hooks.attempt_release)
         self.trace = trace
         self.observer = Observer(hooks, state.names, None, state.fail)
         self.flags = (TIMED if trace or hooks.task_end else 0) | (
             NOTIFY_START if hooks.task_start else 0
         )
         self.balance = Balance(inboxes, queue_cap)
+        if crew is not None:
+            self.balance.dead = crew.blocked_slots()  # hung threads of earlier runs
         self.now = self.started_at = 0.0
-        self.timers = None if plan.policy is None else AttemptTimers(state)
+        self.timers = (
+            None if plan.policy is None else AttemptTimers(state, self.book, self._replace_worker)
+        )
+        if self.timers is not None:
+            self.timers.lend = self._lend
         self.debug = False
 
     def main(self, *, detachable: bool = False, wake_every: float | None = None) -> None:
@@ -228,6 +246,7 @@ class Run(Driver):
         self._drain_after_error()
 
     def _let_go(self) -> None:
+        self.book.unsubscribe(self._freed)
         for error in self.observer.errors:
             release_frames(error)
         self.observer.errors.clear()
@@ -285,6 +304,7 @@ class Run(Driver):
         # current_task() in a plain task names it through this: the names grow as
         # maps expand, and were written before the task was handed out.
         register_run(self.stop, lambda task: state.names[task])
+        self._borrow()
         announce(self)
         self._loop()
         if not self.detached:
@@ -294,9 +314,68 @@ class Run(Driver):
         """After the loop: end what is left, publish the outcome."""
         state = self.state
         state.stop(hard=True)  # a no-op unless the loop above broke out early
+        if self.timers is not None:
+            left = self.timers.abandon()
+            self.abandoned = len(left)
+            self.abandoned_attempts = {(task, live.number) for live, task in left}
+            for attempt, _ in left:
+                log.warning(
+                    "task %s: its attempt %d timed out and still runs; the run ends "
+                    "without it (abandoned: its value will be dropped, it keeps its "
+                    "resources until it returns)",
+                    task_for_message(attempt.name),
+                    attempt.number,
+                )
         if state.events:
             self.observer.drain(state.events)
         if self.aborted:
             log.info("interrupted run: its last running tasks have finished")
             return  # the caller has gone; nobody reads an outcome
         self.outcome = conclude(self, perf_counter() - self.started_at)
+
+    def _borrow(self) -> None:
+        """Start the run owing what abandoned attempts of earlier runs still hold.
+
+        Tasks that need it wait until those attempts return (a FREED message),
+        so that no capacity is exceeded on this executor across runs.
+        """
+        number, still = self.book.subscribe(self._freed)
+        if self.timers is not None:
+            self.timers.run = number
+        for attempt in still:
+            lent = self.state.lend(attempt.needs)
+            if lent:
+                self.lent[attempt] = lent
+                log.warning(
+                    "tasks that need %s wait for attempt %d of task %s (run %d), which timed "
+                    "out and still runs, to let go of them",
+                    ", ".join(f"{amount:g} {name!r}" for name, amount in attempt.needs),
+                    attempt.number,
+                    task_for_message(attempt.name),
+                    attempt.run,
+                )
+
+    def _freed(self, attempt: LiveAttempt) -> None:
+        """An abandoned attempt returned (on its own thread): tell the driver."""
+        self.results.put((-1, attempt, FREED, None, 0.0, 0.0))
+
+    def _replace_worker(self, slot: int, why: str, done: threading.Event) -> bool:
+        """Give ``slot`` a new thread: its own is blocked in a timed-out attempt
+        (``done`` is set when that returns). If none may be started, the slot gets
+        no more work and what waits in its inbox goes to the other workers."""
+        if self.crew is None:
+            return False
+        if not self.crew.replace(slot, why, done):
+            self.balance.dead = self.crew.blocked_slots()
+            self.balance.evacuate(slot, self.now)
+            return False
+        self.balance.queues[slot] = self.inboxes[slot].queue
+        self.balance.held[slot] -= 1  # the hung attempt is no longer on it
+        return True
+
+    def _lend(self, attempt: LiveAttempt) -> None:
+        """The run let go of a timed-out ``attempt`` that still runs: what it holds is
+        lent to it from outside the run until it returns (a FREED message)."""
+        lent = self.state.lend(attempt.needs)
+        if lent:
+            self.lent[attempt] = lent

@@ -32,6 +32,7 @@ __all__ = [
     "CHAIN",
     "DONE",
     "FAILED",
+    "FREED",
     "MEMBER",
     "NOTIFY_START",
     "STARTED",
@@ -45,7 +46,9 @@ __all__ = [
 
 # Report kinds. A chain reports each member but the last as MEMBER when it is
 # timed (someone watches task ends), and always ends with one CHAIN report.
-DONE, FAILED, STARTED, MEMBER, CHAIN = range(5)
+# FREED is not a worker's: an abandoned attempt of an earlier run returned, and
+# its resources are free again (``task`` is its LiveAttempt; see _attempts.py).
+DONE, FAILED, STARTED, MEMBER, CHAIN, FREED = range(6)
 
 # Item flags: extra reporting a run asked for. Off by default, so a run without
 # tracing or callbacks pays nothing for them.

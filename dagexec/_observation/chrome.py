@@ -14,7 +14,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from .draw import display_name
+from .draw import attempt_label
 
 if TYPE_CHECKING:
     from .._core.result import RunResult
@@ -73,12 +73,14 @@ def chrome_trace(result: RunResult) -> dict[str, Any]:
                 "ph": "X",
                 "pid": _PID,
                 "tid": rec.worker,
-                "name": display_name(rec.name),
-                "cat": rec.state.value,
+                "name": attempt_label(rec),
+                "cat": rec.outcome or rec.state.value,
                 "ts": _us(rec.started),
                 "dur": _us(rec.ended - rec.started),
                 "args": {
                     "state": rec.state.value,
+                    "attempt": rec.attempt,
+                    "outcome": rec.outcome or rec.state.value,
                     "ready_ms": round(rec.ready * 1e3, 6),
                     "dispatched_ms": round(rec.dispatched * 1e3, 6),
                     "queued_ms": round((rec.started - rec.dispatched) * 1e3, 6),

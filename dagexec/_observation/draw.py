@@ -20,12 +20,19 @@ from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._core.plan import Plan, plan_run
-from .._core.result import TaskState
+from .._core.result import TaskState, TraceRecord
 
 if TYPE_CHECKING:
     from .._core.graph import Graph
 
-__all__ = ["STATE_FILL", "STATE_MEANING", "display_name", "to_dot", "to_mermaid"]
+__all__ = [
+    "STATE_FILL",
+    "STATE_MEANING",
+    "attempt_label",
+    "display_name",
+    "to_dot",
+    "to_mermaid",
+]
 
 # Light fills keep black label text readable; the same hues as the Gantt chart.
 STATE_FILL: dict[TaskState, str] = {
@@ -52,6 +59,22 @@ def display_name(name: Hashable) -> str:
     ``repr`` for non-strings keeps the task ``1`` apart from the task ``'1'``.
     """
     return name if isinstance(name, str) else repr(name)
+
+
+def attempt_label(rec: TraceRecord) -> str:
+    """A trace record's name, with its attempt and how it ended when that is news:
+    ``load (attempt 2)``, ``fetch (attempt 1, timed out)``."""
+    name = display_name(rec.name)
+    notes = []
+    if rec.attempt > 1 or rec.outcome in _ATTEMPT_OUTCOMES:
+        notes.append(f"attempt {rec.attempt}")
+    if rec.outcome in _ATTEMPT_OUTCOMES:
+        notes.append(rec.outcome)
+    return f"{name} ({', '.join(notes)})" if notes else name
+
+
+# Outcomes of one attempt that its task's final state does not tell.
+_ATTEMPT_OUTCOMES = ("retried", "timed out", "abandoned")
 
 
 def _plan_and_states(

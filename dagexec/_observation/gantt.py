@@ -28,7 +28,7 @@ from xml.sax.saxutils import escape
 
 from .._core.result import TaskState
 from .chrome import require_trace
-from .draw import display_name
+from .draw import attempt_label
 
 if TYPE_CHECKING:
     from .._core.result import RunResult, TraceRecord
@@ -114,10 +114,15 @@ def _bar_title(rec: TraceRecord) -> str:
     group = f"; group {rec.group}" if rec.group else ""
     took = _fmt_seconds(rec.ended - rec.started)
     return (
-        f"{display_name(rec.name)}: {rec.state.value} in {took} "
+        f"{attempt_label(rec)}: {rec.outcome or rec.state.value} in {took} "
         f"on worker {rec.worker} (ready {_fmt_seconds(rec.ready)}, dispatched "
         f"{_fmt_seconds(rec.dispatched)}, started {_fmt_seconds(rec.started)}){group}"
     )
+
+
+def _css(outcome: str) -> str:
+    """An attempt's outcome as a class name: ``timed-out``."""
+    return outcome.replace(" ", "-")
 
 
 def group_colors(trace: Sequence[TraceRecord]) -> tuple[dict[str, str], int]:
@@ -157,11 +162,12 @@ def _detailed(
         )
         parts = [
             f"<g><title>{_clean(_bar_title(rec))}</title>",
-            f'<rect class="task {rec.state.value}" data-group={_attr(rec.group)} '
+            f'<rect class="task {rec.state.value} {_css(rec.outcome)}" '
+            f"data-group={_attr(rec.group)} "
             f'x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{_LANE - 2}" fill="{color}" '
             f"{stroke}/>",
         ]
-        label = display_name(rec.name)
+        label = attempt_label(rec)
         if w >= len(label) * _CHAR_PX + 6:
             parts.append(
                 f'<text x="{x + 3:.2f}" y="{y + _LANE / 2 + 3:.2f}" class="label">'

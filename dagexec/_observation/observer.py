@@ -17,7 +17,17 @@ from typing import Any
 from .._core.hooks import Hooks
 from .._core.result import _FINAL
 from .._core.safe import add_note, hook_for_message
-from .._state.events import DISPATCH, END, EXPAND, RETRY, START, TIMEOUT, Event
+from .._state.events import (
+    DISPATCH,
+    END,
+    EXPAND,
+    RELEASE,
+    RELEASE_HOW,
+    RETRY,
+    START,
+    TIMEOUT,
+    Event,
+)
 from .trace import Recorder
 
 __all__ = ["OWN_FILES", "Observer", "release_frames"]
@@ -63,14 +73,18 @@ class Observer:
             elif kind == START:
                 if hooks.task_start:
                     self.call(hooks.task_start, names[event.task], event.worker)
+            elif kind == RELEASE:
+                if hooks.attempt_release:
+                    how = RELEASE_HOW[event.state]
+                    self.call(hooks.attempt_release, names[event.task], event.attempt, how)
             elif kind == EXPAND:
                 if hooks.map_expand:
                     self.call(hooks.map_expand, names[event.task], event.state)
             elif kind == RETRY:
                 if hooks.task_retry:
-                    self.call(hooks.task_retry, names[event.task], event.state)
+                    self.call(hooks.task_retry, names[event.task], event.attempt)
             elif kind == TIMEOUT and hooks.task_timeout:
-                self.call(hooks.task_timeout, names[event.task], event.state)
+                self.call(hooks.task_timeout, names[event.task], event.attempt)
         events.clear()
 
     def call(self, hooks: tuple[Callable[..., Any], ...], *args: Any) -> None:

@@ -8,11 +8,12 @@ state machine itself reads no clock.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Container, Hashable
 from typing import TYPE_CHECKING
 
-from .._core.result import StatusMap, TraceRecord
-from .._state.events import DISPATCH, END, READY, RETRY, Event
+from .._core.result import FAILED as S_FAILED
+from .._core.result import StatusMap, TaskState, TraceRecord
+from .._state.events import DISPATCH, END, READY, RETRY, TIMED_OUT, Event
 from .groups import LOADED_GROUP, task_group
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ class Recorder:
     """Per task: when it became ready, was dispatched, started and ended, and where."""
 
     __slots__ = (
+        "attempts",
         "chain_next",
         "ended",
         "fns",
@@ -54,6 +56,9 @@ class Recorder:
         self.fns = run.fns
         self.planned = len(run.plan.names)
         self.loaded = run.plan.loaded or frozenset()
+        # Attempts before a task's last: (task, attempt, worker, ready, sent, started,
+        # ended, timed out), seconds since the run started.
+        self.attempts: list[tuple[int, int, int, float, float, float, float, bool]] = []
 
     def record(self, event: Event, now: float) -> None:
         """Note ``event``; ``now`` is the driver's ``perf_counter`` for it."""
@@ -79,6 +84,19 @@ class Recorder:
                 self.ready[follower] = self.sent[follower] = t1
         elif kind == RETRY:
             self.retried[task] = self.retried.get(task, 0) + 1
+            if event.worker >= 0:
+                self.attempts.append(
+                    (
+                        task,
+                        event.attempt,
+                        event.worker,
+                        self.ready[task],
+                        self.sent[task],
+                        event.started - self.started_at,
+                        event.ended - self.started_at,
+                        event.state == TIMED_OUT,
+                    )
+                )
 
     def _grow(self, n: int) -> None:
         more = n - len(self.ready)
@@ -86,8 +104,18 @@ class Recorder:
             column.extend([-1.0] * more)
         self.worker.extend([-1] * more)
 
-    def records(self, status: StatusMap, codes: bytearray) -> tuple[TraceRecord, ...]:
-        """One record per task that ran, in start order."""
+    def records(
+        self,
+        status: StatusMap,
+        codes: bytearray,
+        timed_out: Container[int] = (),
+        abandoned: Container[tuple[int, int]] = (),
+    ) -> tuple[TraceRecord, ...]:
+        """One record per attempt that ran, in start order.
+
+        ``timed_out``: tasks whose last attempt timed out; ``abandoned``: (task,
+        attempt) still running when the run ended.
+        """
         groups: dict[int, str] = {}  # by the function's id: one look-up per function
         fns, planned, loaded = self.fns, self.planned, self.loaded
 
@@ -102,20 +130,50 @@ class Recorder:
                 found = groups[id(fn)] = task_group(name, fn, map_item=False)
             return found
 
+        names = list(status)
         out = [
             TraceRecord(
-                name=name,
-                worker=self.worker[task],
-                state=status.state_of(codes[task]),
-                ready=self.ready[task],
-                dispatched=self.sent[task],
-                started=self.started[task],
-                ended=self.ended[task],
-                attempt=1 + self.retried.get(task, 0),
-                group=group(task, name),
+                name=names[task],
+                worker=worker,
+                state=TaskState.FAILED,
+                ready=ready,
+                dispatched=sent,
+                started=started,
+                ended=ended,
+                attempt=attempt,
+                group=group(task, names[task]),
+                outcome="abandoned"
+                if (task, attempt) in abandoned
+                else "timed out"
+                if late
+                else "retried",
             )
-            for task, name in enumerate(status)
-            if task < len(self.worker) and self.worker[task] >= 0
+            for task, attempt, worker, ready, sent, started, ended, late in self.attempts
         ]
+        for task, name in enumerate(names):
+            if task >= len(self.worker) or self.worker[task] < 0:
+                continue
+            attempt = 1 + self.retried.get(task, 0)
+            state = status.state_of(codes[task])
+            if (task, attempt) in abandoned:
+                outcome = "abandoned"
+            elif codes[task] == S_FAILED and task in timed_out:
+                outcome = "timed out"
+            else:
+                outcome = state.value
+            out.append(
+                TraceRecord(
+                    name=name,
+                    worker=self.worker[task],
+                    state=state,
+                    ready=self.ready[task],
+                    dispatched=self.sent[task],
+                    started=self.started[task],
+                    ended=self.ended[task],
+                    attempt=attempt,
+                    group=group(task, name),
+                    outcome=outcome,
+                )
+            )
         out.sort(key=lambda r: r.started)
         return tuple(out)

@@ -10,12 +10,19 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 __all__ = [
+    "ABANDONED",
     "DISPATCH",
     "END",
     "EXPAND",
+    "LET_GO",
     "READY",
+    "RELEASE",
+    "RELEASE_HOW",
     "RETRY",
+    "RETURNED",
     "START",
+    "TAKEN_BACK",
+    "TIMED_OUT",
     "TIMEOUT",
     "ChainEnd",
     "Event",
@@ -37,9 +44,17 @@ class ChainEnd(NamedTuple):
 
 # Event kinds, in the order a task meets them. RETRY: an attempt failed and the
 # task waits for another (retries=); END comes once, with the final state.
-# EXPAND: a map made its items. TIMEOUT: an attempt ran past its timeout= (a
-# RETRY or an END follows at once).
-READY, DISPATCH, START, END, RETRY, EXPAND, TIMEOUT = range(7)
+# EXPAND: a map made its items. RELEASE: a dispatched attempt no longer holds its
+# slot and resources in the run (one per DISPATCH; ``state`` says how, below).
+# TIMEOUT: an attempt ran past its timeout= (a RETRY or an END follows at once).
+READY, DISPATCH, START, END, RETRY, EXPAND, RELEASE, TIMEOUT = range(8)
+
+# RELEASE's ``state``: how the attempt let go (names as ``on_attempt_release`` gets them).
+RETURNED, TAKEN_BACK, ABANDONED, LET_GO = range(4)
+RELEASE_HOW = ("returned", "taken back", "abandoned", "timed out")
+
+# RETRY's ``state`` for an attempt that failed by its timeout (else FAILED).
+TIMED_OUT = 255
 
 
 class Event(NamedTuple):
@@ -47,8 +62,8 @@ class Event(NamedTuple):
 
     ``state`` is the final state code (END only); ``worker`` is -1 for a task
     that never ran; ``started``/``ended`` are the worker's stamps (END only). For
-    EXPAND, ``task`` is the map and ``state`` the number of its items; for RETRY
-    and TIMEOUT, ``state`` is the number of the attempt that failed.
+    EXPAND, ``task`` is the map and ``state`` the number of its items.
+    ``attempt`` is the attempt's number for DISPATCH, RETRY, RELEASE and TIMEOUT.
     """
 
     kind: int
@@ -57,3 +72,4 @@ class Event(NamedTuple):
     state: int = 0
     started: float = 0.0
     ended: float = 0.0
+    attempt: int = 1

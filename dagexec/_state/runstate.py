@@ -54,11 +54,12 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from .._core.errors import TaskTimeout
 from .._core.plan import Plan
 from .._core.policy import MISSING, Policy, backoff
 from .._core.result import CANCELLED, DONE, FAILED, IN_FLIGHT, READY, SKIPPED, WAITING
 from .._core.safe import add_note, str_for_message, task_for_message
-from .events import DISPATCH, END, RETRY, ChainEnd, Event
+from .events import DISPATCH, END, RELEASE, RETRY, RETURNED, TAKEN_BACK, TIMED_OUT, ChainEnd, Event
 from .events import READY as E_READY
 from .fanout import Fanout
 
@@ -153,6 +154,8 @@ class RunState:
         self.first_error: BaseException | None = None
         self.errors: dict[int, BaseException] = {}
         self.events: list[Event] | None = [] if observed else None
+        # RELEASE events, for on_attempt_release only: one more event per task.
+        self.tell_release = False
         # Per-task policy (retries, timeouts, cleanup tasks); all of it None or
         # empty when no task has one, and then never looked at.
         self.policy: Sequence[Policy | None] | None = plan.policy
@@ -214,6 +217,9 @@ class RunState:
         self.capacity = [exact(capacity.get(r, 0)) for r in names]
         self.free = list(self.capacity)
         self.peak_held = [0] * len(names)
+        # Held by attempts the run let go of (timed out, still running) or by
+        # abandoned attempts of earlier runs: not free, and not this run's to count.
+        self.lent_out: list[float] = [0] * len(names)
         self.needs = tuple(tuple((rid[r], exact(a)) for r, a in need) for need in needs)
         # Per resource, a heap of the entries waiting for it.
         self.blocked: list[list[tuple[Any, ...]]] = [[] for _ in names]
@@ -244,8 +250,9 @@ class RunState:
         """True if some task is ready (it may still be blocked on a resource)."""
         return bool(self.ready)
 
-    def _take_ranked(self) -> int:
-        """``take`` when tasks are ranked (priorities) or need resources."""
+    def _take_ranked(self, may_hold: bool = True) -> int:
+        """``take`` when tasks are ranked (priorities) or need resources. Without
+        ``may_hold``, -1 as soon as the next task to go needs a resource."""
         ready = self.ready
         needs = self.needs
         while ready:
@@ -253,6 +260,9 @@ class RunState:
             task: int = entry[-1]
             if needs is None or not needs[task]:
                 return task
+            if not may_hold:
+                heapq.heappush(ready, entry)  # it stays next, for an idle worker
+                return -1
             lacking = self._lacking(task, needs[task])
             if lacking < 0:
                 self._hold(needs[task])
@@ -302,10 +312,10 @@ class RunState:
             self._wake_if_fits(holder)
 
     def _hold(self, need: tuple[tuple[int, float], ...]) -> None:
-        free, peak, capacity = self.free, self.peak_held, self.capacity
+        free, peak, capacity, lent = self.free, self.peak_held, self.capacity, self.lent_out
         for r, amount in need:
             free[r] -= amount
-            held = capacity[r] - free[r]
+            held = capacity[r] - free[r] - lent[r]
             if held > peak[r]:
                 peak[r] = held
 
@@ -368,10 +378,19 @@ class RunState:
         """
         return self.dispatch_all([task], worker)[0]
 
-    def hand_out(self, n: int, worker: int) -> tuple[list[int], list[tuple[Any, ...]]]:
+    def hand_out(
+        self, n: int, worker: int, idle: bool = True
+    ) -> tuple[list[int], list[tuple[Any, ...]]]:
         """Take up to ``n`` tasks for ``worker`` and dispatch them: the tasks, in the
         order taken, and their arguments. Fewer than ``n`` only if the rest of the
-        ready tasks wait for resources (or fewer are ready)."""
+        ready tasks wait for resources (or fewer are ready).
+
+        Resources are held while tasks run, not while they wait in an inbox: a
+        task that needs any goes out only first in the batch of an ``idle`` worker
+        (nothing queued or running on it), so it starts at once; the ones behind
+        it hold nothing. A busy worker gets tasks only until the next to go needs
+        a resource, which keeps the run's order.
+        """
         take, ready = self.take, self.ready
         tasks: list[int]
         if self.stacked:
@@ -384,6 +403,13 @@ class RunState:
             tasks.reverse()
             return tasks, self.dispatch_all(tasks, worker)
         tasks = []
+        if self.needs is not None:  # see above: held while running
+            while len(tasks) < n and ready:
+                task = self._take_ranked(idle and not tasks)
+                if task < 0:
+                    break
+                tasks.append(task)
+            return tasks, self.dispatch_all(tasks, worker)
         while len(tasks) < n and ready:
             task = take()
             if task < 0:
@@ -401,7 +427,10 @@ class RunState:
         if self.in_flight > self.peak_in_flight:
             self.peak_in_flight = self.in_flight
         if self.events is not None:
-            self.events.extend([Event(DISPATCH, task, worker) for task in tasks])
+            attempt = self.attempt.get
+            self.events.extend(
+                [Event(DISPATCH, task, worker, 0, 0.0, 0.0, attempt(task, 1)) for task in tasks]
+            )
         return out
 
     def _arguments_plain(self, tasks: list[int]) -> list[tuple[Any, ...]]:
@@ -481,11 +510,17 @@ class RunState:
             out.append(args)
         return out
 
-    def release(self, task: int) -> None:
+    def release(self, task: int, attempt: int = 0, how: int = RETURNED) -> None:
         """The item headed by ``task`` is off its worker: free its slot and resources.
 
-        Chain members that never ran are cancelled here.
+        Chain members that never ran are cancelled here. ``attempt`` is the number
+        of the attempt let go (0: the task's current one); ``how`` is a RELEASE
+        event's state, for the observers.
         """
+        if self.tell_release:
+            assert self.events is not None
+            number = attempt or self.attempt.get(task, 1)
+            self.events.append(Event(RELEASE, task, -1, how, 0.0, 0.0, number))
         self.in_flight -= 1
         if self.needs is not None and self.needs[task]:
             self._unhold(self.needs[task])
@@ -551,6 +586,12 @@ class RunState:
         self.unfinished -= len(reports)
         if release:
             self.in_flight -= len(reports)
+            if self.tell_release:
+                assert events is not None
+                number = self.attempt.get
+                events.extend(
+                    [Event(RELEASE, r[1], -1, RETURNED, 0.0, 0.0, number(r[1], 1)) for r in reports]
+                )
 
     def _returned_plain(self, reports: list[tuple[Any, ...]]) -> None:
         """:meth:`returned` in a plain run (see ``plain``) that is not stopping: the
@@ -684,7 +725,8 @@ class RunState:
                 delay,
             )
         if self.events is not None:
-            self.events.append(Event(RETRY, task, worker, attempt, started, ended))
+            how = TIMED_OUT if isinstance(exc, TaskTimeout) else FAILED
+            self.events.append(Event(RETRY, task, worker, how, started, ended, attempt))
         self.state[task] = WAITING  # holds no slot and no resource while it waits
         self.seq += 1
         heapq.heappush(self.timers, (self.now + delay, self.seq, task))
@@ -845,7 +887,26 @@ class RunState:
     def take_back(self, task: int) -> None:
         """The item headed by ``task`` was taken back before it started: cancel it."""
         self.finish(task, CANCELLED)
-        self.release(task)
+        self.release(task, how=TAKEN_BACK)
+
+    def lend(self, needs: Sequence[tuple[str, float]]) -> tuple[tuple[int, float], ...]:
+        """What an attempt of an earlier run still holds (it was abandoned and runs on):
+        not free in this run until :meth:`give_back`. Returns the part of ``needs``
+        this run knows, in its own terms (empty if none)."""
+        if self.needs is None:
+            return ()
+        rid = {r: i for i, r in enumerate(self.resource_names)}
+        lent = tuple((rid[r], exact(a)) for r, a in needs if r in rid)
+        for r, amount in lent:
+            self.free[r] -= amount
+            self.lent_out[r] += amount
+        return lent
+
+    def give_back(self, lent: tuple[tuple[int, float], ...]) -> None:
+        """The attempt :meth:`lend` was for returned: its resources are free again."""
+        for r, amount in lent:
+            self.lent_out[r] -= amount
+        self._unhold(lent)
 
     def peak_resources(self, capacity: Mapping[str, float]) -> dict[str, float]:
         """Resource name -> most of it held at once, for every name in ``capacity``."""
