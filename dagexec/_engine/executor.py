@@ -606,9 +606,9 @@ class Executor:
                 self._run_lock.release()
             if run is not None:
                 try:
-                    sigint.abort = run.abort
+                    sigint.abort = run.request_abort
                     if sigint.fired:  # Ctrl-C while taking the slot: stop at once
-                        run.abort()
+                        run.request_abort()
                     run.main(detachable=True, wake_every=sigint.wake_every)
                     if run.detached:  # Ctrl-C: queued tasks are cancelled, some still run
                         escaped = run.escaped  # or raised in the driver (a signal handler)

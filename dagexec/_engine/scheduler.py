@@ -75,7 +75,8 @@ import contextvars
 import logging
 import queue
 import threading
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Hashable, Mapping
 from time import perf_counter
 from typing import Any
 
@@ -91,7 +92,7 @@ from .inbox import Inbox
 from .outcome import Outcome, announce, conclude
 from .timers import AttemptTimers
 from .wire import CHAIN, DONE, FAILED, NOTIFY_START, TIMED, Item, Job
-from .worker import register_run
+from .worker import register_run, unregister_run
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
@@ -101,6 +102,16 @@ OWN_FILES.add(__file__)  # callback errors' tracebacks reach these frames
 
 def _nothing() -> None:
     return None
+
+
+def _namer(state: weakref.ref[RunState]) -> Callable[[int], Hashable]:
+    """How ``current_task()`` names a plain task of the run whose state is ``state``."""
+
+    def name_of(task: int) -> Hashable:
+        alive = state()
+        return task if alive is None else alive.names[task]
+
+    return name_of
 
 
 class Run(Driver):
@@ -130,11 +141,14 @@ class Run(Driver):
         self.context = context  # the caller's contextvars, copied per task (None: empty)
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.finished = threading.Event()  # outcome is ready
-        self.stop = threading.Event()  # set by the driver on a stop; read by chains
+        self.stop = threading.Event()  # no item carrying it starts once set; see abort
+        self.hard_stop = threading.Event()  # the same for cleanup tasks' items
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
         self.abort_requested = False  # written by abort(), on any thread
+        self.hard_requested = False  # likewise: a second Ctrl-C
         self.begun = self.aborted = False  # the driving thread only, like all below
+        self.hard_aborted = False
         self.detachable = self.detached = False  # see main()
         self.escaped: BaseException | None = None  # see main()
         self.wake_every: float | None = None
@@ -218,6 +232,7 @@ class Run(Driver):
         self._drain_after_error()
 
     def _let_go(self) -> None:
+        unregister_run(self.stop)
         for error in self.observer.errors:
             release_frames(error)
         self.observer.errors.clear()
@@ -273,8 +288,10 @@ class Run(Driver):
             self.observer.recorder = Recorder(state, self.started_at)
         self.debug = log.isEnabledFor(logging.DEBUG)  # dispatch then pays one falsy test
         # current_task() in a plain task names it through this: the names grow as
-        # maps expand, and were written before the task was handed out.
-        register_run(self.stop, lambda task: state.names[task])
+        # maps expand, and were written before the task was handed out. Weakly:
+        # a task may keep its token (the key) after the run, and the run's values
+        # must not live on through it.
+        register_run(self.stop, _namer(weakref.ref(state)))
         announce(self)
         self._loop()
         if not self.detached:

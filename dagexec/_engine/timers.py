@@ -66,10 +66,14 @@ class AttemptTimers:
         """``task``'s attempt was taken back before it was handed out."""
         self.tokens.pop(task, None)
 
-    def stop_all(self) -> None:
-        """A stop: every running attempt sees it through its token."""
-        for token in self.tokens.values():
-            token.set()
+    def stop_all(self, spare_cleanup: bool = False) -> None:
+        """A stop: every running attempt sees it through its token; with
+        ``spare_cleanup`` (any stop but a hard abort) cleanup tasks' attempts do
+        not, since they are meant to run to their end after a stop."""
+        cleanup = self.state.cleanup if spare_cleanup else None
+        for task, token in self.tokens.items():
+            if cleanup is None or task >= len(cleanup) or not cleanup[task]:
+                token.set()
 
     def started(self, task: int, worker: int, now: float) -> None:
         """An attempt began on ``worker``: its timeout counts from now."""
@@ -110,6 +114,10 @@ class AttemptTimers:
             self._time_out(task, attempt)
         state.wake(now)  # a timed-out attempt retried at once
         times = [q[0][0] for q in (state.timers, deadlines) if q]
+        if state.gate is not None:  # a cleanup task waiting for its ancestors, timed
+            held_until = state.gate.next_deadline()
+            if held_until is not None:
+                times.append(held_until)
         return min(times) - now if times else None
 
     def _over(self, deadline: tuple[float, int, int, int]) -> bool:

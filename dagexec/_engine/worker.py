@@ -28,6 +28,7 @@ from .wire import (
     DONE,
     FAILED,
     MEMBER,
+    NOT_STARTED,
     NOTIFY_START,
     STARTED,
     STOP,
@@ -36,7 +37,7 @@ from .wire import (
     Item,
 )
 
-__all__ = ["Running", "register_run", "running_here", "worker_loop"]
+__all__ = ["Running", "register_run", "running_here", "unregister_run", "worker_loop"]
 
 
 class Running:
@@ -58,8 +59,9 @@ class Running:
 _running: dict[int, Running] = {}
 
 # How to name a task of a run, keyed by the run's stop Event (which every item of
-# the run carries). Registered by the scheduler once per run; weak, so an entry
-# goes when its run does.
+# the run carries). Registered by the scheduler once per run and removed when
+# it ends. The key is weak, but the namer is not: a namer must not hold its run
+# (a task may keep current_task().cancelled, the key, long after the run).
 _namers: weakref.WeakKeyDictionary[threading.Event, Callable[[int], Hashable]] = (
     weakref.WeakKeyDictionary()
 )
@@ -70,6 +72,12 @@ def register_run(stop: threading.Event, name_of: Callable[[int], Hashable]) -> N
     """Let ``current_task()`` name the tasks of the run whose stop flag is ``stop``."""
     with _namers_lock:
         _namers[stop] = name_of
+
+
+def unregister_run(stop: threading.Event) -> None:
+    """The run whose stop flag is ``stop`` is over: forget how to name its tasks."""
+    with _namers_lock:
+        _namers.pop(stop, None)
 
 
 def running_here() -> tuple[Hashable, threading.Event] | None:
@@ -125,6 +133,11 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
         # Drop every reference we can before running and after reporting: an idle
         # worker must not keep a large argument or result alive.
         del item
+        if stop.is_set():  # the run stopped since this was queued: it never starts
+            del fn, args, context
+            report((worker_id, task, NOT_STARTED, None, 0.0, 0.0))
+            del report, stop
+            continue
         if flags & NOTIFY_START:
             report((worker_id, task, STARTED, None, 0.0, 0.0))
         started = perf_counter() if flags & TIMED else 0.0
@@ -161,8 +174,10 @@ def _drop_own_frame(exc: BaseException) -> None:
 def _run_chain(worker_id: int, box: list[Chain], here: Running) -> None:
     """Run a chain's members in order, each on the previous one's value.
 
-    Stops early, between members, once the run is stopping (a failure elsewhere,
-    Ctrl-C), so a long chain is no longer than one task in how late it notices.
+    Stops early, before any member, once the run is stopping (a failure
+    elsewhere, Ctrl-C, a cancel), so a long chain is no longer than one task in
+    how late it notices; stopped before its first member, the chain is
+    reported NOT_STARTED.
     In a timed run each member's end is reported as it happens, so progress,
     traces and callbacks (and whatever they hold per task) keep pace with the
     work instead of waiting for the whole chain.
@@ -174,7 +189,11 @@ def _run_chain(worker_id: int, box: list[Chain], here: Running) -> None:
     done = 0
     last = len(fns) - 1
     for k, fn in enumerate(fns):
-        if k and stop.is_set():
+        if stop.is_set():
+            if not k:
+                del args, value
+                report((worker_id, tasks[0], NOT_STARTED, None, 0.0, 0.0))
+                return
             break
         if flags & NOTIFY_START:
             report((worker_id, tasks[k], STARTED, None, 0.0, 0.0))

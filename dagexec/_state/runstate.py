@@ -59,6 +59,7 @@ from .._core.plan import Plan
 from .._core.policy import MISSING, Policy, backoff
 from .._core.result import CANCELLED, DONE, FAILED, IN_FLIGHT, READY, SKIPPED, WAITING
 from .._core.safe import add_note, str_for_message, task_for_message
+from .cleanup_gate import CleanupGate
 from .events import DISPATCH, END, RETRY, ChainEnd, Event
 from .events import READY as E_READY
 from .fanout import Fanout
@@ -162,8 +163,11 @@ class RunState:
         self.timers: list[tuple[float, int, int]] = []  # heap of (due, seq, task) to retry
         self.now = 0.0  # the driver's clock, for timers; the machine reads no clock
         self.rand: Callable[[], float] = random.random  # jitter; tests may fix it
+        # Holds due cleanup tasks until their ancestors have settled (cleanup_gate.py).
+        self.gate: CleanupGate | None = None
         if plan.policy is not None and any(p is not None and p.cleanup for p in plan.policy):
             self.cleanup = bytearray(p is not None and p.cleanup for p in plan.policy)
+            self.gate = CleanupGate(self)
 
         # Ready set: when nothing ranks tasks, a list used as a stack (depth first)
         # or a deque (first-in first-out); else a heap of (key..., task); see
@@ -223,6 +227,9 @@ class RunState:
 
     # ---------------------------------------------------------------- readiness
     def _make_ready(self, task: int) -> None:
+        gate = self.gate
+        if gate is not None and gate.holds(task):
+            return  # a cleanup task whose ancestors still run: it waits, WAITING
         self.state[task] = READY
         if self.keyed:
             heapq.heappush(self.ready, self._order_key(task))
@@ -398,6 +405,9 @@ class RunState:
         self.in_flight += len(tasks)
         if self.in_flight > self.peak_in_flight:
             self.peak_in_flight = self.in_flight
+        if self.gate is not None:
+            for task in tasks:
+                self.gate.attempt_began(task)
         if self.events is not None:
             self.events.extend([Event(DISPATCH, task, worker) for task in tasks])
         return out
@@ -493,6 +503,25 @@ class RunState:
             if self.state[follower] == HELD or self.state[follower] == IN_FLIGHT:
                 self.finish(follower, CANCELLED)
             follower = self.chain_next[follower]
+        if self.gate is not None:
+            self.gate.attempt_returned(task)
+
+    def put_back(self, task: int, args: tuple[Any, ...]) -> bool:
+        """The item headed by ``task`` was taken back before it started, in a stop
+        that is not an abort's hard one: a cleanup task goes back to the ready
+        set with its arguments, to run all the same (True). Anything else is
+        not put back (False): cancel it with :meth:`take_back`."""
+        cleanup = self.cleanup
+        if cleanup is None or self.hard or task >= len(cleanup) or not cleanup[task]:
+            return False
+        self.kept_args[task] = args
+        self.release(task)
+        self._make_ready(task)  # it passed the gate already: it is not held again
+        return True
+
+    def cleanup_pending(self) -> bool:
+        """Whether some cleanup task of the run has not ended yet."""
+        return self.gate is not None and self.gate.pending()
 
     # ------------------------------------------------------------------ finish
     def returned(self, reports: list[tuple[Any, ...]], release: bool = True) -> None:
@@ -546,9 +575,13 @@ class RunState:
                             became_ready(d)
             if release and needs is not None and needs[task]:
                 self._unhold(needs[task])
+            if release and self.gate is not None:
+                self.gate.attempt_returned(task)
         self.unfinished -= len(reports)
         if release:
             self.in_flight -= len(reports)
+        if self.gate is not None:
+            self.gate.recheck()
 
     def _returned_plain(self, reports: list[tuple[Any, ...]]) -> None:
         """:meth:`returned` in a plain run (see ``plain``) that is not stopping: the
@@ -629,6 +662,8 @@ class RunState:
                 events.append(Event(END, task, -1, outcome))
             if self.cleanup is not None:
                 self._ended(task, MISSING)
+        if self.gate is not None:
+            self.gate.recheck()
 
     def _ended(self, task: int, value: Any) -> None:
         """``task`` ended without readying its dependents (it failed, was skipped or
@@ -693,6 +728,8 @@ class RunState:
         is due, or None if no task waits for a retry."""
         timers, state = self.timers, self.state
         self.now = now
+        if self.gate is not None:
+            self.gate.expire(now)
         while timers and timers[0][0] <= now:
             task = heapq.heappop(timers)[2]
             if state[task] == WAITING:  # not cancelled while it waited
