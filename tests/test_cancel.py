@@ -21,6 +21,9 @@ from dagexec import Callback, Graph, current_task
 from dagexec.testing import Gate
 
 WAIT = 10.0  # bounds waits that end long before it
+# How long a test watches for a task that must not start, before it lets the
+# scheduler take the queued tasks back (which would hide one that would start).
+NOT_YET = 0.5
 
 
 class _Late:
@@ -28,6 +31,7 @@ class _Late:
 
     def __init__(self) -> None:
         self.after = threading.Event()
+        self.started = threading.Event()  # a task started after ``after``
         self.names: list[str] = []
         self._lock = threading.Lock()
 
@@ -36,6 +40,7 @@ class _Late:
             if self.after.is_set():
                 with self._lock:
                     self.names.append(name)
+                self.started.set()
             gate.wait()
             return name
 
@@ -82,6 +87,7 @@ def test_after_cancel_returns_no_queued_task_starts() -> None:
         late.after.set()
         assert future.done() and future.cancelled()  # done at once
         gate.open()
+        late.started.wait(NOT_YET)  # the workers, not the scheduler, must refuse them
         hold.free.set()
         # Nothing was lost: the run ends (every task in a final state) and the
         # executor runs the next one.
@@ -111,6 +117,7 @@ def test_after_ctrl_c_raised_no_queued_task_starts_even_with_a_busy_scheduler() 
             ex.run(_queued_graph(late, gate), callbacks=[hold])
         late.after.set()
         gate.open()
+        late.started.wait(NOT_YET)  # the workers, not the scheduler, must refuse them
         hold.free.set()
         helper.join(WAIT)
         nxt = Graph()
@@ -139,6 +146,7 @@ def test_a_chain_stops_before_its_first_member_once_cancelled() -> None:
         assert future.cancel()
         late.after.set()
         gate.open()
+        late.started.wait(NOT_YET)  # the workers, not the scheduler, must refuse them
         hold.free.set()
         nxt = Graph()
         nxt.add("x", lambda: "x")

@@ -535,7 +535,7 @@ class Executor:
                 while not done.wait(min(_INTERRUPT_POLL_SECONDS, deadline - time.monotonic())):
                     if time.monotonic() >= deadline:
                         _time_out(future, run, job.timeout)
-        except BaseException:
+        except BaseException as exc:
             if not holder:
                 raise
             # Ctrl-C (or any asynchronous exception) in the caller: stop
@@ -551,7 +551,11 @@ class Executor:
             # it surely ends, cancelling everything at once.
             self._runs.put(submission)
             if started:  # else it never starts: nothing to wait for (say, behind
-                run.cancelled.wait(_CANCEL_WAIT_SECONDS)  # another thread's run)
+                # another thread's run)
+                if isinstance(exc, KeyboardInterrupt) and run.state.cleanup is not None:
+                    _stay_for_cleanup(run)
+                else:
+                    run.cancelled.wait(_CANCEL_WAIT_SECONDS)
             raise
         del submission, holder, done, run
         try:
@@ -954,23 +958,44 @@ _RUN_DEFAULTS: dict[str, object] = {
 _RUN_OPTIONS = tuple(_RUN_DEFAULTS)
 
 
+def _stay_for_cleanup(run: Run) -> None:
+    """After a first Ctrl-C: wait while the run's cleanup tasks run (each within
+    its own timeout); a second Ctrl-C raises at once and abandons them."""
+    try:
+        while not run.cancelled.wait(_INTERRUPT_POLL_SECONDS):
+            pass
+    except KeyboardInterrupt:
+        run.abort(hard=True)
+        raise
+
+
 def _time_out(future: RunFuture, run: Run, timeout: float | None) -> None:
-    """A run's ``timeout`` passed: stop it as a cancel does, fail it with TimeoutError."""
+    """A run's ``timeout`` passed: stop it as a cancel does, fail it with TimeoutError.
+
+    A run with cleanup tasks fails only once they have run (each within its own
+    timeout): this call waits for them, on the timeout's own thread (or on the
+    caller's, for ``Executor.run``, which then stays in the run meanwhile).
+    """
     if future.done():
         return
     run.abort()
-    run.cancelled.wait(_CANCEL_WAIT_SECONDS)  # queued tasks taken back: the count settles
+    if run.state.cleanup is None:
+        run.cancelled.wait(_CANCEL_WAIT_SECONDS)  # queued tasks taken back: the count settles
     finished = sum(run.state.ran_on)  # a read of ints the scheduler writes: a snapshot
     loaded = len(run.plan.loaded or ())
     total = len(run.plan)
     if loaded:
         finished = max(0, finished - loaded)
         total -= loaded
-    future._expire(
+    message = (
         f"the run timed out after {timeout:g} s with {finished} of {total} tasks finished; "
         "the rest were cancelled (tasks still running finish in the background and their "
         "values are dropped); raise timeout= or make the tasks faster"
     )
+    if run.state.cleanup is None:
+        future._expire(message)
+    else:
+        future._expire_after(message, run.cancelled)
 
 
 def _wait_unless_never_started(scheduler: threading.Thread, run: _Ending, event: str) -> None:
