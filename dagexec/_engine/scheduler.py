@@ -91,7 +91,7 @@ from .driver import ABORT, Driver
 from .inbox import Inbox
 from .outcome import Outcome, announce, conclude
 from .timers import AttemptTimers
-from .wire import CHAIN, DONE, FAILED, NOTIFY_START, TIMED, Item, Job
+from .wire import CHAIN, DONE, FAILED, NOT_STARTED, NOTIFY_START, TIMED, Item, Job
 from .worker import register_run, unregister_run
 
 __all__ = ["ABORT", "Outcome", "Run"]
@@ -260,7 +260,7 @@ class Run(Driver):
                 held = self.balance.held
                 while sum(held) > 0:
                     msg = results.get()
-                    if msg is not ABORT and msg[2] in (DONE, FAILED, CHAIN):
+                    if msg is not ABORT and msg[2] in (DONE, FAILED, CHAIN, NOT_STARTED):
                         held[msg[0]] -= 1
                 return
             for inbox in self.inboxes:
