@@ -9,8 +9,11 @@ ancestor go: on the old code the cleanup task started at once.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -347,3 +350,25 @@ def test_ctrl_c_without_a_cleanup_task_stays_prompt(tmp_path: Path) -> None:
     finally:
         _end(child)
     assert raised_after < 2.0, raised_after
+
+
+# --------------------------------------------------------------------- the docs
+DOC = Path(__file__).resolve().parent.parent / "docs" / "cancel-and-cleanup.md"
+
+
+def _doc_blocks() -> list[tuple[int, str]]:
+    text = DOC.read_text(encoding="utf-8")
+    return [
+        (text.count("\n", 0, m.start()) + 2, m.group(1))
+        for m in re.finditer(r"```python\n(.*?)```", text, re.S)
+    ]
+
+
+@pytest.mark.parametrize(("line", "code"), _doc_blocks(), ids=lambda v: str(v)[:12])
+def test_the_docs_python_blocks_run(
+    line: int, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    source = "\n" * (line - 1) + code  # a traceback points into the page
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(source, str(DOC), "exec"), {"__name__": "__doc__"})
