@@ -218,8 +218,10 @@ class RunFuture(Future[RunResult]):
             if self._state in _OVER:
                 return
             self._expiring = _timeout_error(message)
-        while not ended.wait(_POLL_SECONDS):
-            pass
+            queued = self._state == PENDING
+        if not queued:  # a run that never started has no cleanup task to wait for
+            while not ended.wait(_POLL_SECONDS):
+                pass
         self._expire(message)
 
     def _complete(self) -> None:
