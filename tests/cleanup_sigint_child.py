@@ -7,18 +7,16 @@ calling thread; ``nocleanup`` has no cleanup task (the prompt path).
 
 The graph: ``take`` takes a lock, ``work`` says WORKING and waits for its
 cancellation token (the run's stop), ``release`` (run_if="all_done") says
-CLEANUP START, waits until the parent's file ``GO`` exists or its own token is set
-(a second Ctrl-C), lets the lock go and says CLEANUP END. Each line is flushed
+CLEANUP START, waits until the parent writes a line on its stdin (ignoring its
+own token), lets the lock go and says CLEANUP END. Each line is flushed
 at once, so the parent knows how far the child got; the caller then says
 RAISED <exception> and LOCK HELD|FREE.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -50,14 +48,9 @@ def work(taken: str) -> str:
 
 def release(*ended: object) -> str:
     say("CLEANUP START")
-    me = current_task()
-    go = Path(os.environ["CHILD_GO"])
-    deadline = time.monotonic() + WAIT
-    # Polls the parent's file; its own token wakes it at once on a second Ctrl-C.
-    while not go.exists() and time.monotonic() < deadline:
-        if me.cancelled.wait(0.01):
-            say("CLEANUP TOKEN SET")
-            return "abandoned"
+    # Blocks until the parent says GO on stdin, ignoring its own token: a
+    # second Ctrl-C must not wait for it.
+    sys.stdin.readline()
     LOCK.release()
     say("CLEANUP END")
     return "released"

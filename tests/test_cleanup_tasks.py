@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 import re
 import signal
 import subprocess
@@ -264,18 +263,28 @@ def test_a_cleanup_queued_when_the_run_stops_still_runs() -> None:
 
 
 # ------------------------------------------------- Ctrl-C: real SIGINTs, in a child
-def _child(mode: str, go: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "CHILD_GO": str(go)}
+def _child(mode: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(CHILD), mode], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(CHILD), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
+
+
+def _go(child: subprocess.Popen[str]) -> None:
+    """Let the child's cleanup task finish."""
+    assert child.stdin is not None
+    child.stdin.write("GO\n")
+    child.stdin.flush()
 
 
 def _end(child: subprocess.Popen[str]) -> None:
     child.kill()  # a no-op if it ended
     child.wait()
-    if child.stdout is not None:
-        child.stdout.close()
+    for pipe in (child.stdin, child.stdout):
+        if pipe is not None:
+            pipe.close()
 
 
 def _read_rest(child: subprocess.Popen[str], seen: list[str]) -> list[str]:
@@ -297,15 +306,14 @@ def _read_until(child: subprocess.Popen[str], wanted: str, seen: list[str]) -> N
 
 
 @pytest.mark.parametrize("mode", ["plain", "queued"])
-def test_the_first_ctrl_c_waits_for_cleanup_tasks_then_raises(mode: str, tmp_path: Path) -> None:
-    go = tmp_path / "go"
-    child = _child(mode, go)
+def test_the_first_ctrl_c_waits_for_cleanup_tasks_then_raises(mode: str) -> None:
+    child = _child(mode)
     seen: list[str] = []
     try:
         _read_until(child, "WORKING", seen)
         child.send_signal(signal.SIGINT)
         _read_until(child, "CLEANUP START", seen)  # the caller has not raised yet
-        go.touch()
+        _go(child)
         lines = _read_rest(child, seen)
     finally:
         _end(child)
@@ -315,11 +323,8 @@ def test_the_first_ctrl_c_waits_for_cleanup_tasks_then_raises(mode: str, tmp_pat
 
 
 @pytest.mark.parametrize("mode", ["plain", "queued"])
-def test_a_second_ctrl_c_raises_at_once_and_abandons_cleanup_tasks(
-    mode: str, tmp_path: Path
-) -> None:
-    go = tmp_path / "go"  # never created: the cleanup task would wait 30 s
-    child = _child(mode, go)
+def test_a_second_ctrl_c_raises_at_once_and_abandons_cleanup_tasks(mode: str) -> None:
+    child = _child(mode)  # never told GO: its cleanup task would wait forever
     seen: list[str] = []
     try:
         _read_until(child, "WORKING", seen)
@@ -332,13 +337,13 @@ def test_a_second_ctrl_c_raises_at_once_and_abandons_cleanup_tasks(
         _read_rest(child, seen)
     finally:
         _end(child)
-    assert raised_after < 5.0, raised_after  # not the cleanup task's 30 s
+    assert raised_after < 5.0, raised_after  # not waiting for the cleanup task
     assert "CLEANUP END" not in seen
     assert "LOCK HELD" in seen
 
 
-def test_ctrl_c_without_a_cleanup_task_stays_prompt(tmp_path: Path) -> None:
-    child = _child("nocleanup", tmp_path / "go")
+def test_ctrl_c_without_a_cleanup_task_stays_prompt() -> None:
+    child = _child("nocleanup")
     seen: list[str] = []
     try:
         _read_until(child, "WORKING", seen)

@@ -129,7 +129,11 @@ class Driver:
                 self.observer.drain(events)
             if self.abort_requested:
                 self._abort()
-            if self.aborted and not self.cancelled.is_set() and not state.cleanup_pending():
+            if (
+                self.aborted
+                and not self.cancelled.is_set()
+                and (self.hard_aborted or not state.cleanup_pending())
+            ):
                 self.cancelled.set()  # the last cleanup task ended: nothing more goes out
             if self.aborted and self.detachable and self.cancelled.is_set():
                 self.detached = True  # nothing queued can start: the caller may go
@@ -279,7 +283,9 @@ class Driver:
         self._halt()
         if first:  # logged now, not when the loop ends: that can be much later, or never
             log_interrupted(unfinished - state.unfinished, state.in_flight)
-        if not state.cleanup_pending():
+        # A cleanup task still to run holds the caller (a first Ctrl-C); after a
+        # hard abort none starts any more, and the running ones are abandoned.
+        if hard or not state.cleanup_pending():
             self.cancelled.set()
 
     def _halt(self) -> None:

@@ -12,8 +12,9 @@ Who drives a run:
   run to another thread and waiting for it cost two thread hand-offs, about a
   third of a small run. Ctrl-C must not raise inside the driver, so on the main
   thread SIGINT is turned into a stop request meanwhile (:mod:`dagexec._engine.sigint`);
-  after one, the caller raises ``KeyboardInterrupt`` at once and a thread of the
-  run's own waits for the tasks still running.
+  after one, the caller raises ``KeyboardInterrupt`` at once (once the run's
+  cleanup tasks have run, if it has any: a second Ctrl-C abandons them) and a
+  thread of the run's own waits for the tasks still running.
 * Every other run is handed to the executor's scheduler thread (one per
   executor, started with the first such run, reused by every later one) and
   the caller waits for it with a timeout, so a ``KeyboardInterrupt`` is seen
@@ -361,8 +362,9 @@ class Executor:
             progress: ``True`` to show a progress line on stderr when it is a terminal.
             resources: capacities for this run, over the executor's, by name.
             timeout: seconds the whole run may take, counted from this call
-                (None: no limit). On expiry the run stops as on ``cancel()`` and
-                ``TimeoutError`` says how many tasks finished.
+                (None: no limit). On expiry the run stops as on ``cancel()`` and,
+                once its cleanup tasks (if any) have run, ``TimeoutError`` says how
+                many tasks finished.
             checkpoint: path of a checkpoint file (SQLite). Each finished task's
                 value is saved there; tasks found there are loaded, not run. See
                 README "Checkpoint and resume".
@@ -574,7 +576,8 @@ class Executor:
         (:mod:`dagexec._engine.sigint`); and without callbacks, so that no user code
         runs on the caller's thread and delays its Ctrl-C. After Ctrl-C the run
         is left to a thread of its own, which waits for the running tasks, and
-        KeyboardInterrupt is raised here at once, as on the queued path.
+        KeyboardInterrupt is raised here at once, as on the queued path (after
+        the run's cleanup tasks, if it has any, unless a second Ctrl-C came).
 
         The handler is swapped before ``_slot`` is taken and put back after it
         is let go: a KeyboardInterrupt raised between taking the slot and the

@@ -34,9 +34,10 @@ Policies, each written once:
   arguments (or skipped); targets are kept.
 * A stop (failure with on_error="raise", a fatal exception, an abort) cancels
   everything not yet handed out; what is on workers ends through ``finish``.
-  Cleanup tasks (run_if="all_done") are kept, and become ready once every
+  Cleanup tasks (run_if="all_done") are kept, and become due once every
   dependency ended in any state (:meth:`RunState._ended`), unless the stop is
-  an abort.
+  a hard one (a second Ctrl-C); a due one waits in the cleanup gate
+  (:mod:`dagexec._state.cleanup_gate`) until no ancestor runs any more.
 * Retries: a failed attempt that may be retried goes back to WAITING with a
   timer (a heap of due times on the driver's clock, which the driver passes in
   as ``now``: the machine reads no clock) and keeps its arguments; the driver
@@ -156,7 +157,7 @@ class RunState:
         # empty when no task has one, and then never looked at.
         self.policy: Sequence[Policy | None] | None = plan.policy
         self.cleanup: bytearray | None = None  # 1 for run_if="all_done" tasks
-        self.hard = False  # stopped by an abort: cleanup tasks are cancelled too
+        self.hard = False  # a hard stop (a second Ctrl-C): cleanup tasks are cancelled too
         self.attempt: dict[int, int] = {}  # task -> its current attempt, once retried
         self.retries = 0  # retry attempts made (RunStats.retries)
         self.kept_args: dict[int, tuple[Any, ...]] = {}  # retryable tasks' arguments
@@ -820,7 +821,7 @@ class RunState:
         """Hand nothing more out; cancel every task not handed out yet.
 
         Cleanup tasks (run_if="all_done") are kept, and run once their
-        dependencies ended, unless ``hard`` (an abort: the caller has gone).
+        dependencies ended, unless ``hard`` (a second Ctrl-C: the caller has gone).
         """
         if self.stopping and (self.hard or not hard):
             return
