@@ -238,6 +238,12 @@ class Driver:
                 continue
             worker, task, kind, payload, started, ended = msg
             if kind == NOT_STARTED:  # refused by its worker: the run had stopped
+                if not state.stopping or (self.hard_stop.is_set() and not self.hard_aborted):
+                    # Only abort() sets the flags outside a stop: its request may
+                    # still be on its way here, and the run must stop now, not
+                    # cancel tasks one by one as if nothing happened.
+                    self.hard_requested = self.hard_requested or self.hard_stop.is_set()
+                    self._abort()
                 held[worker] -= 1
                 last_seen[worker] = now
                 if timers is not None:
