@@ -377,3 +377,30 @@ def test_the_docs_python_blocks_run(
     source = "\n" * (line - 1) + code  # a traceback points into the page
     with contextlib.redirect_stdout(io.StringIO()):
         exec(compile(source, str(DOC), "exec"), {"__name__": "__doc__"})
+
+
+def test_a_cleanup_waits_for_a_fused_chain_still_running() -> None:
+    # A guard more than a regression test: a chain's members end with the chain.
+    gate = Gate()
+    started = threading.Event()
+
+    def fail() -> None:
+        assert gate.wait_for_waiting(1)  # once the chain runs
+        raise ValueError("x failed")
+
+    g = Graph()
+    g.add("x", fail)
+    g.add("c0", lambda: gate.wait() or 0)
+    g.add("c1", lambda v: v + 1, deps=["c0"])
+    g.add("c2", lambda v: v + 1, deps=["c1"])
+    g.add("clean", lambda x, c: started.set(), deps=["x", "c2"], run_if="all_done")
+    plan = dagexec._core.plan.plan_run(g._compile(), None)
+    assert plan.chain_next[plan.index["c0"]] == plan.index["c1"]  # fused
+    with dagexec.Executor(2) as ex:
+        future = ex.submit(g)
+        assert gate.wait_for_waiting(1)
+        assert not started.wait(NOT_YET)  # x failed, the chain still runs
+        gate.open()
+        with pytest.raises(ValueError, match="x failed"):
+            future.result(WAIT)
+    assert started.is_set()
