@@ -100,6 +100,8 @@ class CleanupGate:
             return False
         if task in self.cleared:
             return False
+        if task in self.held:
+            return True
         walk = _Walk(self._parents(task))
         blocker = self._advance(walk)
         if blocker < 0:
