@@ -636,12 +636,12 @@ def flaky():
     return 1
 
 def slow():
-    gate.wait(60)  # released by the cleanup task once this attempt timed out
+    gate.wait(60)  # released by the cleanup task, which waits 0.2 s for it, then runs
 
 graph = Graph()
 graph.add("flaky", flaky, retries=2)
 graph.add("slow", slow, timeout=0.05)
-graph.add("release", lambda s: gate.set(), deps=["slow"], run_if="all_done")
+graph.add("release", lambda s: gate.set(), deps=["slow"], run_if="all_done", timeout=0.2)
 graph.add("files", lambda: list(range(30)))
 graph.map("rows", lambda f: f * 2, over="files")
 """

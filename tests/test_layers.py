@@ -54,6 +54,9 @@ ALLOWED: dict[tuple[str, str], str] = {
         "a Fanout is owned by one RunState and is typed by it (TYPE_CHECKING only); "
         "issue 20 step 2 turns it into a client of RunState's public methods"
     ),
+    ("_state.cleanup_gate", "_state.runstate"): (
+        "a CleanupGate is owned by one RunState and reads its columns (TYPE_CHECKING only)"
+    ),
     ("_engine.items", "_engine.driver"): (
         "the item builders take the Driver they fill (TYPE_CHECKING only)"
     ),

@@ -266,3 +266,137 @@ def test_random_dags_with_timeouts_that_overrun(case: Case, data: st.DataObject)
         assert "late" not in list(result.values())
         assert result.stats.peak_in_flight <= cap
         assert_within_bounds(result)
+
+
+# ------------------------------------------------ cancels at random moments (issue 19)
+@dataclass
+class CancelCase:
+    deps: dict[Hashable, list[Hashable]]
+    cleanup: set[Hashable]  # run_if="all_done"
+    failing: set[Hashable]
+    cancel_after: int  # cancel once this many tasks have started (or the run ended)
+    workers: int
+    queue_cap: int
+    on_error: str
+
+
+@st.composite
+def cancel_cases(draw: st.DrawFn, max_tasks: int = 40) -> CancelCase:
+    n = draw(st.integers(1, max_tasks))
+    names: list[Hashable] = [f"t{i}" for i in range(n)]
+    deps: dict[Hashable, list[Hashable]] = {}
+    for i in range(n):
+        picks = draw(st.lists(st.integers(0, i - 1), max_size=min(i, 3), unique=True)) if i else []
+        deps[names[i]] = [names[j] for j in picks]
+    return CancelCase(
+        deps=deps,
+        cleanup=set(draw(st.lists(st.sampled_from(names), max_size=3))),
+        failing=set(draw(st.lists(st.sampled_from(names), max_size=2))),
+        cancel_after=draw(st.integers(0, n)),
+        workers=draw(st.integers(1, 3)),
+        queue_cap=draw(st.integers(1, 4)),
+        on_error=draw(st.sampled_from(["raise", "continue"])),
+    )
+
+
+@dataclass
+class CancelLog:
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    started: list[Hashable] = field(default_factory=list)
+    active: set[Hashable] = field(default_factory=set)
+    returned: set[Hashable] = field(default_factory=set)
+    cancelled: bool = False  # set right after cancel() returned True
+    late: list[Hashable] = field(default_factory=list)  # not cleanup, started after it
+    # Cleanup tasks that started while an ancestor ran, or before one that ran returned.
+    unsettled: list[tuple[Hashable, set[Hashable]]] = field(default_factory=list)
+    ends: dict[Hashable, list[TaskState]] = field(default_factory=dict)
+
+
+def build_cancel(case: CancelCase, log: CancelLog) -> dagexec.Graph:
+    g = dagexec.Graph()
+    for name, task_deps in case.deps.items():
+        up = ancestors(case.deps, [name]) - {name}
+
+        def task(*values: object, name: Hashable = name, up: set[Hashable] = up) -> object:
+            with log.cond:
+                log.started.append(name)
+                log.active.add(name)
+                if log.cancelled and name not in case.cleanup:
+                    log.late.append(name)
+                if name in case.cleanup:
+                    # Every ancestor that ran has returned; none runs now.
+                    ran = up & set(log.started)
+                    if up & log.active or not ran <= log.returned:
+                        log.unsettled.append((name, up & log.active))
+                log.cond.notify_all()
+            try:
+                if name in case.failing:
+                    raise Planned(name)
+                return name
+            finally:
+                with log.cond:
+                    log.active.discard(name)
+                    log.returned.add(name)
+
+        run_if = "all_done" if name in case.cleanup else "all_success"
+        g.add(name, task, deps=task_deps, run_if=run_if)
+    return g
+
+
+class _Ends(dagexec.Callback):
+    def __init__(self, log: CancelLog) -> None:
+        self.log = log
+
+    def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
+        self.log.ends.setdefault(name, []).append(state)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cancel_cases())
+def test_random_cancels_end_every_task_start_nothing_after_and_run_cleanups_last(
+    case: CancelCase,
+) -> None:
+    log = CancelLog()
+    g = build_cancel(case, log)
+    with (
+        no_leaked_threads(),
+        dagexec.Executor(case.workers, queue_cap=case.queue_cap) as ex,
+    ):
+        future = ex.submit(g, on_error=case.on_error, callbacks=[_Ends(log)])
+
+        def wake(_: object) -> None:
+            with log.cond:
+                log.cond.notify_all()
+
+        future.add_done_callback(wake)
+        with log.cond:
+            assert log.cond.wait_for(
+                lambda: len(log.started) >= case.cancel_after or future.done(), 30
+            )
+        with log.cond:  # no task starts between cancel() returning and the flag
+            if future.cancel():
+                log.cancelled = True
+        # Runs on one executor go one at a time: once the next one is over, the
+        # cancelled run (its cleanup tasks and running tasks too) is over as well.
+        nxt = dagexec.Graph()
+        nxt.add("next", lambda: "next")
+        assert ex.submit(nxt).result(30)["next"] == "next"
+
+    if not log.ends:  # cancelled before it began: it never does
+        assert log.cancelled and log.started == []
+        return
+    final = {TaskState.DONE, TaskState.FAILED, TaskState.SKIPPED, TaskState.CANCELLED}
+    # Every task ended once, in a final state.
+    assert set(log.ends) == set(case.deps)
+    assert all(len(states) == 1 and states[0] in final for states in log.ends.values())
+    # Each task started at most once.
+    assert len(log.started) == len(set(log.started))
+    # Nothing but cleanup tasks started after cancel() returned, beyond one per
+    # worker already past its stop check.
+    assert len(log.late) <= case.workers, log.late
+    # Cleanup tasks all ran (a cancel or a failure never cancels them), and each
+    # only once no ancestor was running any more.
+    for name in case.cleanup:
+        assert name in log.started, (name, log.ends[name])
+        assert log.ends[name][0] in (TaskState.DONE, TaskState.FAILED)
+    assert log.unsettled == []

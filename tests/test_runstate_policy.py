@@ -236,3 +236,71 @@ def test_a_stop_cancels_a_task_waiting_for_its_retry() -> None:
     assert state.state[a] == CANCELLED
     assert state.timers == []  # nothing left to wait for
     assert state.unfinished == 0
+
+
+# ------------------------------------------------------------ the cleanup gate
+def test_the_gate_holds_a_cleanup_until_the_attempt_of_a_finished_dependency_returns() -> None:
+    # 'a' timed out: the machine ended it FAILED while its item is still out.
+    g = Graph()
+    g.add("a", lambda: 1, timeout=1.0)
+    g.add("clean", lambda a: None, deps=["a"], run_if="all_done")
+    state = RunState(plan_run(g._compile(), None), on_error="continue")
+    a = state.take()
+    state.dispatch(a, 0)
+    state.finish(a, FAILED, TimeoutError("a"), 0)  # its thread runs on
+    assert not state.ready and state.state[1] == WAITING
+    state.release(a)  # its function returned
+    assert state.take() == 1
+
+
+def test_the_gate_holds_a_cleanup_for_an_ancestor_beside_a_failure() -> None:
+    g = Graph()
+    g.add("x", lambda: 1)
+    g.add("slow", lambda: 1)
+    g.add("join", lambda x, s: 1, deps=["x", "slow"])
+    g.add("clean", lambda j: None, deps=["join"], run_if="all_done")
+    state = RunState(plan_run(g._compile(), None), on_error="continue", workers=2)
+    first, second = state.take(), state.take()
+    state.dispatch(first, 0)
+    state.dispatch(second, 1)
+    x, slow = sorted((first, second))
+    state.finish(x, FAILED, ValueError("x"), 0)
+    state.release(x)
+    assert state.state[2] == SKIPPED  # 'join': the cleanup's only dependency ended
+    assert not state.ready  # but 'slow', an ancestor, still runs
+    state.finish(slow, DONE, 1, 1)
+    assert not state.ready  # ended, but its item is not back yet
+    state.release(slow)
+    assert state.take() == 3
+
+
+def test_the_gate_lets_a_held_cleanup_go_when_its_own_timeout_passes() -> None:
+    g = Graph()
+    g.add("a", lambda: 1, timeout=1.0)
+    g.add("clean", lambda a: None, deps=["a"], run_if="all_done", timeout=5.0)
+    state = RunState(plan_run(g._compile(), None), on_error="continue")
+    a = state.take()
+    state.dispatch(a, 0)
+    state.now = 10.0
+    state.finish(a, FAILED, TimeoutError("a"), 0)
+    assert state.gate is not None and state.gate.next_deadline() == 15.0
+    state.wake(14.9)
+    assert not state.ready
+    state.wake(15.0)
+    assert state.take() == 1  # runs although 'a' never returned
+
+
+def test_a_hard_stop_cancels_a_held_cleanup() -> None:
+    g = Graph()
+    g.add("a", lambda: 1)
+    g.add("clean", lambda a: None, deps=["a"], run_if="all_done")
+    state = RunState(plan_run(g._compile(), None))
+    a = state.take()
+    state.dispatch(a, 0)
+    state.stop()  # soft: the cleanup waits for 'a'
+    assert state.state[1] == WAITING and state.cleanup_pending()
+    state.stop(hard=True)
+    assert state.state[1] == CANCELLED and not state.cleanup_pending()
+    state.finish(a, DONE, 1, 0)
+    state.release(a)
+    assert not state.ready and state.unfinished == 0

@@ -12,7 +12,7 @@ import threading
 import weakref
 from collections.abc import Callable, Hashable
 
-__all__ = ["Running", "register_run", "running_by_thread", "running_here"]
+__all__ = ["Running", "register_run", "running_by_thread", "running_here", "unregister_run"]
 
 
 class Running:
@@ -34,8 +34,9 @@ class Running:
 running_by_thread: dict[int, Running] = {}
 
 # How to name a task of a run, keyed by the run's stop Event (which every item of
-# the run carries). Registered by the scheduler once per run; weak, so an entry
-# goes when its run does.
+# the run carries). Registered by the scheduler once per run and removed when
+# it ends. The key is weak, but the namer is not: a namer must not hold its run
+# (a task may keep current_task().cancelled, the key, long after the run).
 _namers: weakref.WeakKeyDictionary[threading.Event, Callable[[int], Hashable]] = (
     weakref.WeakKeyDictionary()
 )
@@ -46,6 +47,12 @@ def register_run(stop: threading.Event, name_of: Callable[[int], Hashable]) -> N
     """Let ``current_task()`` name the tasks of the run whose stop flag is ``stop``."""
     with _namers_lock:
         _namers[stop] = name_of
+
+
+def unregister_run(stop: threading.Event) -> None:
+    """The run whose stop flag is ``stop`` is over: forget how to name its tasks."""
+    with _namers_lock:
+        _namers.pop(stop, None)
 
 
 def running_here() -> tuple[Hashable, threading.Event] | None:

@@ -33,7 +33,7 @@ from .inbox import Inbox
 from .items import chained_jobs, head, log_dispatch, plain_jobs, special_items, take_back
 from .outcome import log_interrupted
 from .timers import AttemptTimers
-from .wire import CHAIN, DONE, FAILED, FREED, MEMBER, STARTED, STOP, Item
+from .wire import CHAIN, DONE, FAILED, FREED, MEMBER, NOT_STARTED, STARTED, STOP, Item
 
 __all__ = ["ABORT", "Driver"]
 
@@ -73,13 +73,16 @@ class Driver:
     # Resources of abandoned attempts of earlier runs, not free in this run until
     # their functions return (a FREED message): attempt -> what it holds here.
     lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]]
-    stop: threading.Event  # chains stop between members once it is set
+    stop: threading.Event  # no item carrying it starts once it is set (see abort)
+    hard_stop: threading.Event  # what cleanup tasks' items carry instead (see abort)
     cancelled: threading.Event  # nothing queued will start any more
     cap: int
     flags: int
     context: contextvars.Context | None
     abort_requested: bool
+    hard_requested: bool  # a second Ctrl-C: cleanup tasks are abandoned too
     aborted: bool
+    hard_aborted: bool
     detachable: bool
     detached: bool
     wake_every: float | None
@@ -87,12 +90,34 @@ class Driver:
     now: float  # when the current batch of reports arrived
     debug: bool
 
-    def abort(self) -> None:
-        """Ask the run to stop; safe from any thread, including a signal handler.
+    def abort(self, hard: bool = False) -> None:
+        """Stop the run (a cancel, the run's timeout); safe from any thread but
+        not from a signal handler (see :meth:`request_abort`).
 
-        The flag stops the very next dispatch round (even one before the driver
-        ever blocked on its results); the message wakes a driver that is blocked.
+        Once this returns no task of the run starts any more, but for one per
+        worker already past its stop check: the stop flag every queued item
+        carries is set here, not later by the driver, so a worker refuses what
+        it takes from its inbox even while the driver is busy (in a callback,
+        say). Cleanup tasks (run_if="all_done") still run, unless ``hard``: their
+        items carry ``hard_stop`` instead.
         """
+        if hard:
+            self.hard_stop.set()
+        self.stop.set()
+        self.request_abort(hard)
+
+    def request_abort(self, hard: bool = False) -> None:
+        """Ask the driver to stop the run; safe from a signal handler on any thread.
+
+        Only a flag and a put on a ``SimpleQueue`` (reentrant): setting an Event
+        here could deadlock on its lock, held by the very thread the handler
+        interrupted. The driver sets the stop flags itself when it handles the
+        request. The flag stops the very next dispatch round (even one before
+        the driver ever blocked on its results); the message wakes a driver
+        that is blocked. ``hard`` (a second Ctrl-C) abandons cleanup tasks too.
+        """
+        if hard:
+            self.hard_requested = True
         self.abort_requested = True
         self.results.put(ABORT)
 
@@ -109,7 +134,13 @@ class Driver:
                 self.observer.drain(events)
             if self.abort_requested:
                 self._abort()
-            if self.aborted and self.detachable:
+            if (
+                self.aborted
+                and not self.cancelled.is_set()
+                and (self.hard_aborted or not state.cleanup_pending())
+            ):
+                self.cancelled.set()  # the last cleanup task ended: nothing more goes out
+            if self.aborted and self.detachable and self.cancelled.is_set():
                 self.detached = True  # nothing queued can start: the caller may go
                 return
             if timers is not None:
@@ -122,11 +153,22 @@ class Driver:
             pickup = bool(state.ready) and self._dispatch()
             if not state.stopping and state.in_flight > 1:
                 balance.feed_idle(self.now)
-            if state.in_flight == 0 and not pickup and wait is None and not self.lent:
+            # Attempts let go at their timeout still run: their return (FREED) may
+            # free resources or let a cleanup task through its gate.
+            let_go = timers is not None and bool(timers.let_go)
+            if (
+                state.in_flight == 0
+                and not pickup
+                and wait is None
+                and not self.lent
+                and not let_go
+            ):
                 if not state.stopping:  # a bug: say so, never end as if it succeeded
                     state.fail(state.stuck_error())
                     continue  # report the cancels; the loop then ends
                 break  # nothing can report any more
+            if events:  # e.g. a timeout just now: the callbacks hear of it before
+                continue  # the driver sleeps (the top of the loop halts first)
             batch = self._receive(pickup, wait)
             if batch:
                 self._handle(batch)
@@ -214,12 +256,26 @@ class Driver:
                 self._abort()
                 continue
             worker, task, kind, payload, started, ended = msg
-            if kind == MEMBER:  # a chain member ended; the chain is still in flight
+            if kind == NOT_STARTED:  # refused by its worker: the run had stopped
+                if not state.stopping or (self.hard_stop.is_set() and not self.hard_aborted):
+                    # Only abort() sets the flags outside a stop: its request may
+                    # still be on its way here, and the run must stop now, not
+                    # cancel tasks one by one as if nothing happened.
+                    self.hard_requested = self.hard_requested or self.hard_stop.is_set()
+                    self._abort()
+                held[worker] -= 1
+                last_seen[worker] = now
+                if timers is not None:
+                    timers.forget(task)
+                state.take_back(task)
+            elif kind == MEMBER:  # a chain member ended; the chain is still in flight
                 state.finish(task, S_DONE, None, worker, started, ended)
-            elif kind == FREED:  # an abandoned attempt of an earlier run returned
+            elif kind == FREED:  # an attempt this run or an earlier one let go returned
                 lent = self.lent.pop(task, None)
                 if lent is not None:
                     state.give_back(lent)
+                if timers is not None:
+                    timers.freed(task)
             elif kind == STARTED:
                 if state.events is not None:
                     state.events.append(Event(START, task, worker))
@@ -250,25 +306,42 @@ class Driver:
         batch.clear()
 
     def _abort(self) -> None:
-        """The caller asked to stop (Ctrl-C): cancel what is queued, drop what runs."""
-        if self.aborted:  # already handled, through abort_requested
-            return
+        """The caller asked to stop (Ctrl-C, a cancel, the run's timeout): cancel what
+        is queued, drop what runs; cleanup tasks still run, unless this is a hard
+        abort (a second Ctrl-C), which abandons them too."""
+        hard = self.hard_requested
+        if self.aborted and (self.hard_aborted or not hard):
+            return  # already handled, through abort_requested
+        first = not self.aborted
         self.aborted = True
+        if hard:
+            self.hard_aborted = True
+            self.hard_stop.set()
         state = self.state
         unfinished = state.unfinished
-        state.stop(hard=True)
+        state.stop(hard=hard)
         self._halt()
-        # Logged now, not when the loop ends: that can be much later, or never.
-        log_interrupted(unfinished - state.unfinished, state.in_flight)
-        self.cancelled.set()
+        if first:  # logged now, not when the loop ends: that can be much later, or never
+            log_interrupted(unfinished - state.unfinished, state.in_flight)
+        # A cleanup task still to run holds the caller (a first Ctrl-C); after a
+        # hard abort none starts any more, and the running ones are abandoned.
+        if hard or not state.cleanup_pending():
+            self.cancelled.set()
 
     def _halt(self) -> None:
-        """Stop chains between members and take back everything still queued."""
+        """Set the stop flag and take back everything still queued: cancelled, but
+        for cleanup tasks in a soft stop, which go back to wait for dispatch."""
         self.stop.set()
-        if self.timers is not None:
-            self.timers.stop_all()  # running attempts see the stop
+        state, timers = self.state, self.timers
+        if timers is not None:
+            timers.stop_all(spare_cleanup=not state.hard)  # running attempts see the stop
         for item in self.balance.take_back_all():
             assert item is not STOP  # STOPs go in only after a run's cancellation
-            self.state.take_back(head(item))
-        if self.state.events:
-            self.observer.drain(self.state.events)
+            task = head(item)
+            if state.put_back(task, item[3]):  # a cleanup task: it still runs
+                if timers is not None:
+                    timers.forget(task)
+            else:
+                state.take_back(task)
+        if state.events:
+            self.observer.drain(state.events)

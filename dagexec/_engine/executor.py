@@ -12,8 +12,9 @@ Who drives a run:
   run to another thread and waiting for it cost two thread hand-offs, about a
   third of a small run. Ctrl-C must not raise inside the driver, so on the main
   thread SIGINT is turned into a stop request meanwhile (:mod:`dagexec._engine.sigint`);
-  after one, the caller raises ``KeyboardInterrupt`` at once and a thread of the
-  run's own waits for the tasks still running.
+  after one, the caller raises ``KeyboardInterrupt`` at once (once the run's
+  cleanup tasks have run, if it has any: a second Ctrl-C abandons them) and a
+  thread of the run's own waits for the tasks still running.
 * Every other run is handed to the executor's scheduler thread (one per
   executor, started with the first such run, reused by every later one) and
   the caller waits for it with a timeout, so a ``KeyboardInterrupt`` is seen
@@ -376,8 +377,9 @@ class Executor:
             progress: ``True`` to show a progress line on stderr when it is a terminal.
             resources: capacities for this run, over the executor's, by name.
             timeout: seconds the whole run may take, counted from this call
-                (None: no limit). On expiry the run stops as on ``cancel()`` and
-                ``TimeoutError`` says how many tasks finished.
+                (None: no limit). On expiry the run stops as on ``cancel()`` and,
+                once its cleanup tasks (if any) have run, ``TimeoutError`` says how
+                many tasks finished.
             checkpoint: path of a checkpoint file (SQLite). Each finished task's
                 value is saved there; tasks found there are loaded, not run. See
                 README "Checkpoint and resume".
@@ -552,7 +554,7 @@ class Executor:
                 while not done.wait(min(_INTERRUPT_POLL_SECONDS, deadline - time.monotonic())):
                     if time.monotonic() >= deadline:
                         _time_out(future, run, job.timeout)
-        except BaseException:
+        except BaseException as exc:
             if not holder:
                 raise
             # Ctrl-C (or any asynchronous exception) in the caller: stop
@@ -568,7 +570,11 @@ class Executor:
             # it surely ends, cancelling everything at once.
             self._runs.put(submission)
             if started:  # else it never starts: nothing to wait for (say, behind
-                run.cancelled.wait(_CANCEL_WAIT_SECONDS)  # another thread's run)
+                # another thread's run)
+                if isinstance(exc, KeyboardInterrupt) and run.state.cleanup is not None:
+                    _stay_for_cleanup(run)
+                else:
+                    run.cancelled.wait(_CANCEL_WAIT_SECONDS)
             raise
         del submission, holder, done, run
         try:
@@ -587,7 +593,8 @@ class Executor:
         (:mod:`dagexec._engine.sigint`); and without callbacks, so that no user code
         runs on the caller's thread and delays its Ctrl-C. After Ctrl-C the run
         is left to a thread of its own, which waits for the running tasks, and
-        KeyboardInterrupt is raised here at once, as on the queued path.
+        KeyboardInterrupt is raised here at once, as on the queued path (after
+        the run's cleanup tasks, if it has any, unless a second Ctrl-C came).
 
         The handler is swapped before ``_slot`` is taken and put back after it
         is let go: a KeyboardInterrupt raised between taking the slot and the
@@ -623,9 +630,9 @@ class Executor:
                 self._run_lock.release()
             if run is not None:
                 try:
-                    sigint.abort = run.abort
+                    sigint.abort = run.request_abort
                     if sigint.fired:  # Ctrl-C while taking the slot: stop at once
-                        run.abort()
+                        run.request_abort()
                     run.main(detachable=True, wake_every=sigint.wake_every)
                     if run.detached:  # Ctrl-C: queued tasks are cancelled, some still run
                         escaped = run.escaped  # or raised in the driver (a signal handler)
@@ -977,16 +984,35 @@ _RUN_DEFAULTS: dict[str, object] = {
 _RUN_OPTIONS = tuple(_RUN_DEFAULTS)
 
 
+def _stay_for_cleanup(run: Run) -> None:
+    """After a first Ctrl-C: wait while the run's cleanup tasks run (each within
+    its own timeout); a second Ctrl-C raises at once and abandons them."""
+    try:
+        while not run.cancelled.wait(_INTERRUPT_POLL_SECONDS):
+            pass
+    except KeyboardInterrupt:
+        run.abort(hard=True)
+        raise
+
+
 def _time_out(future: RunFuture, run: Run, timeout: float | None) -> None:
-    """A run's ``timeout`` passed: stop it as a cancel does, fail it with TimeoutError."""
+    """A run's ``timeout`` passed: stop it as a cancel does, fail it with TimeoutError.
+
+    A run with cleanup tasks fails only once they have run (each within its own
+    timeout): this call waits for them, on the timeout's own thread (or on the
+    caller's, for ``Executor.run``, which then stays in the run meanwhile).
+    """
     if future.done():
         return
     # Before the abort: a run with nothing running ends at once, and its end must
     # know that it was this (TimeoutError), not a driver that lost its outcome.
     run.expired = timeout
     run.abort()
-    run.cancelled.wait(_CANCEL_WAIT_SECONDS)  # queued tasks taken back: the count settles
-    future._expire(_timed_out_message(run, timeout))
+    if run.state.cleanup is None:
+        run.cancelled.wait(_CANCEL_WAIT_SECONDS)  # queued tasks taken back: the count settles
+        future._expire(_timed_out_message(run, timeout))
+    else:
+        future._expire_after(_timed_out_message(run, timeout), run.cancelled)
 
 
 def _timed_out_message(run: Run, timeout: float | None) -> str:

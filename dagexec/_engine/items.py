@@ -54,7 +54,9 @@ def special_items(
         if policy is not None:
             assert timers is not None  # a run whose plan has a policy has timers
             fn, extra = timers.attempt(task, policy, NOTIFY_START)
-            items.append((report, task, fn, args, flags | extra, stop, context))
+            # A cleanup task still starts after a cancel or a first Ctrl-C.
+            flag = driver.hard_stop if policy.cleanup else stop
+            items.append((report, task, fn, args, flags | extra, flag, context))
             del fn
         elif chain_next[task] < 0:
             items.append((report, task, fns[task], args, flags, stop, context))

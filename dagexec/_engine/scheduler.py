@@ -75,11 +75,12 @@ import contextvars
 import logging
 import queue
 import threading
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Hashable, Mapping
 from time import perf_counter
 from typing import Any
 
-from .._core.current import register_run
+from .._core.current import register_run, unregister_run
 from .._core.hooks import Hooks
 from .._core.plan import Plan
 from .._core.safe import add_note, task_for_message
@@ -93,7 +94,7 @@ from .driver import ABORT, Driver
 from .inbox import Inbox
 from .outcome import Outcome, announce, conclude
 from .timers import AttemptTimers
-from .wire import CHAIN, DONE, FAILED, FREED, NOTIFY_START, TIMED, Item, Job
+from .wire import CHAIN, DONE, FAILED, FREED, NOT_STARTED, NOTIFY_START, TIMED, Item, Job
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
@@ -103,6 +104,16 @@ OWN_FILES.add(__file__)  # callback errors' tracebacks reach these frames
 
 def _nothing() -> None:
     return None
+
+
+def _namer(state: weakref.ref[RunState]) -> Callable[[int], Hashable]:
+    """How ``current_task()`` names a plain task of the run whose state is ``state``."""
+
+    def name_of(task: int) -> Hashable:
+        alive = state()
+        return task if alive is None else alive.names[task]
+
+    return name_of
 
 
 class Run(Driver):
@@ -139,12 +150,15 @@ class Run(Driver):
         self.context = context  # the caller's contextvars, copied per task (None: empty)
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.finished = threading.Event()  # outcome is ready
-        self.stop = threading.Event()  # set by the driver on a stop; read by chains
+        self.stop = threading.Event()  # no item carrying it starts once set; see abort
+        self.hard_stop = threading.Event()  # the same for cleanup tasks' items
         self.cancelled = threading.Event()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
         self.abort_requested = False  # written by abort(), on any thread
         self.expired: float | None = None  # its timeout= passed (set before abort())
+        self.hard_requested = False  # likewise: a second Ctrl-C
         self.begun = self.aborted = False  # the driving thread only, like all below
+        self.hard_aborted = False
         self.detachable = self.detached = False  # see main()
         self.escaped: BaseException | None = None  # see main()
         self.wake_every: float | None = None
@@ -164,6 +178,7 @@ class Run(Driver):
             observed=observed,
             capacity=capacity,
             log=log.info if log.isEnabledFor(logging.INFO) else None,
+            warn=log.warning,
         )
         state.tell_release = bool(hooks.attempt_release)
         self.trace = trace
@@ -247,6 +262,7 @@ class Run(Driver):
 
     def _let_go(self) -> None:
         self.book.unsubscribe(self._freed)
+        unregister_run(self.stop)
         for error in self.observer.errors:
             release_frames(error)
         self.observer.errors.clear()
@@ -274,7 +290,7 @@ class Run(Driver):
                 held = self.balance.held
                 while sum(held) > 0:
                     msg = results.get()
-                    if msg is not ABORT and msg[2] in (DONE, FAILED, CHAIN):
+                    if msg is not ABORT and msg[2] in (DONE, FAILED, CHAIN, NOT_STARTED):
                         held[msg[0]] -= 1
                 return
             for inbox in self.inboxes:
@@ -302,8 +318,10 @@ class Run(Driver):
             self.observer.recorder = Recorder(state, self.started_at)
         self.debug = log.isEnabledFor(logging.DEBUG)  # dispatch then pays one falsy test
         # current_task() in a plain task names it through this: the names grow as
-        # maps expand, and were written before the task was handed out.
-        register_run(self.stop, lambda task: state.names[task])
+        # maps expand, and were written before the task was handed out. Weakly:
+        # a task may keep its token (the key) after the run, and the run's values
+        # must not live on through it.
+        register_run(self.stop, _namer(weakref.ref(state)))
         self._borrow()
         announce(self)
         self._loop()

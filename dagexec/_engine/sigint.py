@@ -4,8 +4,8 @@ Python raises ``KeyboardInterrupt`` in the main thread between any two
 bytecodes. Inside the scheduler driver that could leave the run state, or a
 worker's inbox, half updated (an inbox whose sleeping worker is never woken).
 So while the main thread drives a run, SIGINT goes to a handler that only asks
-the run to stop (``Run.abort``: a flag and a message on the results queue, both
-safe from a signal handler); the driver handles that at its next step, leaves
+the run to stop (``Run.request_abort``: a flag and a message on the results
+queue, both safe from a signal handler); the driver handles that at its next step, leaves
 the running tasks to another thread, and the caller raises ``KeyboardInterrupt``
 itself, at once. The previous handler is put back afterwards.
 
@@ -63,7 +63,8 @@ class SigintToAbort:
 
     def __init__(self) -> None:
         # Set once the run exists; a Ctrl-C before that is only ``fired``.
-        self.abort: Callable[[], None] | None = None
+        # ``Run.request_abort`` (signal-safe); its argument: a second Ctrl-C.
+        self.abort: Callable[[bool], None] | None = None
         self.fired = False
         self.previous: object = None
         self.wake_every: float | None = None
@@ -80,9 +81,10 @@ class SigintToAbort:
         return self
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        again = self.fired  # a second Ctrl-C abandons the run's cleanup tasks too
         self.fired = True
         if self.abort is not None:
-            self.abort()
+            self.abort(again)
 
     def __exit__(
         self,

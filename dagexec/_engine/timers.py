@@ -104,10 +104,14 @@ class AttemptTimers:
         self.tokens.pop(task, None)
         self.live.pop(task, None)
 
-    def stop_all(self) -> None:
-        """A stop: every running attempt sees it through its token."""
-        for token in self.tokens.values():
-            token.set()
+    def stop_all(self, spare_cleanup: bool = False) -> None:
+        """A stop: every running attempt sees it through its token; with
+        ``spare_cleanup`` (any stop but a hard abort) cleanup tasks' attempts do
+        not, since they are meant to run to their end after a stop."""
+        cleanup = self.state.cleanup if spare_cleanup else None
+        for task, token in self.tokens.items():
+            if cleanup is None or task >= len(cleanup) or not cleanup[task]:
+                token.set()
 
     def started(self, task: int, worker: int, now: float) -> None:
         """An attempt began on ``worker``: its deadline counts from the worker's own
@@ -148,6 +152,12 @@ class AttemptTimers:
         state.release(task, live.number)
         return True
 
+    def freed(self, live: LiveAttempt) -> None:
+        """An attempt this run let go of at its timeout has returned on its thread."""
+        task = self.let_go.pop(live, None)
+        if task is not None:
+            self.state.let_go_returned(task)
+
     def due(self) -> float | None:
         """Wake the retries that are due, time out the attempts that ran too long;
         return the seconds until the next timer, or None if there is none."""
@@ -159,6 +169,10 @@ class AttemptTimers:
             self._time_out(task, attempt)
         state.wake(now)  # a timed-out attempt retried at once
         times = [q[0][0] for q in (state.timers, deadlines) if q]
+        if state.gate is not None:  # a cleanup task waiting for its ancestors, timed
+            held_until = state.gate.next_deadline()
+            if held_until is not None:
+                times.append(held_until)
         return min(times) - now if times else None
 
     def abandon(self) -> list[tuple[LiveAttempt, int]]:

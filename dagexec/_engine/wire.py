@@ -35,6 +35,7 @@ __all__ = [
     "FREED",
     "MEMBER",
     "NOTIFY_START",
+    "NOT_STARTED",
     "STARTED",
     "STOP",
     "TIMED",
@@ -47,8 +48,10 @@ __all__ = [
 # Report kinds. A chain reports each member but the last as MEMBER when it is
 # timed (someone watches task ends), and always ends with one CHAIN report.
 # FREED is not a worker's: an abandoned attempt of an earlier run returned, and
-# its resources are free again (``task`` is its LiveAttempt; see _attempts.py).
-DONE, FAILED, STARTED, MEMBER, CHAIN, FREED = range(6)
+# its resources are free again (``task`` is its LiveAttempt; see attempts.py).
+# NOT_STARTED: the worker found the item's stop flag set when it reached it, and
+# did not start it (for a chain: its first member); the run cancels it.
+DONE, FAILED, STARTED, MEMBER, CHAIN, FREED, NOT_STARTED = range(7)
 
 # Item flags: extra reporting a run asked for. Off by default, so a run without
 # tracing or callbacks pays nothing for them.
@@ -64,8 +67,9 @@ Report = tuple[int, Any, int, Any, float, float]
 (a chain's member tuple for CHAIN) ended or began.
 
 ``payload``: the value (DONE), the exception (FAILED), a :class:`ChainEnd`
-(CHAIN), None otherwise. ``started``/``ended`` are ``perf_counter`` stamps
-taken on the worker in a timed run, else 0.0.
+(CHAIN), None otherwise (``task`` is a chain's first member for NOT_STARTED).
+``started``/``ended`` are ``perf_counter`` stamps taken on the worker in a
+timed run, else 0.0.
 """
 
 
@@ -79,6 +83,11 @@ runs ``fn(*args)`` and reports through ``report``.
 
 It carries the run's own ``report`` and ``stop``, so a worker needs nothing
 else, and a late report of an abandoned run goes to that run's queue only.
+A worker starts no item whose ``stop`` is set (it reports it NOT_STARTED):
+that is what makes "nothing starts after a cancel" hold without waiting for
+the scheduler to take the queued items back. A cleanup task's item carries
+the run's *hard* stop instead, so that it still runs after a cancel or a
+first Ctrl-C.
 ``context`` is the caller's contextvars (None when empty), copied per task.
 """
 

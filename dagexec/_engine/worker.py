@@ -27,6 +27,7 @@ from .wire import (
     DONE,
     FAILED,
     MEMBER,
+    NOT_STARTED,
     NOTIFY_START,
     STARTED,
     STOP,
@@ -80,6 +81,11 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
         # Drop every reference we can before running and after reporting: an idle
         # worker must not keep a large argument or result alive.
         del item
+        if stop.is_set():  # the run stopped since this was queued: it never starts
+            del fn, args, context
+            report((worker_id, task, NOT_STARTED, None, 0.0, 0.0))
+            del report, stop
+            continue
         if flags & NOTIFY_START:
             report((worker_id, task, STARTED, None, 0.0, 0.0))
         started = perf_counter() if flags & TIMED else 0.0
@@ -116,8 +122,10 @@ def _drop_own_frame(exc: BaseException) -> None:
 def _run_chain(worker_id: int, box: list[Chain], here: Running) -> None:
     """Run a chain's members in order, each on the previous one's value.
 
-    Stops early, between members, once the run is stopping (a failure elsewhere,
-    Ctrl-C), so a long chain is no longer than one task in how late it notices.
+    Stops early, before any member, once the run is stopping (a failure
+    elsewhere, Ctrl-C, a cancel), so a long chain is no longer than one task in
+    how late it notices; stopped before its first member, the chain is
+    reported NOT_STARTED.
     In a timed run each member's end is reported as it happens, so progress,
     traces and callbacks (and whatever they hold per task) keep pace with the
     work instead of waiting for the whole chain.
@@ -129,7 +137,11 @@ def _run_chain(worker_id: int, box: list[Chain], here: Running) -> None:
     done = 0
     last = len(fns) - 1
     for k, fn in enumerate(fns):
-        if k and stop.is_set():
+        if stop.is_set():
+            if not k:
+                del args, value
+                report((worker_id, tasks[0], NOT_STARTED, None, 0.0, 0.0))
+                return
             break
         if flags & NOTIFY_START:
             report((worker_id, tasks[k], STARTED, None, 0.0, 0.0))

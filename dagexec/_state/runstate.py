@@ -34,9 +34,10 @@ Policies, each written once:
   arguments (or skipped); targets are kept.
 * A stop (failure with on_error="raise", a fatal exception, an abort) cancels
   everything not yet handed out; what is on workers ends through ``finish``.
-  Cleanup tasks (run_if="all_done") are kept, and become ready once every
+  Cleanup tasks (run_if="all_done") are kept, and become due once every
   dependency ended in any state (:meth:`RunState._ended`), unless the stop is
-  an abort.
+  a hard one (a second Ctrl-C); a due one waits in the cleanup gate
+  (:mod:`dagexec._state.cleanup_gate`) until no ancestor runs any more.
 * Retries: a failed attempt that may be retried goes back to WAITING with a
   timer (a heap of due times on the driver's clock, which the driver passes in
   as ``now``: the machine reads no clock) and keeps its arguments; the driver
@@ -59,7 +60,19 @@ from .._core.plan import Plan
 from .._core.policy import MISSING, Policy, backoff
 from .._core.result import CANCELLED, DONE, FAILED, IN_FLIGHT, READY, SKIPPED, WAITING
 from .._core.safe import add_note, str_for_message, task_for_message
-from .events import DISPATCH, END, RELEASE, RETRY, RETURNED, TAKEN_BACK, TIMED_OUT, ChainEnd, Event
+from .cleanup_gate import CleanupGate
+from .events import (
+    DISPATCH,
+    END,
+    LET_GO,
+    RELEASE,
+    RETRY,
+    RETURNED,
+    TAKEN_BACK,
+    TIMED_OUT,
+    ChainEnd,
+    Event,
+)
 from .events import READY as E_READY
 from .fanout import Fanout
 
@@ -102,6 +115,10 @@ def exact(amount: float) -> float:
     return Fraction(repr(float(amount)))  # type: ignore[return-value]
 
 
+def _say_nothing(*_args: Any) -> None:
+    """The warning sink of a RunState that was given none."""
+
+
 class RunState:
     """Everything one run knows about its tasks. Not thread-safe: one owner at a time.
 
@@ -123,12 +140,16 @@ class RunState:
         observed: bool = False,
         capacity: Mapping[str, float] | None = None,
         log: Callable[..., None] | None = None,
+        warn: Callable[..., None] | None = None,
     ) -> None:
         n = len(plan)
         self.plan = plan
         # The pure state machine does not log: the engine hands in ``logger.info``
         # when a run starts with INFO enabled, and None (say nothing) otherwise.
         self.log = log
+        # Likewise for warnings (a cleanup task that stopped waiting for an ancestor):
+        # ``logger.warning`` from the engine; a thread-free test may leave it out.
+        self.warn: Callable[..., None] = warn or _say_nothing
         self.on_error = on_error
         # The run's tasks: the plan's, plus the items of maps once they expand
         # (then these become lists; see _fanout.py).
@@ -160,15 +181,18 @@ class RunState:
         # empty when no task has one, and then never looked at.
         self.policy: Sequence[Policy | None] | None = plan.policy
         self.cleanup: bytearray | None = None  # 1 for run_if="all_done" tasks
-        self.hard = False  # stopped by an abort: cleanup tasks are cancelled too
+        self.hard = False  # a hard stop (a second Ctrl-C): cleanup tasks are cancelled too
         self.attempt: dict[int, int] = {}  # task -> its current attempt, once retried
         self.retries = 0  # retry attempts made (RunStats.retries)
         self.kept_args: dict[int, tuple[Any, ...]] = {}  # retryable tasks' arguments
         self.timers: list[tuple[float, int, int]] = []  # heap of (due, seq, task) to retry
         self.now = 0.0  # the driver's clock, for timers; the machine reads no clock
         self.rand: Callable[[], float] = random.random  # jitter; tests may fix it
+        # Holds due cleanup tasks until their ancestors have settled (cleanup_gate.py).
+        self.gate: CleanupGate | None = None
         if plan.policy is not None and any(p is not None and p.cleanup for p in plan.policy):
             self.cleanup = bytearray(p is not None and p.cleanup for p in plan.policy)
+            self.gate = CleanupGate(self)
 
         # Ready set: when nothing ranks tasks, a list used as a stack (depth first)
         # or a deque (first-in first-out); else a heap of (key..., task); see
@@ -231,6 +255,9 @@ class RunState:
 
     # ---------------------------------------------------------------- readiness
     def _make_ready(self, task: int) -> None:
+        gate = self.gate
+        if gate is not None and gate.holds(task):
+            return  # a cleanup task whose ancestors still run: it waits, WAITING
         self.state[task] = READY
         if self.keyed:
             heapq.heappush(self.ready, self._order_key(task))
@@ -426,6 +453,9 @@ class RunState:
         self.in_flight += len(tasks)
         if self.in_flight > self.peak_in_flight:
             self.peak_in_flight = self.in_flight
+        if self.gate is not None:
+            for task in tasks:
+                self.gate.attempt_began(task)
         if self.events is not None:
             attempt = self.attempt.get
             self.events.extend(
@@ -530,6 +560,32 @@ class RunState:
             if self.state[follower] == HELD or self.state[follower] == IN_FLIGHT:
                 self.finish(follower, CANCELLED)
             follower = self.chain_next[follower]
+        if self.gate is not None and how != LET_GO:  # a let-go attempt still runs
+            self.gate.attempt_returned(task)
+
+    def let_go_returned(self, task: int) -> None:
+        """An attempt of ``task`` that the run let go of at its timeout (LET_GO) has
+        returned on its own thread: for the cleanup gate, it runs no more."""
+        if self.gate is not None:
+            self.gate.attempt_returned(task)
+            self.gate.recheck()
+
+    def put_back(self, task: int, args: tuple[Any, ...]) -> bool:
+        """The item headed by ``task`` was taken back before it started, in a stop
+        that is not an abort's hard one: a cleanup task goes back to the ready
+        set with its arguments, to run all the same (True). Anything else is
+        not put back (False): cancel it with :meth:`take_back`."""
+        cleanup = self.cleanup
+        if cleanup is None or self.hard or task >= len(cleanup) or not cleanup[task]:
+            return False
+        self.kept_args[task] = args
+        self.release(task)
+        self._make_ready(task)  # it passed the gate already: it is not held again
+        return True
+
+    def cleanup_pending(self) -> bool:
+        """Whether some cleanup task of the run has not ended yet."""
+        return self.gate is not None and self.gate.pending()
 
     # ------------------------------------------------------------------ finish
     def returned(self, reports: list[tuple[Any, ...]], release: bool = True) -> None:
@@ -583,6 +639,8 @@ class RunState:
                             became_ready(d)
             if release and needs is not None and needs[task]:
                 self._unhold(needs[task])
+            if release and self.gate is not None:
+                self.gate.attempt_returned(task)
         self.unfinished -= len(reports)
         if release:
             self.in_flight -= len(reports)
@@ -592,6 +650,8 @@ class RunState:
                 events.extend(
                     [Event(RELEASE, r[1], -1, RETURNED, 0.0, 0.0, number(r[1], 1)) for r in reports]
                 )
+        if self.gate is not None:
+            self.gate.recheck()
 
     def _returned_plain(self, reports: list[tuple[Any, ...]]) -> None:
         """:meth:`returned` in a plain run (see ``plain``) that is not stopping: the
@@ -672,6 +732,8 @@ class RunState:
                 events.append(Event(END, task, -1, outcome))
             if self.cleanup is not None:
                 self._ended(task, MISSING)
+        if self.gate is not None:
+            self.gate.recheck()
 
     def _ended(self, task: int, value: Any) -> None:
         """``task`` ended without readying its dependents (it failed, was skipped or
@@ -737,6 +799,8 @@ class RunState:
         is due, or None if no task waits for a retry."""
         timers, state = self.timers, self.state
         self.now = now
+        if self.gate is not None:
+            self.gate.expire(now)
         while timers and timers[0][0] <= now:
             task = heapq.heappop(timers)[2]
             if state[task] == WAITING:  # not cancelled while it waited
@@ -827,7 +891,7 @@ class RunState:
         """Hand nothing more out; cancel every task not handed out yet.
 
         Cleanup tasks (run_if="all_done") are kept, and run once their
-        dependencies ended, unless ``hard`` (an abort: the caller has gone).
+        dependencies ended, unless ``hard`` (a second Ctrl-C: the caller has gone).
         """
         if self.stopping and (self.hard or not hard):
             return
