@@ -12,6 +12,7 @@ from typing import Any
 
 from ._errors import (
     Cancelled,
+    CheckpointError,
     CycleError,
     DagexecError,
     DuplicateTaskError,
@@ -31,6 +32,7 @@ __all__ = [
     "MISSING",
     "Callback",
     "Cancelled",
+    "CheckpointError",
     "CurrentTask",
     "CycleError",
     "DagexecError",
@@ -68,11 +70,6 @@ del _name, _obj
 def __getattr__(name: str) -> Any:
     # Optional integrations load only when asked for, so `import dagexec` stays
     # std-only and fast (the way concurrent.futures loads ProcessPoolExecutor).
-    if name == "CheckpointError":  # sqlite3 loads only for a checkpointed run
-        from ._checkpoint import CheckpointError
-
-        CheckpointError.__module__ = "dagexec"
-        return CheckpointError
     if name in ("dask", "testing"):
         import importlib
 

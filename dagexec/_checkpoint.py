@@ -69,7 +69,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from ._errors import DagexecError
+from ._errors import CheckpointError
 
 __all__ = [
     "CheckpointError",
@@ -110,19 +110,6 @@ _BUSY_TIMEOUT_SECONDS = 30.0
 _NAME_TEXT_MAX = 1000
 
 _PICKLE_PROTOCOL = 5
-
-
-class CheckpointError(DagexecError):
-    """A value could not be checkpointed, or the checkpoint file cannot be used.
-
-    ``task`` is the name of the task at fault (None for a problem with the file),
-    ``path`` the checkpoint file. The original exception is ``__cause__``.
-    """
-
-    def __init__(self, message: str, *, task: Hashable | None = None, path: str = "") -> None:
-        super().__init__(message)
-        self.task = task
-        self.path = path
 
 
 class StoreClosedError(CheckpointError):

@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "Cancelled",
+    "CheckpointError",
     "CycleError",
     "DagexecError",
     "DuplicateTaskError",
@@ -209,3 +210,18 @@ class TaskTimeout(DagexecError, TimeoutError):
 class Cancelled(DagexecError):
     """Raised by ``current_task().check()`` once the attempt's cancellation token is set
     (its timeout passed, or the run is stopping)."""
+
+
+class CheckpointError(DagexecError):
+    """A value could not be checkpointed, or the checkpoint file cannot be used.
+
+    ``task`` is the name of the task at fault (None for a problem with the file),
+    ``path`` the checkpoint file. The original exception, if any, is ``__cause__``.
+    Defined here, not with the store, so that ``import dagexec`` exports it
+    without loading ``sqlite3``.
+    """
+
+    def __init__(self, message: str, *, task: Hashable | None = None, path: str = "") -> None:
+        super().__init__(message)
+        self.task = task
+        self.path = path

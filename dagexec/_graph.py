@@ -98,6 +98,7 @@ class Graph:
         "_policy",
         "_priority",
         "_resources",
+        "_uncheckpointed",
         "_unresolved",
     )
 
@@ -131,6 +132,7 @@ class Graph:
         self._resources: dict[int, tuple[tuple[str, float], ...]] = {}
         self._maps: set[int] = set()
         self._policy: dict[int, Policy] = {}  # sparse: tasks given retries, timeout, run_if
+        self._uncheckpointed: set[int] = set()  # sparse: tasks given checkpoint=False
         self._compiled: CompiledGraph | None = None
 
     def add(
@@ -148,6 +150,7 @@ class Graph:
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         timeout: float | None = None,
         run_if: str = "all_success",
+        checkpoint: bool = True,
     ) -> Hashable:
         """Add task ``name`` computing ``fn(*dep_values, *args, **kwargs)``; return ``name``.
 
@@ -157,6 +160,9 @@ class Graph:
         run) bound the sum over tasks out at once.
         ``retries``, ``retry_delay``, ``retry_on``, ``timeout``, ``run_if``: see
         README "Retries, timeouts and cleanup tasks".
+        ``checkpoint=False``: a checkpointed run never stores this task's value and
+        runs it every time (a task that lists today's files); the tasks downstream
+        of it load only if its value is the same as when they were stored.
 
         ``deps`` is an ordered collection of task names whose values are passed
         positionally, or a mapping ``{parameter: task name}`` passing them by
@@ -178,6 +184,7 @@ class Graph:
             and timeout is None
             and retry_on is Exception
             and run_if == "all_success"
+            and checkpoint is True
         ):
             ids: tuple[int, ...] | None
             # The common case, fn(*deps) with every dependency added already and
@@ -278,6 +285,8 @@ class Graph:
             or retry_on is not Exception
         ):
             policy = check_policy(name, retries, retry_delay, retry_on, timeout, run_if)
+        if checkpoint is not True:
+            check_checkpoint_flag(name, checkpoint)
         # Every check passed: from here on the task is stored, in every column and
         # side table at once (a failed add must leave nothing for the next task
         # to inherit at this position).
@@ -288,6 +297,8 @@ class Graph:
             self._store_options(position, *options)
         if policy is not None:
             self._policy[position] = policy
+        if checkpoint is False:
+            self._uncheckpointed.add(position)
         if self._index_shared:  # the last compiled graph reads it: copy on write
             self._index = index = dict(index)
             self._index_shared = False
@@ -327,6 +338,7 @@ class Graph:
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         timeout: float | None = None,
         run_if: str = "all_success",
+        checkpoint: bool = True,
     ) -> Hashable:
         """Add ``name``: ``fn(item, *[result of d for d in deps])`` for each item of ``over``.
 
@@ -336,6 +348,10 @@ class Graph:
         receives the list of results, in order. When ``over`` is itself a map,
         ``(name, i)`` runs as soon as ``(over, i)`` is done, without waiting for
         the whole of ``over``.
+
+        In a checkpointed run each item is stored on its own, found again by its
+        element (not its index): a new element runs alone, the others load.
+        ``checkpoint=False`` stores no item.
 
         Raises:
             The errors of :meth:`add`; TypeError if ``deps`` is a mapping (unlike
@@ -374,6 +390,7 @@ class Graph:
             retry_delay=retry_delay,
             retry_on=retry_on,
             timeout=timeout,
+            checkpoint=checkpoint,
         )
         self._maps.add(position)
         return name
@@ -397,6 +414,7 @@ class Graph:
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         timeout: float | None = None,
         run_if: str = "all_success",
+        checkpoint: bool = True,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -415,6 +433,7 @@ class Graph:
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         timeout: float | None = None,
         run_if: str = "all_success",
+        checkpoint: bool = True,
     ) -> Any:
         """Decorator form of :meth:`add`; the function is returned unchanged.
 
@@ -458,6 +477,7 @@ class Graph:
                     retry_on=retry_on,
                     timeout=timeout,
                     run_if=run_if,
+                    checkpoint=checkpoint,
                 )
             except BaseException:
                 self._inferred.pop(len(self._names), None)
@@ -650,3 +670,13 @@ def _hashable(value: object) -> bool:
     except TypeError:
         return False
     return True
+
+
+def check_checkpoint_flag(name: Hashable, checkpoint: object) -> None:
+    """Refuse a ``checkpoint=`` that is not a bool (a path belongs to ``run``)."""
+    if not isinstance(checkpoint, bool):
+        raise TypeError(
+            f"task {describe(name)}: checkpoint must be True or False (whether a "
+            f"checkpointed run stores this task's value), got {safe_repr(checkpoint)}; "
+            "the checkpoint file is given to run(checkpoint=...)"
+        )

@@ -47,9 +47,9 @@ from typing import Any
 
 from ._checkpoint import CheckpointError, describe_safely
 
-__all__ = ["task_identities"]
+__all__ = ["TaskParts", "combine", "name_key", "task_identities", "task_parts", "value_digest"]
 
-_PERSON = b"dagexec-task-1"  # bump when the encoding changes: old checkpoints then miss
+_PERSON = b"dagexec-task-2"  # bump when the encoding changes: old checkpoints then miss
 _PROTOCOL = 5
 # Bytes longer than this are encoded by their digest. Lower saves memory on more
 # values but hashes more small ones twice; higher copies large ones into the join.
@@ -337,6 +337,64 @@ _FUNCTION_TYPES = (
 )
 
 
+class TaskParts:
+    """Per task, what its identity is made of: name key, code, constants, dependencies.
+
+    ``prefix[i]`` is 48 bytes: the digest of the task's name (its key in the
+    store's table of names), of its function, and of its constant arguments.
+    A task's identity is ``combine(prefix[i], identities of its dependencies)``,
+    the same formula at plan time (:func:`task_identities`) and during a run
+    (a task downstream of a value known only then, see :mod:`dagexec._dynamic`),
+    so an identity never depends on when it was computed. Kept apart so that
+    :func:`dagexec.explain` can tell "its code changed" from "a constant changed".
+    """
+
+    __slots__ = ("ids", "prefix")
+
+    def __init__(self, count: int) -> None:
+        self.ids: list[bytes | None] = [None] * count
+        self.prefix: list[bytes | None] = [None] * count
+
+
+def combine(prefix: bytes, dep_ids: Iterable[bytes]) -> bytes:
+    """A task's identity from its 48-byte prefix and its dependencies' identities, in order."""
+    return _digest(b"".join((prefix, b"d", *dep_ids)))
+
+
+def name_key(name: Hashable) -> bytes:
+    """16-byte key of a task name in the store's table of names (any encodable name).
+
+    Raises:
+        CheckpointError: the name has no stable encoding (names the task).
+    """
+    return _name_key(_Encoder(), name)
+
+
+def _name_key(encoder: _Encoder, name: Hashable) -> bytes:
+    if type(name) is str:  # the common case, inlined
+        data = name.encode("utf-8", "surrogatepass")
+        return _digest(b"s%d:" % len(data) + data)
+    return _digest(encoder.strict(name, "its name", name))
+
+
+_NO_CONSTANTS = _digest(b"a")
+
+
+def value_digest(obj: object) -> bytes | None:
+    """16-byte digest of a value's canonical encoding, or None if it has none.
+
+    What a map item is found by (its element), and what stands for the value of
+    a ``checkpoint=False`` task in the identities downstream of it. Equal values
+    of the same types give equal digests in any process.
+    """
+    out: list[bytes] = [b"v"]
+    try:
+        _Encoder().value(obj, out)
+    except (_Unencodable, CheckpointError, RecursionError, ValueError, TypeError):
+        return None
+    return _digest(b"".join(out))
+
+
 def task_identities(
     names: Sequence[Hashable],
     fns: Sequence[Callable[..., Any]],
@@ -358,8 +416,22 @@ def task_identities(
             cannot be pickled; the message names the task.
         ValueError: the dependencies form a cycle (validate the graph first).
     """
+    return task_parts(names, fns, deps, args, kwargs, only=only).ids
+
+
+def task_parts(
+    names: Sequence[Hashable],
+    fns: Sequence[Callable[..., Any]],
+    deps: Sequence[Sequence[int]],
+    args: Sequence[tuple[Any, ...] | None] | None = None,
+    kwargs: Sequence[Mapping[str, Any] | None] | None = None,
+    *,
+    only: Iterable[int] | None = None,
+) -> TaskParts:
+    """:func:`task_identities` with each task's prefix (see :class:`TaskParts`) too."""
     count = len(names)
-    ids: list[bytes | None] = [None] * count
+    parts = TaskParts(count)
+    ids, prefixes = parts.ids, parts.prefix
     visiting = bytearray(count)
     encoder = _Encoder()
     function = encoder.function
@@ -369,21 +441,24 @@ def task_identities(
     def identify(i: int) -> bytes:
         name = names[i]
         encoder.task = name
-        if type(name) is str:  # the common case, inlined: a third of the time
-            data = name.encode("utf-8", "surrogatepass")
-            parts = [b"s%d:" % len(data), data, function(fns[i])]
-        else:
-            parts = [strict(name, "its name", name), function(fns[i])]
+        key = _name_key(encoder, name)
+        code = function(fns[i])
         a = args[i] if args is not None else None
-        if a:
-            parts.append(b"a" + strict(tuple(a), "its constant arguments", name))
         k = kwargs[i] if kwargs is not None else None
-        if k:
-            parts.append(b"k" + strict(sorted(k.items()), "its constant keyword arguments", name))
-        parts.append(b"d")
-        for d in deps[i]:
-            parts.append(ids[d])  # type: ignore[arg-type]
-        return digest(b"".join(parts))
+        if a or k:
+            constants = [b"a"]
+            if a:
+                constants.append(strict(tuple(a), "its constant arguments", name))
+            if k:
+                constants.append(b"k")
+                constants.append(
+                    strict(sorted(k.items()), "its constant keyword arguments", name)
+                )
+            consts = digest(b"".join(constants))
+        else:
+            consts = _NO_CONSTANTS
+        prefix = prefixes[i] = key + code + consts
+        return digest(b"".join((prefix, b"d", *[ids[d] for d in deps[i]])))  # type: ignore[misc]
 
     roots: Iterable[int] = range(count) if only is None else only
     for root in roots:
@@ -414,4 +489,4 @@ def task_identities(
                 continue
             stack.pop()
             ids[i] = identify(i)
-    return ids
+    return parts
