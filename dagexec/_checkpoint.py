@@ -94,6 +94,12 @@ CREATE TABLE IF NOT EXISTS dagexec_values (
     digest   BLOB NOT NULL,      -- BLAKE2b-128 of value, checked on every load
     value    BLOB NOT NULL       -- the pickled value
 );
+CREATE TABLE IF NOT EXISTS dagexec_names (
+    key      BLOB PRIMARY KEY,   -- 16-byte digest of the task name, see dagexec._identity
+    name     TEXT NOT NULL,      -- repr of the task name, for people reading the file
+    identity BLOB NOT NULL,      -- the identity last saved under this name
+    parts    BLOB NOT NULL       -- what it was made of, for dagexec.explain
+);
 """
 
 # A batch is one transaction. Larger batches mean fewer fsyncs (more values per
@@ -170,7 +176,9 @@ class _Flush:
 
 
 _STOP = None  # sentinel: the writer drains what is before it, then exits
-_Item = tuple[bytes, Hashable, bytes]  # (identity, task name, pickled value)
+# (identity, task name, pickled value, parts): parts are TaskParts.prefix plus
+# (name key, identity) per dependency, or b"" for a task decided during the run.
+_Item = tuple[bytes, Hashable, bytes, bytes]
 
 
 class _Writer:
@@ -331,7 +339,12 @@ class _Writer:
         now = time.time()
         rows = [
             (identity, describe_safely(name), len(data), now, _digest(data), data)
-            for identity, name, data in batch
+            for identity, name, data, _ in batch
+        ]
+        names = [
+            (parts[:16], row[1], row[0], parts)
+            for row, (_, _, _, parts) in zip(rows, batch, strict=True)
+            if parts
         ]
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -341,6 +354,12 @@ class _Writer:
                     " (identity, name, size, created, digest, value) VALUES (?, ?, ?, ?, ?, ?)",
                     rows,
                 )
+                if names:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO dagexec_names (key, name, identity, parts)"
+                        " VALUES (?, ?, ?, ?)",
+                        names,
+                    )
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -370,7 +389,7 @@ class _Writer:
             self.pending_bytes -= sum(row[2] for row in rows)
         if self.on_commit is not None:
             try:
-                self.on_commit([identity for identity, _, _ in batch])
+                self.on_commit([item[0] for item in batch])
             except Exception as exc:
                 error = CheckpointError(
                     f"checkpoint {self.path!r}: on_commit raised {type(exc).__name__}: {exc}",
@@ -475,22 +494,29 @@ class CheckpointStore:
 
     # -- writing (any thread, never blocks on disk) --------------------------------
 
-    def save_nowait(self, identity: bytes, value: Any, *, name: Hashable) -> None:
+    def save_nowait(
+        self, identity: bytes, value: Any, *, name: Hashable, parts: bytes = b""
+    ) -> None:
         """Pickle ``value`` now, on this thread, and queue it for the writer.
 
         Raises:
             CheckpointError: the value cannot be pickled (nothing is queued), or the
                 store is closed.
         """
-        self._writer.put((identity, name, pickle_value(value, name)))
+        self._writer.put((identity, name, pickle_value(value, name), parts))
 
-    def save_pickled_nowait(self, identity: bytes, data: bytes, *, name: Hashable) -> None:
+    def save_pickled_nowait(
+        self, identity: bytes, data: bytes, *, name: Hashable, parts: bytes = b""
+    ) -> None:
         """Queue bytes from :func:`pickle_value` for the writer; O(1), never blocks.
+
+        ``parts`` (from :mod:`dagexec._resume`) are what the identity was made of,
+        kept per task name so that :func:`dagexec.explain` can say what changed.
 
         Raises:
             CheckpointError: the store is closed.
         """
-        self._writer.put((identity, name, data))
+        self._writer.put((identity, name, data, parts))
 
     @property
     def committed_count(self) -> int:

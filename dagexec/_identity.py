@@ -451,14 +451,12 @@ def task_parts(
                 constants.append(strict(tuple(a), "its constant arguments", name))
             if k:
                 constants.append(b"k")
-                constants.append(
-                    strict(sorted(k.items()), "its constant keyword arguments", name)
-                )
+                constants.append(strict(sorted(k.items()), "its constant keyword arguments", name))
             consts = digest(b"".join(constants))
         else:
             consts = _NO_CONSTANTS
         prefix = prefixes[i] = key + code + consts
-        return digest(b"".join((prefix, b"d", *[ids[d] for d in deps[i]])))  # type: ignore[misc]
+        return digest(b"".join((prefix, b"d", *[ids[d] for d in deps[i]])))  # type: ignore[arg-type]
 
     roots: Iterable[int] = range(count) if only is None else only
     for root in roots:
