@@ -5,8 +5,9 @@ lister runs every time (``checkpoint=False``); each file is parsed by an item of
 ``g.map``; ``total`` sums them. The item for the file named by the environment
 variable ``BLOCK`` says ``BLOCK`` and waits forever, so the parent can send
 SIGINT while it runs. (Read from the environment when called, not from a
-closure: what a task closes over is part of its identity.) Prints, one line each and flushed: ``RAN <what>`` when a task computes,
-``TOTAL <n>`` at the end, ``INTERRUPTED`` on Ctrl-C.
+closure: what a task closes over is part of its identity.) Prints, one line each
+and flushed: ``RAN <what>`` when a task computes, ``TOTAL <n>`` at the end,
+``INTERRUPTED`` on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -47,7 +48,11 @@ def build(directory: str) -> dagexec.Graph:
             return len(f.read())
 
     g.map("parsed", parse, over="files")
-    g.add("total", lambda parsed: say("RAN total") or sum(parsed), deps=["parsed"])
+    def total(parsed: list[int]) -> int:
+        say("RAN total")
+        return sum(parsed)
+
+    g.add("total", total, deps=["parsed"])
     return g
 
 

@@ -26,9 +26,11 @@ class Calls:
         self.names: list[Any] = []
         self.lock = threading.Lock()
 
-    def __call__(self, name: Any) -> None:
+    def __call__(self, name: Any) -> bool:
+        """Record ``name``; False, so that ``calls(name) or value`` is the value."""
         with self.lock:
             self.names.append(name)
+        return False
 
     def take(self) -> list[Any]:
         with self.lock:
