@@ -66,9 +66,16 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+from ._checkpoint_file import (
+    check_contents,
+    check_private,
+    check_writable,
+    create_private,
+    damaged,
+)
 from ._errors import CheckpointError
 
 __all__ = [
@@ -457,6 +464,11 @@ class CheckpointStore:
         self._writer.thread.start()
 
     def _open(self) -> sqlite3.Connection:
+        # Before SQLite reads a byte: a file someone else could write is refused,
+        # since loading unpickles (see _checkpoint_file).
+        check_private(self.path)
+        check_writable(self.path)
+        create_private(self.path)
         try:
             conn = _connect(self.path)
         except sqlite3.Error as exc:
@@ -465,6 +477,11 @@ class CheckpointStore:
                 "exists and is writable",
                 path=self.path,
             ) from exc
+        try:
+            check_contents(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
         try:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
@@ -478,11 +495,7 @@ class CheckpointStore:
             ).fetchone()
         except sqlite3.Error as exc:
             conn.close()
-            raise CheckpointError(
-                f"cannot use {self.path!r} as a checkpoint ({exc}); it is not a dagexec "
-                "checkpoint, or it is damaged: give another path or delete the file",
-                path=self.path,
-            ) from exc
+            raise damaged(self.path, exc) from exc
         if found != FORMAT:
             conn.close()
             raise CheckpointError(
@@ -596,10 +609,9 @@ class CheckpointStore:
         found: set[bytes] = set()
         for chunk in _chunks(identities):
             marks = ",".join("?" * len(chunk))
-            with self._read_lock:
-                rows = self._reader.execute(
-                    f"SELECT identity FROM dagexec_values WHERE identity IN ({marks})", chunk
-                ).fetchall()
+            rows = self._read(
+                f"SELECT identity FROM dagexec_values WHERE identity IN ({marks})", chunk
+            )
             found.update(row[0] for row in rows)
         return found
 
@@ -612,13 +624,20 @@ class CheckpointStore:
         values: dict[bytes, Any] = {}
         for chunk in _chunks(identities):
             marks = ",".join("?" * len(chunk))
-            with self._read_lock:
-                rows = self._reader.execute(
-                    "SELECT identity, name, digest, value FROM dagexec_values"
-                    f" WHERE identity IN ({marks})",
-                    chunk,
-                ).fetchall()
+            rows = self._read(
+                f"SELECT identity, name, digest, value FROM dagexec_values"
+                f" WHERE identity IN ({marks})",
+                chunk,
+            )
             for identity, name, digest, data in rows:
+                if type(digest) is not bytes or type(data) is not bytes:
+                    raise CheckpointError(
+                        f"checkpoint {self.path!r}: the row of task {name} is unreadable "
+                        f"(its value is a {type(data).__name__}, not bytes): the file was "
+                        "changed by something other than dagexec. Delete it to start "
+                        "afresh, or restore a copy",
+                        path=self.path,
+                    )
                 ok, value = self._unpickle(name, digest, data)
                 if ok:
                     values[identity] = value
@@ -639,9 +658,16 @@ class CheckpointStore:
 
     def __len__(self) -> int:
         """How many values the file holds (committed by any process)."""
-        with self._read_lock:
-            (count,) = self._reader.execute("SELECT count(*) FROM dagexec_values").fetchone()
+        ((count,),) = self._read("SELECT count(*) FROM dagexec_values", ())
         return int(count)
+
+    def _read(self, sql: str, parameters: Sequence[object]) -> list[Any]:
+        """Rows of a query on the reader; a file SQLite cannot read is a CheckpointError."""
+        try:
+            with self._read_lock:
+                return self._reader.execute(sql, parameters).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise damaged(self.path, exc) from exc
 
     def _unpickle(self, name: str, digest: bytes, data: bytes) -> tuple[bool, Any]:
         if _digest(data) != digest:

@@ -48,6 +48,7 @@ def build(directory: str) -> dagexec.Graph:
             return len(f.read())
 
     g.map("parsed", parse, over="files")
+
     def total(parsed: list[int]) -> int:
         say("RAN total")
         return sum(parsed)
