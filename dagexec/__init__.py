@@ -22,6 +22,7 @@ from ._errors import (
 )
 from ._events import Callback, PlanInfo
 from ._executor import Executor, run
+from ._explain import explain
 from ._future import RunFuture
 from ._graph import Graph, Task
 from ._policy import MISSING, CurrentTask, Missing, current_task
@@ -53,6 +54,7 @@ __all__ = [
     "TraceRecord",
     "UnknownTargetError",
     "current_task",
+    "explain",
     "run",
 ]
 
