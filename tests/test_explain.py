@@ -37,6 +37,8 @@ class Recorder:
 
 
 RAN = Recorder()
+# A value whose bytes no longer match their digest: damaged below SQLite.
+_GARBLE = "UPDATE dagexec_values SET value = CAST(X'00' || value AS BLOB)"
 
 
 def plus(*xs: int) -> int:
@@ -132,7 +134,7 @@ def test_not_checkpointed_and_decided_during_the_run(tmp_path: Path) -> None:
 
 def test_bad_arguments_name_the_fix(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="graph must be a dagexec.Graph"):
-        dagexec.explain("g", checkpoint=tmp_path / "c")  # type: ignore[arg-type]
+        dagexec.explain("g", checkpoint=tmp_path / "c")
     with pytest.raises(TypeError, match="checkpoint must be a file path"):
         dagexec.explain(_diamond(), checkpoint=3)  # type: ignore[arg-type]
 
@@ -233,7 +235,7 @@ def _damage(path: str, rng: random.Random) -> None:
                 conn.execute("DELETE FROM dagexec_values WHERE identity = ?", (identity,))
             elif roll < 0.3:
                 conn.execute(
-                    "UPDATE dagexec_values SET value = CAST(X'00' || value AS BLOB) WHERE identity = ?",
+                    _GARBLE + " WHERE identity = ?",
                     (identity,),
                 )
 
