@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import describe
+from ._graph import Graph
 
 __all__ = ["Explanation", "Reason", "explain"]
 
@@ -78,7 +79,7 @@ class Explanation:
 
 
 def explain(
-    graph: Any,
+    graph: Graph,
     targets: Iterable[Hashable] | None = None,
     *,
     checkpoint: str | os.PathLike[str],
@@ -97,7 +98,6 @@ def explain(
         The graph's own errors (cycle, missing dependency, unknown target).
     """
     from ._executor import _check_checkpoint
-    from ._graph import Graph
     from ._plan import plan_run
     from ._resume import checkpoint_identities
 

@@ -134,7 +134,7 @@ def test_not_checkpointed_and_decided_during_the_run(tmp_path: Path) -> None:
 
 def test_bad_arguments_name_the_fix(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="graph must be a dagexec.Graph"):
-        dagexec.explain("g", checkpoint=tmp_path / "c")
+        dagexec.explain("g", checkpoint=tmp_path / "c")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="checkpoint must be a file path"):
         dagexec.explain(_diamond(), checkpoint=3)  # type: ignore[arg-type]
 
