@@ -7,7 +7,9 @@ everything that decides the value, and nothing else:
 * the task's **name**;
 * its **function**: for a plain function, its code (bytecode, constants including
   nested functions' code, names, argument layout), defaults, closure contents and
-  the functions and simple constants of its own module that it names; for a
+  what it names in its own module: functions, classes (their methods' code),
+  simple and container constants, and objects pickled through ``copyreg``
+  (``re.Pattern``); for a
   ``functools.partial``, the function and the bound arguments; for a bound method
   or a callable object, its class's code and the object's state; for a builtin or
   a C callable, its qualified name (or its pickle);
@@ -37,6 +39,7 @@ surroundings rather than its data.
 
 from __future__ import annotations
 
+import copyreg
 import functools
 import hashlib
 import pickle
@@ -56,6 +59,7 @@ _PROTOCOL = 5
 _LONG_BYTES = 4096
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set for classes created by a class statement
 _SIMPLE_GLOBALS = (type(None), bool, int, float, complex, str, bytes)
+_CONTAINERS = (tuple, list, dict, set, frozenset)
 _pack_d = struct.Struct("<d").pack
 _pack_dd = struct.Struct("<dd").pack
 
@@ -145,9 +149,12 @@ class _Encoder:
             self._reduced(obj, out)
 
     def _reduced(self, obj: object, out: list[bytes]) -> None:
-        # What pickle would save, but encoded canonically (sets sorted).
+        # What pickle would save, but encoded canonically (sets sorted). Like
+        # pickle, a reducer registered with copyreg comes first: re.Pattern has
+        # no __reduce_ex__ of its own that works, only copyreg's.
         try:
-            reduced = obj.__reduce_ex__(_PROTOCOL)
+            reducer = copyreg.dispatch_table.get(type(obj))
+            reduced = reducer(obj) if reducer is not None else obj.__reduce_ex__(_PROTOCOL)
         except Exception as exc:
             raise _Unencodable(f"{type(exc).__name__}: {exc}") from exc
         if isinstance(reduced, str):  # a global, pickled by name
@@ -269,13 +276,23 @@ class _Encoder:
             namespace = fn.__globals__
             for name in names:
                 found = namespace.get(name, namespace)  # namespace: "not there"
-                if isinstance(found, types.FunctionType):
-                    if found.__module__ == fn.__module__:
+                if found is namespace:
+                    continue  # a builtin, or not defined (yet)
+                kind = type(found)
+                if isinstance(found, (types.FunctionType, type)):
+                    # Its module's functions and classes (a class: its methods' code).
+                    if getattr(found, "__module__", None) == fn.__module__:
                         self.value(name, out)
                         out.append(self.function(found))
-                elif type(found) in _SIMPLE_GLOBALS:
+                elif kind in _SIMPLE_GLOBALS:
                     self.value(name, out)
                     self.value(found, out)
+                elif kind in _CONTAINERS or kind in copyreg.dispatch_table:
+                    # Constants that decide the value: EXTENSIONS = (".csv", ".tsv"),
+                    # PATTERN = re.compile(...). A container the task mutates (a
+                    # module-level cache) makes the task run again; never a wrong load.
+                    self.value(name, out)
+                    self.lenient(found, out)
         elif isinstance(fn, functools.partial):
             out += [b"partial", self.function(fn.func)]
             out.append(self.strict(fn.args, "its partial's bound arguments", self.task))
