@@ -340,3 +340,48 @@ def test_a_cleanup_value_built_from_a_failed_dependency_is_not_saved(tmp_path: P
     third = dagexec.run(g, checkpoint=path, on_error="continue")
     assert third["report"] == "report of 7"
     assert calls.take() == []
+
+
+# -- meetings with other options ---------------------------------------------------------
+
+
+def test_a_map_over_a_map_resumes_item_by_item(tmp_path: Path) -> None:
+    calls = Calls()
+    path = tmp_path / "c.sqlite"
+    source = {"xs": [1, 2]}
+
+    def build() -> dagexec.Graph:
+        g = dagexec.Graph()
+        g.add("xs", lambda: list(source["xs"]), checkpoint=False)
+        g.map("sq", lambda x: calls(("sq", x)) or x * x, over="xs")
+        g.map("neg", lambda y: calls(("neg", y)) or -y, over="sq")
+        return g
+
+    assert dagexec.run(build(), ["neg"], checkpoint=path)["neg"] == [-1, -4]
+    assert len(calls.take()) == 4
+    source["xs"] = [3, 1, 2]
+    assert dagexec.run(build(), ["neg"], checkpoint=path)["neg"] == [-9, -1, -4]
+    assert sorted(calls.take()) == [("neg", 9), ("sq", 3)]
+
+
+def test_a_retried_map_item_is_saved_once_it_succeeds(tmp_path: Path) -> None:
+    calls = Calls()
+    path = tmp_path / "c.sqlite"
+
+    def flaky(x: int) -> int:
+        # What it closes over is part of its identity: calls holds a lock, so
+        # only its type counts, and its changing contents do not.
+        calls(x)
+        with calls.lock:
+            first = calls.names.count(x) == 1
+        if first:
+            raise OSError(f"flaky {x}")
+        return x * 10
+
+    g = dagexec.Graph()
+    g.add("xs", lambda: [1, 2], checkpoint=False)
+    g.map("ys", flaky, over="xs", retries=1, timeout=30)
+    assert dagexec.run(g, ["ys"], checkpoint=path)["ys"] == [10, 20]
+    assert sorted(calls.take()) == [1, 1, 2, 2]
+    assert dagexec.run(g, ["ys"], checkpoint=path)["ys"] == [10, 20]
+    assert calls.take() == []
