@@ -8,7 +8,8 @@ everything that decides the value, and nothing else:
 * its **function**: for a plain function, its code (bytecode, constants including
   nested functions' code, names, argument layout), defaults, closure contents and
   what it names in its own module: functions, classes (their methods' code),
-  simple and container constants, and objects pickled through ``copyreg``
+  simple constants, tuples and frozensets, lists, dicts and sets under an
+  upper-case (constant) name, and objects pickled through ``copyreg``
   (``re.Pattern``); for a
   ``functools.partial``, the function and the bound arguments; for a bound method
   or a callable object, its class's code and the object's state; for a builtin or
@@ -59,7 +60,8 @@ _PROTOCOL = 5
 _LONG_BYTES = 4096
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set for classes created by a class statement
 _SIMPLE_GLOBALS = (type(None), bool, int, float, complex, str, bytes)
-_CONTAINERS = (tuple, list, dict, set, frozenset)
+_FROZEN_CONTAINERS = (tuple, frozenset)
+_CONTAINERS = (list, dict, set)
 _pack_d = struct.Struct("<d").pack
 _pack_dd = struct.Struct("<dd").pack
 
@@ -287,10 +289,16 @@ class _Encoder:
                 elif kind in _SIMPLE_GLOBALS:
                     self.value(name, out)
                     self.value(found, out)
-                elif kind in _CONTAINERS or kind in copyreg.dispatch_table:
+                elif (
+                    kind in _FROZEN_CONTAINERS
+                    or kind in copyreg.dispatch_table
+                    or (kind in _CONTAINERS and name.isupper())
+                ):
                     # Constants that decide the value: EXTENSIONS = (".csv", ".tsv"),
-                    # PATTERN = re.compile(...). A container the task mutates (a
-                    # module-level cache) makes the task run again; never a wrong load.
+                    # PATTERN = re.compile(...), LIMITS = {...}. A mutable container
+                    # counts only under a constant's name (PEP 8: upper case): a
+                    # lower-case list is usually state the task appends to (a log
+                    # of calls), which would make it run again every time.
                     self.value(name, out)
                     self.lenient(found, out)
         elif isinstance(fn, functools.partial):

@@ -362,6 +362,7 @@ def _module_task(tmp_path: Path, source: str, name: str = "task") -> Any:
         ),
         pytest.param("EXTS = ('.csv',)\n", "EXTS = ('.csv', '.tsv')\n", id="a tuple constant"),
         pytest.param("EXTS = {'a': 1}\n", "EXTS = {'a': 2}\n", id="a dict constant"),
+        pytest.param("EXTS = ['a']\n", "EXTS = ['b']\n", id="a list constant"),
         pytest.param(
             "import re\nPAT = re.compile('a+')\n",
             "import re\nPAT = re.compile('b+')\n",
@@ -381,6 +382,14 @@ def test_what_the_task_names_in_its_module_is_covered(
 
     assert identity(before) == identity(before)
     assert identity(before) != identity(after)  # today: the edit is missed
+
+
+def test_a_lower_case_list_is_state_not_a_constant(tmp_path: Path) -> None:
+    # A log of calls the task appends to must not make it run again every time.
+    fn = _module_task(tmp_path, "calls = []\ndef task():\n    calls.append(1)\n")
+    before = ids([fn], [()])
+    fn()
+    assert ids([fn], [()]) == before
 
 
 def test_a_compiled_pattern_is_a_constant_like_any_other() -> None:
