@@ -183,8 +183,8 @@ class _Flush:
 
 
 _STOP = None  # sentinel: the writer drains what is before it, then exits
-# (identity, task name, pickled value, parts): parts are TaskParts.prefix plus
-# (name key, identity) per dependency, or b"" for a task decided during the run.
+# (identity, task name, pickled value, parts): parts are the name key, code and
+# constants digests, then (name key, identity) per dependency; b"" for none.
 _Item = tuple[bytes, Hashable, bytes, bytes]
 
 

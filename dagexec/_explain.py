@@ -117,6 +117,7 @@ def explain(
 
 
 def _predict(graph: Any, plan: Any, ids: Any, store: Any, path: str) -> Explanation:
+    from ._identity import key_of
     from ._resume import plan_resume, resume
     from ._savers import MAP, STATIC
 
@@ -130,7 +131,8 @@ def _predict(graph: Any, plan: Any, ids: Any, store: Any, path: str) -> Explanat
         to_load = set(loaded)
         wanted = [ids[i] for i in to_run if ids[i] is not None]
         present = store.stored(wanted)
-        parts = _stored_parts(store, [ids.prefix[i][:_KEY] for i in to_run if ids[i] is not None])
+        keys = [key_of(ids.prefix[i]) for i in to_run if ids[i] is not None]
+        parts = _stored_parts(store, keys)
     run: dict[Hashable, Reason] = {}
     during: dict[Hashable, str] = {}
     for i in sorted(to_run):
@@ -177,18 +179,20 @@ def _reason(
     present: set[bytes],
     parts: Mapping[bytes, tuple[bytes, bytes]],
 ) -> Reason:
+    from ._identity import code_of, constants_of, key_of
+
     name = plan.names[i]
     identity, prefix = ids[i], ids.prefix[i]
-    stored = parts.get(prefix[:_KEY])
+    stored = parts.get(key_of(prefix))
     if stored is None:
         return Reason(NOT_STORED, "not stored yet")
     last_identity, last = stored
-    if last[_KEY : 2 * _KEY] != prefix[_KEY : 2 * _KEY]:
+    if last[_KEY : 2 * _KEY] != code_of(prefix):
         return Reason(CODE_CHANGED, f"its code changed (function {_function_name(graph, name)})")
-    if last[2 * _KEY : 3 * _KEY] != prefix[2 * _KEY : 3 * _KEY]:
+    if last[2 * _KEY : 3 * _KEY] != constants_of(prefix):
         return Reason(CONSTANT_CHANGED, "a constant changed (its args or kwargs)")
     was = [last[k : k + 2 * _KEY] for k in range(3 * _KEY, len(last), 2 * _KEY)]
-    now = [ids.prefix[d][:_KEY] + ids[d] for d in plan.deps[i]]
+    now = [key_of(ids.prefix[d]) + ids[d] for d in plan.deps[i]]
     if was != now:
         before = {pair[:_KEY]: pair[_KEY:] for pair in was}
         for d, pair in zip(plan.deps[i], now, strict=True):

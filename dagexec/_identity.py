@@ -51,7 +51,16 @@ from typing import Any
 
 from ._checkpoint import CheckpointError, describe_safely
 
-__all__ = ["TaskParts", "combine", "name_key", "task_identities", "task_parts", "value_digest"]
+__all__ = [
+    "TaskParts",
+    "code_of",
+    "combine",
+    "constants_of",
+    "key_of",
+    "task_identities",
+    "task_parts",
+    "value_digest",
+]
 
 _PERSON = b"dagexec-task-2"  # bump when the encoding changes: old checkpoints then miss
 _PROTOCOL = 5
@@ -363,15 +372,16 @@ _FUNCTION_TYPES = (
 
 
 class TaskParts:
-    """Per task, what its identity is made of: name key, code, constants, dependencies.
+    """Per task, what its identity is made of: name, code, constants, dependencies.
 
-    ``prefix[i]`` is 48 bytes: the digest of the task's name (its key in the
-    store's table of names), of its function, and of its constant arguments.
-    A task's identity is ``combine(prefix[i], identities of its dependencies)``,
-    the same formula at plan time (:func:`task_identities`) and during a run
-    (a task downstream of a value known only then, see :mod:`dagexec._dynamic`),
-    so an identity never depends on when it was computed. Kept apart so that
-    :func:`dagexec.explain` can tell "its code changed" from "a constant changed".
+    ``prefix[i]`` is the canonical encoding of the task's name followed by the
+    16-byte digests of its function and of its constant arguments (see
+    :func:`code_of`, :func:`constants_of`, :func:`key_of`). A task's identity is
+    ``combine(prefix[i], identities of its dependencies)``, the same formula at
+    plan time (:func:`task_identities`) and during a run (a task downstream of
+    a value known only then, see :mod:`dagexec._savers`), so an identity never
+    depends on when it was computed. Kept apart so that :func:`dagexec.explain`
+    can tell "its code changed" from "a constant changed".
     """
 
     __slots__ = ("ids", "prefix")
@@ -382,24 +392,30 @@ class TaskParts:
 
 
 def combine(prefix: bytes, dep_ids: Iterable[bytes]) -> bytes:
-    """A task's identity from its 48-byte prefix and its dependencies' identities, in order."""
+    """A task's identity from its prefix and its dependencies' identities, in order."""
     return _digest(b"".join((prefix, b"d", *dep_ids)))
 
 
-def name_key(name: Hashable) -> bytes:
-    """16-byte key of a task name in the store's table of names (any encodable name).
-
-    Raises:
-        CheckpointError: the name has no stable encoding (names the task).
-    """
-    return _name_key(_Encoder(), name)
+def key_of(prefix: bytes) -> bytes:
+    """16-byte key of the task's name in the store's table of names."""
+    return _digest(prefix[:-32])
 
 
-def _name_key(encoder: _Encoder, name: Hashable) -> bytes:
+def code_of(prefix: bytes) -> bytes:
+    """16-byte digest of the task's function, as its identity saw it."""
+    return prefix[-32:-16]
+
+
+def constants_of(prefix: bytes) -> bytes:
+    """16-byte digest of the task's constant arguments."""
+    return prefix[-16:]
+
+
+def _name_encoding(encoder: _Encoder, name: Hashable) -> bytes:
     if type(name) is str:  # the common case, inlined
         data = name.encode("utf-8", "surrogatepass")
-        return _digest(b"s%d:" % len(data) + data)
-    return _digest(encoder.strict(name, "its name", name))
+        return b"s%d:" % len(data) + data
+    return encoder.strict(name, "its name", name)
 
 
 _NO_CONSTANTS = _digest(b"a")
@@ -466,7 +482,11 @@ def task_parts(
     def identify(i: int) -> bytes:
         name = names[i]
         encoder.task = name
-        key = _name_key(encoder, name)
+        if type(name) is str:  # the common case, inlined: a third of the time
+            data = name.encode("utf-8", "surrogatepass")
+            key = b"s%d:" % len(data) + data
+        else:
+            key = strict(name, "its name", name)
         code = function(fns[i])
         a = args[i] if args is not None else None
         k = kwargs[i] if kwargs is not None else None
@@ -476,12 +496,19 @@ def task_parts(
                 constants.append(strict(tuple(a), "its constant arguments", name))
             if k:
                 constants.append(b"k")
-                constants.append(strict(sorted(k.items()), "its constant keyword arguments", name))
+                constants.append(
+                    strict(sorted(k.items()), "its constant keyword arguments", name)
+                )
             consts = digest(b"".join(constants))
         else:
             consts = _NO_CONSTANTS
-        prefix = prefixes[i] = key + code + consts
-        return digest(b"".join((prefix, b"d", *[ids[d] for d in deps[i]])))  # type: ignore[arg-type]
+        prefix = prefixes[i] = b"".join((key, code, consts))
+        task_deps = deps[i]
+        if len(task_deps) == 1:  # the commonest shape, without a list
+            return digest(b"".join((prefix, b"d", ids[task_deps[0]])))  # type: ignore[arg-type]
+        parts = [prefix, b"d"]
+        parts.extend(map(ids.__getitem__, task_deps))  # type: ignore[arg-type]
+        return digest(b"".join(parts))
 
     roots: Iterable[int] = range(count) if only is None else only
     for root in roots:

@@ -237,12 +237,7 @@ def open_checkpoint(path: str, plan: Plan, ids: list[bytes | None]) -> tuple[Pla
             identity = ids[i]
             if identity is None:
                 return fn
-            own = prefix[i]
-            parts = b""
-            if own is not None:
-                deps = [prefix[d][:16] + ids[d] for d in plan.deps[i]]  # type: ignore[index,operator]
-                parts = b"".join((own, *deps))
-            return static_saver(fn, store, identity, plan.names[i], parts, policy)
+            return static_saver(fn, store, identity, plan.names[i], table, i, policy)
 
         restricted = restrict_plan(plan, to_run, loaded, wrap)
     except BaseException:

@@ -43,7 +43,7 @@ from time import monotonic
 from typing import Any
 
 from ._checkpoint import CheckpointStore, StoreClosedError, describe_safely, pickle_value
-from ._identity import _digest, combine, value_digest
+from ._identity import _digest, code_of, combine, constants_of, key_of, value_digest
 from ._policy import MISSING, Policy, current_task
 from ._worker import running_here
 
@@ -124,6 +124,21 @@ class RunIdentities:
                 parts.append(item)
         return _digest(b"".join(parts))
 
+    def parts(self, task: int) -> bytes:
+        """What static ``task``'s identity is made of, for the store's table of names
+        (see :mod:`dagexec._explain`): its name key, code and constants digests, then
+        (name key, identity) per dependency. Built on the worker that saves it."""
+        prefix = self.prefix[task]
+        if prefix is None:
+            return b""
+        out = [key_of(prefix), code_of(prefix), constants_of(prefix)]
+        for d in self.deps[task]:
+            dep_prefix, dep_id = self.prefix[d], self.static[d]
+            if dep_prefix is None or dep_id is None:
+                return b""
+            out += (key_of(dep_prefix), dep_id)
+        return b"".join(out)
+
     def combined(self, task: int, args: Sequence[Any], skip: int = 0) -> bytes | None:
         """``task``'s identity from its dependencies' (args after the first ``skip``)."""
         prefix = self.prefix[task]
@@ -187,7 +202,8 @@ def static_saver(
     store: CheckpointStore,
     identity: bytes,
     name: Hashable,
-    parts: bytes,
+    table: RunIdentities,
+    task: int,
     policy: Policy | None,
 ) -> Callable[..., Any]:
     """``fn``, saving what it returns under ``identity`` unless :func:`may_save` says no."""
@@ -196,7 +212,7 @@ def static_saver(
         started = monotonic()
         value = fn(*args)
         if may_save(name, started, policy, args):
-            _save(store, identity, value, name, parts)
+            _save(store, identity, value, name, table.parts(task))
         return value
 
     return checkpointed
