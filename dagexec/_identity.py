@@ -496,9 +496,7 @@ def task_parts(
                 constants.append(strict(tuple(a), "its constant arguments", name))
             if k:
                 constants.append(b"k")
-                constants.append(
-                    strict(sorted(k.items()), "its constant keyword arguments", name)
-                )
+                constants.append(strict(sorted(k.items()), "its constant keyword arguments", name))
             consts = digest(b"".join(constants))
         else:
             consts = _NO_CONSTANTS
