@@ -51,8 +51,9 @@ the *worker* thread, right after the task returns and before its value is handed
 to any other task, and pass the bytes along (see ``benchmarks/bench_checkpoint.py``
 for what each side costs).
 
-Nothing here relies on the GIL. Unpickling a checkpoint runs code named in it:
-only open checkpoint files you trust.
+Nothing here relies on the GIL. Unpickling a checkpoint runs code named in it,
+so a file that anyone but its owner could have written is refused before it is
+read, and a new file is created private (see :mod:`dagexec._checkpoint_file`).
 """
 
 from __future__ import annotations

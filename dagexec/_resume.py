@@ -10,6 +10,12 @@ no ancestor of a stored task unless something else needs it.
 A value can turn out unreadable only when loaded (damaged, or its class is gone):
 that task must run after all, which may need values (or runs) further upstream,
 so :func:`resume` plans again until every value it planned to load was loaded.
+
+Only tasks whose identity is known before the run cut the graph this way. A
+``checkpoint=False`` task, a map, and every task downstream of either have no
+identity yet (it includes a value that exists only during the run): the plan
+runs them, and so reaches their ancestors, and each one's wrapper
+(:mod:`dagexec._savers`) decides on its worker whether to load or compute.
 """
 
 from __future__ import annotations
