@@ -385,3 +385,24 @@ def test_a_retried_map_item_is_saved_once_it_succeeds(tmp_path: Path) -> None:
     assert sorted(calls.take()) == [1, 1, 2, 2]
     assert dagexec.run(g, ["ys"], checkpoint=path)["ys"] == [10, 20]
     assert calls.take() == []
+
+
+def test_elements_are_encoded_on_the_workers_not_the_scheduler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dagexec._savers as savers
+
+    threads: list[str] = []
+    real = savers.value_digest
+
+    def spy(obj: object) -> bytes | None:
+        threads.append(threading.current_thread().name)
+        return real(obj)
+
+    monkeypatch.setattr(savers, "value_digest", spy)
+    g = dagexec.Graph()
+    g.add("xs", lambda: list(range(5)), checkpoint=False)
+    g.map("ys", abs, over="xs")
+    dagexec.run(g, ["ys"], checkpoint=tmp_path / "c.sqlite", workers=2)
+    assert len(threads) == 6  # the list, then each element
+    assert all(name.startswith("dagexec-worker") for name in threads), threads

@@ -172,6 +172,13 @@ def test_command_line_explain(tmp_path: Path) -> None:
     ]
     missing = cli("explain", f"{source}:graph")
     assert missing.returncode == 2 and "--checkpoint" in missing.stderr
+    foreign = tmp_path / "app.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+    os.chmod(foreign, 0o600)
+    refused = cli("explain", f"{source}:graph", "--checkpoint", str(foreign))
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("dagexec: error: ") and "something else" in refused.stderr
 
 
 # -- the prediction is the run's decision --------------------------------------------------
