@@ -41,7 +41,14 @@ def create_private(path: str) -> None:
 
 
 def check_private(path: str) -> None:
-    """Refuse a checkpoint (or its -wal/-shm) that another user could have written."""
+    """Refuse a checkpoint (or its -wal/-shm) that another user could have written.
+
+    POSIX only: Windows reports no owner in ``st_uid`` and every writable file
+    as mode 0o666, so there the file's ACL is the user's to keep private.
+    """
+    getuid = getattr(os, "getuid", None)
+    if getuid is None:
+        return
     for suffix in _COMPANIONS:
         name = path + suffix
         try:
@@ -50,8 +57,7 @@ def check_private(path: str) -> None:
             continue
         except OSError:
             continue  # unreadable: opening it reports why
-        getuid = getattr(os, "getuid", None)  # not on Windows
-        if getuid is not None and info.st_uid != getuid():
+        if info.st_uid != getuid():
             raise CheckpointError(
                 f"checkpoint {path!r}: {name!r} belongs to another user (uid "
                 f"{info.st_uid}, you are {getuid()}). Loading a checkpoint unpickles "
