@@ -126,3 +126,20 @@ def test_an_unreadable_row_is_a_checkpoint_error(tmp_path: Path) -> None:
         conn.execute("UPDATE dagexec_values SET value = 'text', digest = 'x'")
     with pytest.raises(dagexec.CheckpointError, match=r"the row of task 'b' is unreadable"):
         dagexec.run(_graph(), checkpoint=path)
+
+
+def test_read_only_is_told_apart_from_damaged_whoever_runs_the_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Root may write a read-only file, so the file system's answer is stood in for.
+    import dagexec._checkpoint_file as files
+
+    path = tmp_path / "c.sqlite"
+    dagexec.run(_graph(), checkpoint=path)
+    real = os.access
+    monkeypatch.setattr(
+        files.os, "access", lambda p, mode: False if str(p) == str(path) else real(p, mode)
+    )
+    with pytest.raises(dagexec.CheckpointError, match="is read-only") as info:
+        dagexec.run(_graph(), checkpoint=path)
+    assert "damaged" not in str(info.value)
