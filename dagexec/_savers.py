@@ -111,11 +111,13 @@ class RunIdentities:
             count = len(value)  # a map's value is the list of its items' values
         except TypeError:
             return None
-        own = self.get(self.names[j])
-        if own is None:
-            return None
-        parts = [b"M", own]
         name = self.names[j]
+        own = self.get(name)
+        if own is None:  # no item ran (an empty list): from its extra deps, unless maps
+            own = self.combined(j, (None,) * len(self.deps[j]), skip=1)
+            if own is None:
+                return None
+        parts = [b"M", own]
         with self._lock:
             for i in range(count):
                 item = self._known.get((name, i))

@@ -406,3 +406,15 @@ def test_elements_are_encoded_on_the_workers_not_the_scheduler(
     dagexec.run(g, ["ys"], checkpoint=tmp_path / "c.sqlite", workers=2)
     assert len(threads) == 6  # the list, then each element
     assert all(name.startswith("dagexec-worker") for name in threads), threads
+
+
+def test_downstream_of_an_empty_map_is_stored_too(tmp_path: Path) -> None:
+    calls = Calls()
+    path = tmp_path / "c.sqlite"
+    g = dagexec.Graph()
+    g.add("xs", lambda: [], checkpoint=False)
+    g.map("ys", abs, over="xs")
+    g.add("total", lambda ys: calls("total") or len(ys), deps=["ys"])
+    assert dagexec.run(g, ["total"], checkpoint=path)["total"] == 0
+    assert dagexec.run(g, ["total"], checkpoint=path)["total"] == 0
+    assert calls.take() == ["total"]
