@@ -12,6 +12,7 @@ from typing import Any
 
 from ._core.errors import (
     Cancelled,
+    CheckpointError,
     CycleError,
     DagexecError,
     DuplicateTaskError,
@@ -28,11 +29,13 @@ from ._core.version import __version__ as __version__
 from ._engine.executor import Executor, run
 from ._engine.future import RunFuture
 from ._observation.progress import ProgressBar
+from ._persist.explain import explain
 
 __all__ = [
     "MISSING",
     "Callback",
     "Cancelled",
+    "CheckpointError",
     "CurrentTask",
     "CycleError",
     "DagexecError",
@@ -54,6 +57,7 @@ __all__ = [
     "TraceRecord",
     "UnknownTargetError",
     "current_task",
+    "explain",
     "run",
 ]
 
@@ -70,11 +74,6 @@ del _name, _obj
 def __getattr__(name: str) -> Any:
     # Optional integrations load only when asked for, so `import dagexec` stays
     # std-only and fast (the way concurrent.futures loads ProcessPoolExecutor).
-    if name == "CheckpointError":  # sqlite3 loads only for a checkpointed run
-        from ._persist.checkpoint import CheckpointError
-
-        CheckpointError.__module__ = "dagexec"
-        return CheckpointError
     if name in ("dask", "testing"):
         import importlib
 

@@ -330,3 +330,82 @@ def test_identities_are_equal_across_processes_and_hash_seeds() -> None:
     import identity_graph
 
     assert outputs.pop().split() == identity_graph.identities()
+
+
+# -- what decides a value in the task's own module (issue 19) ------------------------------
+
+
+def _module_task(tmp_path: Path, source: str, name: str = "task") -> Any:
+    """``name`` from ``source`` loaded as a fresh module, as if its file were edited."""
+    import importlib.util
+
+    path = tmp_path / f"m{abs(hash(source))}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("edited_module", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["edited_module"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["edited_module"]
+    return getattr(module, name)
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        pytest.param(
+            "class P:\n    def parse(self, x):\n        return x + 1\n",
+            "class P:\n    def parse(self, x):\n        return x + 2\n",
+            id="a class's method",
+        ),
+        pytest.param("EXTS = ('.csv',)\n", "EXTS = ('.csv', '.tsv')\n", id="a tuple constant"),
+        pytest.param("EXTS = {'a': 1}\n", "EXTS = {'a': 2}\n", id="a dict constant"),
+        pytest.param("EXTS = ['a']\n", "EXTS = ['b']\n", id="a list constant"),
+        pytest.param(
+            "import re\nPAT = re.compile('a+')\n",
+            "import re\nPAT = re.compile('b+')\n",
+            id="a compiled pattern",
+        ),
+    ],
+)
+def test_what_the_task_names_in_its_module_is_covered(
+    tmp_path: Path, before: str, after: str
+) -> None:
+    uses = "def task(x):\n    return (P, EXTS, PAT)\n"
+    filler = "P = EXTS = PAT = None\n"
+
+    def identity(source: str) -> bytes:
+        fn = _module_task(tmp_path, filler + source + uses)
+        return ids([fn], [()])[0]
+
+    assert identity(before) == identity(before)
+    assert identity(before) != identity(after)  # today: the edit is missed
+
+
+def test_a_lower_case_list_is_state_not_a_constant(tmp_path: Path) -> None:
+    # A log of calls the task appends to must not make it run again every time.
+    fn = _module_task(tmp_path, "calls = []\ndef task():\n    calls.append(1)\n")
+    before = ids([fn], [()])
+    fn()
+    assert ids([fn], [()]) == before
+
+
+def test_a_compiled_pattern_is_a_constant_like_any_other() -> None:
+    import re
+
+    fn = define("def f(x, pat):\n    return pat.match(x)\n")
+    a = ids([fn], [()], args=[(re.compile("a+"),)])  # today: "cannot be pickled"
+    assert a == ids([fn], [()], args=[(re.compile("a+"),)])
+    assert a != ids([fn], [()], args=[(re.compile("b+"),)])
+
+
+def test_a_compiled_pattern_as_a_default_is_covered() -> None:
+    import re
+
+    def with_default(pattern: str) -> Any:
+        return define("def f(x, pat=PAT):\n    return pat.match(x)\n", PAT=re.compile(pattern))
+
+    assert ids([with_default("a+")], [()]) == ids([with_default("a+")], [()])
+    assert ids([with_default("a+")], [()]) != ids([with_default("b+")], [()])  # today: same

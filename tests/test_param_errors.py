@@ -113,6 +113,7 @@ TASK_OPTIONS: dict[str, tuple[object, object]] = {
     "retry_on": ("OSError", KeyboardInterrupt),
     "timeout": ("5", 0),
     "run_if": (True, "sometimes"),
+    "checkpoint": ("no", None),  # True or False: a path belongs to run(checkpoint=)
 }
 
 # Per run option: (wrong type, wrong value or None).

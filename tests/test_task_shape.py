@@ -339,6 +339,7 @@ OPTION_VALUES: dict[str, Any] = {
     "retry_on": OSError,
     "timeout": 5.0,
     "run_if": "all_done",
+    "checkpoint": False,
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "Cancelled",
+    "CheckpointError",
     "CycleError",
     "DagexecError",
     "DuplicateTaskError",
@@ -229,3 +230,18 @@ class LoopClosureWarning(UserWarning):
     is validated), naming the tasks, the variable and the fix: pass the value
     as a constant, ``g.add(("load", f), load, args=(f,))``.
     """
+
+
+class CheckpointError(DagexecError):
+    """A value could not be checkpointed, or the checkpoint file cannot be used.
+
+    ``task`` is the name of the task at fault (None for a problem with the file),
+    ``path`` the checkpoint file. The original exception, if any, is ``__cause__``.
+    Defined here, not with the store, so that ``import dagexec`` exports it
+    without loading ``sqlite3``.
+    """
+
+    def __init__(self, message: str, *, task: Hashable | None = None, path: str = "") -> None:
+        super().__init__(message)
+        self.task = task
+        self.path = path

@@ -116,6 +116,7 @@ class Graph:
         "_policy",
         "_priority",
         "_resources",
+        "_uncheckpointed",
         "_unresolved",
         "_watched",
         "_watched_calls",
@@ -153,6 +154,7 @@ class Graph:
         self._policy: dict[int, Policy] = {}  # sparse: tasks given retries, timeout, run_if
         # Sparse: every task given an option, its options as given (TaskOptions).
         self._options: dict[int, TaskOptions] = {}
+        self._uncheckpointed: set[int] = set()  # sparse: tasks given checkpoint=False
         # Sparse: tasks whose function reads a closure cell or a module global,
         # with what it read when added (see closures.py: the loop-closure trap).
         self._watched: dict[int, Snapshot] = {}
@@ -187,6 +189,9 @@ class Graph:
         run) bound the sum over tasks out at once.
         ``retries``, ``retry_delay``, ``retry_on``, ``timeout``, ``run_if``: see
         README "Retries, timeouts and cleanup tasks".
+        ``checkpoint=False``: a checkpointed run never stores this task's value and
+        runs it every time (a task that lists today's files); the tasks downstream
+        of it load only if its value is the same as when they were stored.
 
         Raises:
             DuplicateTaskError: ``name`` is already a task of this graph.
@@ -385,6 +390,8 @@ class Graph:
             self._resources[i] = checked.needs
         if checked.policy is not None:
             self._policy[i] = checked.policy
+        if checked.given.checkpoint is False:
+            self._uncheckpointed.add(i)
 
     @overload
     def map(
@@ -441,6 +448,10 @@ class Graph:
         Without ``fn``, a decorator like :meth:`task`: ``@g.map(over="files")``
         names the map after the function and, without ``deps``, takes its
         dependencies from the positional parameters after the item.
+
+        In a checkpointed run each item is stored on its own, found again by its
+        element (not its index): a new element runs alone, the others load.
+        ``checkpoint=False`` stores no item.
 
         Raises:
             The errors of :meth:`add`.

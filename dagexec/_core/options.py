@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "FrozenKwargs",
     "check_amount",
     "check_args",
+    "check_checkpoint_path",
     "check_deps",
     "check_kwargs",
     "check_priority",
@@ -253,3 +255,20 @@ def check_amount(what: str, amount: object) -> float:
             "the resource out if the task needs none"
         )
     return amount
+
+
+def check_checkpoint_path(checkpoint: object) -> str | None:
+    """``run(checkpoint=...)`` checked: None, or the file's path as a str."""
+    if checkpoint is None:
+        return None
+    if not isinstance(checkpoint, (str, os.PathLike)):
+        raise TypeError(
+            "checkpoint must be a file path (str or os.PathLike), like 'batch.sqlite'; "
+            f"got {type(checkpoint).__name__} {checkpoint!r}"
+        )
+    path = os.fspath(checkpoint)
+    if not isinstance(path, str):
+        raise TypeError(f"checkpoint must be a str path, got {type(path).__name__} {path!r}")
+    if path in ("", ":memory:") or path.startswith("file::memory:"):
+        raise ValueError(f"checkpoint must be a file path, got {path!r}")
+    return path

@@ -23,7 +23,14 @@ from .errors import describe
 from .options import check_priority, check_resources, safe_repr
 from .policy import Policy, check_policy
 
-__all__ = ["DEFAULTS", "CheckedOptions", "TaskOptionArgs", "TaskOptions", "check_task_options"]
+__all__ = [
+    "DEFAULTS",
+    "CheckedOptions",
+    "TaskOptionArgs",
+    "TaskOptions",
+    "check_checkpoint_flag",
+    "check_task_options",
+]
 
 
 class TaskOptions(NamedTuple):
@@ -36,6 +43,7 @@ class TaskOptions(NamedTuple):
     retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception
     timeout: float | None = None
     run_if: str = "all_success"
+    checkpoint: bool = True
 
 
 class TaskOptionArgs(TypedDict, total=False):
@@ -48,6 +56,7 @@ class TaskOptionArgs(TypedDict, total=False):
     retry_on: type[BaseException] | tuple[type[BaseException], ...]
     timeout: float | None
     run_if: str
+    checkpoint: bool
 
 
 DEFAULTS = TaskOptions()
@@ -99,4 +108,16 @@ def check_task_options(
         options.timeout,
         options.run_if,
     )
+    if options.checkpoint is not True:
+        check_checkpoint_flag(name, options.checkpoint)
     return CheckedOptions(options, priority, needs, policy)
+
+
+def check_checkpoint_flag(name: Hashable, checkpoint: object) -> None:
+    """Refuse a ``checkpoint=`` that is not a bool (a path belongs to ``run``)."""
+    if not isinstance(checkpoint, bool):
+        raise TypeError(
+            f"task {describe(name)}: checkpoint must be True or False (whether a "
+            f"checkpointed run stores this task's value), got {safe_repr(checkpoint)}; "
+            "the checkpoint file is given to run(checkpoint=...)"
+        )

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from .._core.graph import Graph
 from .._core.hooks import Hooks, callback_list
+from .._core.options import check_checkpoint_path
 from .._core.plan import Plan, check_resources, plan_run
 from .._core.result import RunResult
 from .._core.safe import add_note
@@ -172,22 +173,6 @@ def _check_timeout(timeout: object) -> float | None:
     return None if timeout > threading.TIMEOUT_MAX else float(timeout)
 
 
-def _check_checkpoint(checkpoint: object) -> str | None:
-    if checkpoint is None:
-        return None
-    if not isinstance(checkpoint, (str, os.PathLike)):
-        raise TypeError(
-            "checkpoint must be a file path (str or os.PathLike), like 'batch.sqlite'; "
-            f"got {type(checkpoint).__name__} {checkpoint!r}"
-        )
-    path = os.fspath(checkpoint)
-    if not isinstance(path, str):
-        raise TypeError(f"checkpoint must be a str path, got {type(path).__name__} {path!r}")
-    if path in ("", ":memory:") or path.startswith("file::memory:"):
-        raise ValueError(f"checkpoint must be a file path, got {path!r}")
-    return path
-
-
 class _Job(NamedTuple):
     """A run's checked parameters: everything needed to queue it."""
 
@@ -222,7 +207,7 @@ def _prepare(
     checked_on_error = _check_on_error(on_error)
     checked_trace = _check_flag("trace", trace)
     checked_timeout = _check_timeout(timeout)
-    path = _check_checkpoint(checkpoint)
+    path = check_checkpoint_path(checkpoint)
     callback_objects = callback_list(callbacks)
     if _check_flag("progress", progress):
         from .._observation.progress import ProgressBar

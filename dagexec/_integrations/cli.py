@@ -257,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show.add_argument("--traceback", action="store_true", help=traceback_help)
 
+    _add_explain_parser(commands, spec_help, targets_help)
+
     demo = commands.add_parser(
         "demo",
         help="run the built-in hashing demo",
@@ -404,6 +406,39 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_explain_parser(commands: Any, spec_help: str, targets_help: str) -> None:
+    explain = commands.add_parser(
+        "explain",
+        help="say why a checkpointed run would run each task, without running it",
+        description=(
+            "For each task a run with --checkpoint would execute, one reason (not "
+            "checkpointed, code changed, constant changed, upstream changed, not stored, "
+            "damaged); which tasks would load; which only the run can decide (map "
+            "items, tasks downstream of a checkpoint=False task or of a map). Reads "
+            "the file, never writes it."
+        ),
+    )
+    explain.add_argument("spec", metavar="FILE:VARIABLE", type=_spec, help=spec_help)
+    explain.add_argument("--targets", type=parse_targets, metavar="A,B", help=targets_help)
+    explain.add_argument(
+        "--checkpoint", metavar="FILE.sqlite", required=True, help="the run's checkpoint file"
+    )
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from .._persist.explain import explain
+
+    graph = load_graph(*args.spec)
+    targets = resolve_targets(graph, args.targets)
+    _check_graph(graph, targets)
+    try:
+        explanation = explain(graph, targets, checkpoint=args.checkpoint)
+    except DagexecError as exc:
+        raise Fail(str(exc)) from exc
+    sys.stdout.write(f"{explanation}\n")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         from .demo import main as demo_main
@@ -426,7 +461,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exc.code if isinstance(exc.code, int) else 0
         if getattr(args, "log_level", None):
             configure_logging(args.log_level)
-        command = {"run": _cmd_run, "show": _cmd_show, "demo": _cmd_demo}[args.command]
+        command = {
+            "run": _cmd_run,
+            "show": _cmd_show,
+            "demo": _cmd_demo,
+            "explain": _cmd_explain,
+        }[args.command]
         return command(args)
     except Fail as exc:
         sys.stdout.flush()

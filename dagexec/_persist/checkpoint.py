@@ -51,8 +51,9 @@ the *worker* thread, right after the task returns and before its value is handed
 to any other task, and pass the bytes along (see ``benchmarks/bench_checkpoint.py``
 for what each side costs).
 
-Nothing here relies on the GIL. Unpickling a checkpoint runs code named in it:
-only open checkpoint files you trust.
+Nothing here relies on the GIL. Unpickling a checkpoint runs code named in it,
+so a file that anyone but its owner could have written is refused before it is
+read, and a new file is created private (see :mod:`dagexec._persist.checkpoint_file`).
 """
 
 from __future__ import annotations
@@ -66,10 +67,17 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from .._core.errors import DagexecError
+from .._core.errors import CheckpointError
+from .checkpoint_file import (
+    check_contents,
+    check_private,
+    check_writable,
+    create_private,
+    damaged,
+)
 
 __all__ = [
     "CheckpointError",
@@ -94,6 +102,12 @@ CREATE TABLE IF NOT EXISTS dagexec_values (
     digest   BLOB NOT NULL,      -- BLAKE2b-128 of value, checked on every load
     value    BLOB NOT NULL       -- the pickled value
 );
+CREATE TABLE IF NOT EXISTS dagexec_names (
+    key      BLOB PRIMARY KEY,   -- 16-byte digest of the task name, see dagexec._persist.identity
+    name     TEXT NOT NULL,      -- repr of the task name, for people reading the file
+    identity BLOB NOT NULL,      -- the identity last saved under this name
+    parts    BLOB NOT NULL       -- what it was made of, for dagexec.explain
+);
 """
 
 # A batch is one transaction. Larger batches mean fewer fsyncs (more values per
@@ -110,19 +124,6 @@ _BUSY_TIMEOUT_SECONDS = 30.0
 _NAME_TEXT_MAX = 1000
 
 _PICKLE_PROTOCOL = 5
-
-
-class CheckpointError(DagexecError):
-    """A value could not be checkpointed, or the checkpoint file cannot be used.
-
-    ``task`` is the name of the task at fault (None for a problem with the file),
-    ``path`` the checkpoint file. The original exception is ``__cause__``.
-    """
-
-    def __init__(self, message: str, *, task: Hashable | None = None, path: str = "") -> None:
-        super().__init__(message)
-        self.task = task
-        self.path = path
 
 
 class StoreClosedError(CheckpointError):
@@ -183,7 +184,9 @@ class _Flush:
 
 
 _STOP = None  # sentinel: the writer drains what is before it, then exits
-_Item = tuple[bytes, Hashable, bytes]  # (identity, task name, pickled value)
+# (identity, task name, pickled value, parts): parts are the name key, code and
+# constants digests, then (name key, identity) per dependency; b"" for none.
+_Item = tuple[bytes, Hashable, bytes, bytes]
 
 
 class _Writer:
@@ -344,7 +347,12 @@ class _Writer:
         now = time.time()
         rows = [
             (identity, describe_safely(name), len(data), now, _digest(data), data)
-            for identity, name, data in batch
+            for identity, name, data, _ in batch
+        ]
+        names = [
+            (parts[:16], row[1], row[0], parts)
+            for row, (_, _, _, parts) in zip(rows, batch, strict=True)
+            if parts
         ]
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -354,6 +362,12 @@ class _Writer:
                     " (identity, name, size, created, digest, value) VALUES (?, ?, ?, ?, ?, ?)",
                     rows,
                 )
+                if names:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO dagexec_names (key, name, identity, parts)"
+                        " VALUES (?, ?, ?, ?)",
+                        names,
+                    )
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -383,7 +397,7 @@ class _Writer:
             self.pending_bytes -= sum(row[2] for row in rows)
         if self.on_commit is not None:
             try:
-                self.on_commit([identity for identity, _, _ in batch])
+                self.on_commit([item[0] for item in batch])
             except Exception as exc:
                 error = CheckpointError(
                     f"checkpoint {self.path!r}: on_commit raised {type(exc).__name__}: {exc}",
@@ -451,6 +465,11 @@ class CheckpointStore:
         self._writer.thread.start()
 
     def _open(self) -> sqlite3.Connection:
+        # Before SQLite reads a byte: a file someone else could write is refused,
+        # since loading unpickles (see _checkpoint_file).
+        check_private(self.path)
+        check_writable(self.path)
+        create_private(self.path)
         try:
             conn = _connect(self.path)
         except sqlite3.Error as exc:
@@ -459,6 +478,11 @@ class CheckpointStore:
                 "exists and is writable",
                 path=self.path,
             ) from exc
+        try:
+            check_contents(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
         try:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
@@ -472,11 +496,7 @@ class CheckpointStore:
             ).fetchone()
         except sqlite3.Error as exc:
             conn.close()
-            raise CheckpointError(
-                f"cannot use {self.path!r} as a checkpoint ({exc}); it is not a dagexec "
-                "checkpoint, or it is damaged: give another path or delete the file",
-                path=self.path,
-            ) from exc
+            raise damaged(self.path, exc) from exc
         if found != FORMAT:
             conn.close()
             raise CheckpointError(
@@ -488,22 +508,29 @@ class CheckpointStore:
 
     # -- writing (any thread, never blocks on disk) --------------------------------
 
-    def save_nowait(self, identity: bytes, value: Any, *, name: Hashable) -> None:
+    def save_nowait(
+        self, identity: bytes, value: Any, *, name: Hashable, parts: bytes = b""
+    ) -> None:
         """Pickle ``value`` now, on this thread, and queue it for the writer.
 
         Raises:
             CheckpointError: the value cannot be pickled (nothing is queued), or the
                 store is closed.
         """
-        self._writer.put((identity, name, pickle_value(value, name)))
+        self._writer.put((identity, name, pickle_value(value, name), parts))
 
-    def save_pickled_nowait(self, identity: bytes, data: bytes, *, name: Hashable) -> None:
+    def save_pickled_nowait(
+        self, identity: bytes, data: bytes, *, name: Hashable, parts: bytes = b""
+    ) -> None:
         """Queue bytes from :func:`pickle_value` for the writer; O(1), never blocks.
+
+        ``parts`` (from :mod:`dagexec._persist.resume`) are what the identity was made of,
+        kept per task name so that :func:`dagexec.explain` can say what changed.
 
         Raises:
             CheckpointError: the store is closed.
         """
-        self._writer.put((identity, name, data))
+        self._writer.put((identity, name, data, parts))
 
     @property
     def committed_count(self) -> int:
@@ -583,10 +610,9 @@ class CheckpointStore:
         found: set[bytes] = set()
         for chunk in _chunks(identities):
             marks = ",".join("?" * len(chunk))
-            with self._read_lock:
-                rows = self._reader.execute(
-                    f"SELECT identity FROM dagexec_values WHERE identity IN ({marks})", chunk
-                ).fetchall()
+            rows = self._read(
+                f"SELECT identity FROM dagexec_values WHERE identity IN ({marks})", chunk
+            )
             found.update(row[0] for row in rows)
         return found
 
@@ -599,13 +625,20 @@ class CheckpointStore:
         values: dict[bytes, Any] = {}
         for chunk in _chunks(identities):
             marks = ",".join("?" * len(chunk))
-            with self._read_lock:
-                rows = self._reader.execute(
-                    "SELECT identity, name, digest, value FROM dagexec_values"
-                    f" WHERE identity IN ({marks})",
-                    chunk,
-                ).fetchall()
+            rows = self._read(
+                f"SELECT identity, name, digest, value FROM dagexec_values"
+                f" WHERE identity IN ({marks})",
+                chunk,
+            )
             for identity, name, digest, data in rows:
+                if type(digest) is not bytes or type(data) is not bytes:
+                    raise CheckpointError(
+                        f"checkpoint {self.path!r}: the row of task {name} is unreadable "
+                        f"(its value is a {type(data).__name__}, not bytes): the file was "
+                        "changed by something other than dagexec. Delete it to start "
+                        "afresh, or restore a copy",
+                        path=self.path,
+                    )
                 ok, value = self._unpickle(name, digest, data)
                 if ok:
                     values[identity] = value
@@ -626,9 +659,16 @@ class CheckpointStore:
 
     def __len__(self) -> int:
         """How many values the file holds (committed by any process)."""
-        with self._read_lock:
-            (count,) = self._reader.execute("SELECT count(*) FROM dagexec_values").fetchone()
+        ((count,),) = self._read("SELECT count(*) FROM dagexec_values", ())
         return int(count)
+
+    def _read(self, sql: str, parameters: Sequence[object]) -> list[Any]:
+        """Rows of a query on the reader; a file SQLite cannot read is a CheckpointError."""
+        try:
+            with self._read_lock:
+                return self._reader.execute(sql, parameters).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise damaged(self.path, exc) from exc
 
     def _unpickle(self, name: str, digest: bytes, data: bytes) -> tuple[bool, Any]:
         if _digest(data) != digest:

@@ -7,7 +7,10 @@ everything that decides the value, and nothing else:
 * the task's **name**;
 * its **function**: for a plain function, its code (bytecode, constants including
   nested functions' code, names, argument layout), defaults, closure contents and
-  the functions and simple constants of its own module that it names; for a
+  what it names in its own module: functions, classes (their methods' code),
+  simple constants, tuples and frozensets, lists, dicts and sets under an
+  upper-case (constant) name, and objects pickled through ``copyreg``
+  (``re.Pattern``); for a
   ``functools.partial``, the function and the bound arguments; for a bound method
   or a callable object, its class's code and the object's state; for a builtin or
   a C callable, its qualified name (or its pickle);
@@ -37,6 +40,7 @@ surroundings rather than its data.
 
 from __future__ import annotations
 
+import copyreg
 import functools
 import hashlib
 import pickle
@@ -47,15 +51,26 @@ from typing import Any
 
 from .checkpoint import CheckpointError, describe_safely
 
-__all__ = ["task_identities"]
+__all__ = [
+    "TaskParts",
+    "code_of",
+    "combine",
+    "constants_of",
+    "key_of",
+    "task_identities",
+    "task_parts",
+    "value_digest",
+]
 
-_PERSON = b"dagexec-task-1"  # bump when the encoding changes: old checkpoints then miss
+_PERSON = b"dagexec-task-2"  # bump when the encoding changes: old checkpoints then miss
 _PROTOCOL = 5
 # Bytes longer than this are encoded by their digest. Lower saves memory on more
 # values but hashes more small ones twice; higher copies large ones into the join.
 _LONG_BYTES = 4096
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set for classes created by a class statement
 _SIMPLE_GLOBALS = (type(None), bool, int, float, complex, str, bytes)
+_FROZEN_CONTAINERS = (tuple, frozenset)
+_CONTAINERS = (list, dict, set)
 _pack_d = struct.Struct("<d").pack
 _pack_dd = struct.Struct("<dd").pack
 
@@ -145,9 +160,12 @@ class _Encoder:
             self._reduced(obj, out)
 
     def _reduced(self, obj: object, out: list[bytes]) -> None:
-        # What pickle would save, but encoded canonically (sets sorted).
+        # What pickle would save, but encoded canonically (sets sorted). Like
+        # pickle, a reducer registered with copyreg comes first: re.Pattern has
+        # no __reduce_ex__ of its own that works, only copyreg's.
         try:
-            reduced = obj.__reduce_ex__(_PROTOCOL)
+            reducer = copyreg.dispatch_table.get(type(obj))
+            reduced = reducer(obj) if reducer is not None else obj.__reduce_ex__(_PROTOCOL)
         except Exception as exc:
             raise _Unencodable(f"{type(exc).__name__}: {exc}") from exc
         if isinstance(reduced, str):  # a global, pickled by name
@@ -269,13 +287,29 @@ class _Encoder:
             namespace = fn.__globals__
             for name in names:
                 found = namespace.get(name, namespace)  # namespace: "not there"
-                if isinstance(found, types.FunctionType):
-                    if found.__module__ == fn.__module__:
+                if found is namespace:
+                    continue  # a builtin, or not defined (yet)
+                kind = type(found)
+                if isinstance(found, (types.FunctionType, type)):
+                    # Its module's functions and classes (a class: its methods' code).
+                    if getattr(found, "__module__", None) == fn.__module__:
                         self.value(name, out)
                         out.append(self.function(found))
-                elif type(found) in _SIMPLE_GLOBALS:
+                elif kind in _SIMPLE_GLOBALS:
                     self.value(name, out)
                     self.value(found, out)
+                elif (
+                    kind in _FROZEN_CONTAINERS
+                    or kind in copyreg.dispatch_table
+                    or (kind in _CONTAINERS and name.isupper())
+                ):
+                    # Constants that decide the value: EXTENSIONS = (".csv", ".tsv"),
+                    # PATTERN = re.compile(...), LIMITS = {...}. A mutable container
+                    # counts only under a constant's name (PEP 8: upper case): a
+                    # lower-case list is usually state the task appends to (a log
+                    # of calls), which would make it run again every time.
+                    self.value(name, out)
+                    self.lenient(found, out)
         elif isinstance(fn, functools.partial):
             out += [b"partial", self.function(fn.func)]
             out.append(self.strict(fn.args, "its partial's bound arguments", self.task))
@@ -337,6 +371,71 @@ _FUNCTION_TYPES = (
 )
 
 
+class TaskParts:
+    """Per task, what its identity is made of: name, code, constants, dependencies.
+
+    ``prefix[i]`` is the canonical encoding of the task's name followed by the
+    16-byte digests of its function and of its constant arguments (see
+    :func:`code_of`, :func:`constants_of`, :func:`key_of`). A task's identity is
+    ``combine(prefix[i], identities of its dependencies)``, the same formula at
+    plan time (:func:`task_identities`) and during a run (a task downstream of
+    a value known only then, see :mod:`dagexec._persist.savers`), so an identity never
+    depends on when it was computed. Kept apart so that :func:`dagexec.explain`
+    can tell "its code changed" from "a constant changed".
+    """
+
+    __slots__ = ("ids", "prefix")
+
+    def __init__(self, count: int) -> None:
+        self.ids: list[bytes | None] = [None] * count
+        self.prefix: list[bytes | None] = [None] * count
+
+
+def combine(prefix: bytes, dep_ids: Iterable[bytes]) -> bytes:
+    """A task's identity from its prefix and its dependencies' identities, in order."""
+    return _digest(b"".join((prefix, b"d", *dep_ids)))
+
+
+def key_of(prefix: bytes) -> bytes:
+    """16-byte key of the task's name in the store's table of names."""
+    return _digest(prefix[:-32])
+
+
+def code_of(prefix: bytes) -> bytes:
+    """16-byte digest of the task's function, as its identity saw it."""
+    return prefix[-32:-16]
+
+
+def constants_of(prefix: bytes) -> bytes:
+    """16-byte digest of the task's constant arguments."""
+    return prefix[-16:]
+
+
+def _name_encoding(encoder: _Encoder, name: Hashable) -> bytes:
+    if type(name) is str:  # the common case, inlined
+        data = name.encode("utf-8", "surrogatepass")
+        return b"s%d:" % len(data) + data
+    return encoder.strict(name, "its name", name)
+
+
+_NO_CONSTANTS = _digest(b"a")
+
+
+def value_digest(obj: object) -> bytes | None:
+    """16-byte digest of a value's canonical encoding, or None if it has none.
+
+    What a map item is found by (its element), and what stands for the value of
+    a ``checkpoint=False`` task in the identities downstream of it. Equal values
+    of the same types give equal digests in any process.
+    """
+    out: list[bytes] = [b"v"]
+    try:
+        _Encoder().value(obj, out)
+    except (_Unencodable, CheckpointError, RecursionError, ValueError, TypeError):
+        return None
+    return _digest(b"".join(out))
+
+
 def task_identities(
     names: Sequence[Hashable],
     fns: Sequence[Callable[..., Any]],
@@ -358,8 +457,22 @@ def task_identities(
             cannot be pickled; the message names the task.
         ValueError: the dependencies form a cycle (validate the graph first).
     """
+    return task_parts(names, fns, deps, args, kwargs, only=only).ids
+
+
+def task_parts(
+    names: Sequence[Hashable],
+    fns: Sequence[Callable[..., Any]],
+    deps: Sequence[Sequence[int]],
+    args: Sequence[tuple[Any, ...] | None] | None = None,
+    kwargs: Sequence[Mapping[str, Any] | None] | None = None,
+    *,
+    only: Iterable[int] | None = None,
+) -> TaskParts:
+    """:func:`task_identities` with each task's prefix (see :class:`TaskParts`) too."""
     count = len(names)
-    ids: list[bytes | None] = [None] * count
+    parts = TaskParts(count)
+    ids, prefixes = parts.ids, parts.prefix
     visiting = bytearray(count)
     encoder = _Encoder()
     function = encoder.function
@@ -371,18 +484,28 @@ def task_identities(
         encoder.task = name
         if type(name) is str:  # the common case, inlined: a third of the time
             data = name.encode("utf-8", "surrogatepass")
-            parts = [b"s%d:" % len(data), data, function(fns[i])]
+            key = b"s%d:" % len(data) + data
         else:
-            parts = [strict(name, "its name", name), function(fns[i])]
+            key = strict(name, "its name", name)
+        code = function(fns[i])
         a = args[i] if args is not None else None
-        if a:
-            parts.append(b"a" + strict(tuple(a), "its constant arguments", name))
         k = kwargs[i] if kwargs is not None else None
-        if k:
-            parts.append(b"k" + strict(sorted(k.items()), "its constant keyword arguments", name))
-        parts.append(b"d")
-        for d in deps[i]:
-            parts.append(ids[d])  # type: ignore[arg-type]
+        if a or k:
+            constants = [b"a"]
+            if a:
+                constants.append(strict(tuple(a), "its constant arguments", name))
+            if k:
+                constants.append(b"k")
+                constants.append(strict(sorted(k.items()), "its constant keyword arguments", name))
+            consts = digest(b"".join(constants))
+        else:
+            consts = _NO_CONSTANTS
+        prefix = prefixes[i] = b"".join((key, code, consts))
+        task_deps = deps[i]
+        if len(task_deps) == 1:  # the commonest shape, without a list
+            return digest(b"".join((prefix, b"d", ids[task_deps[0]])))  # type: ignore[arg-type]
+        parts = [prefix, b"d"]
+        parts.extend(map(ids.__getitem__, task_deps))  # type: ignore[arg-type]
         return digest(b"".join(parts))
 
     roots: Iterable[int] = range(count) if only is None else only
@@ -414,4 +537,4 @@ def task_identities(
                 continue
             stack.pop()
             ids[i] = identify(i)
-    return ids
+    return parts

@@ -10,18 +10,24 @@ no ancestor of a stored task unless something else needs it.
 A value can turn out unreadable only when loaded (damaged, or its class is gone):
 that task must run after all, which may need values (or runs) further upstream,
 so :func:`resume` plans again until every value it planned to load was loaded.
+
+Only tasks whose identity is known before the run cut the graph this way. A
+``checkpoint=False`` task, a map, and every task downstream of either have no
+identity yet (it includes a value that exists only during the run): the plan
+runs them, and so reaches their ancestors, and each one's wrapper
+(:mod:`dagexec._persist.savers`) decides on its worker whether to load or compute.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .._core.graph import Graph
 from .._core.plan import Plan, restrict_plan
-from .checkpoint import CheckpointError, CheckpointStore, StoreClosedError, pickle_value
-from .identity import task_identities
+from .checkpoint import CheckpointError, CheckpointStore
+from .identity import task_parts
 
 __all__ = ["checkpoint_identities", "open_checkpoint", "plan_resume", "resume"]
 
@@ -126,36 +132,118 @@ def task_columns(graph: Graph, plan: Plan) -> tuple[list[Any], list[Any], list[A
     return fns, args, kwargs
 
 
-def checkpoint_identities(graph: Graph, plan: Plan) -> list[bytes | None]:
+class CheckpointIdentities(list[bytes | None]):
+    """Each planned task's identity if known before the run, else None; and how to
+    finish the others during it.
+
+    A list, so that the run's job record carries it as it carries plain
+    identities. ``kind[i]`` says how task ``i``'s identity is found during the
+    run (``_savers.STATIC``, ``TABLE`` or ``MAP``), ``stored[i]`` whether its
+    value may be stored (False for ``checkpoint=False``), ``prefix[i]`` its
+    :class:`~dagexec._persist.identity.TaskParts` prefix.
+    """
+
+    kind: bytearray
+    stored: bytearray
+    prefix: list[bytes | None]
+
+
+def checkpoint_identities(graph: Graph, plan: Plan) -> CheckpointIdentities:
     """Identities of the plan's tasks; on the caller thread, before anything is queued.
+
+    A task downstream of a ``checkpoint=False`` task or of a map, a map, and a
+    ``checkpoint=False`` task get None: whether they load is decided during the
+    run (:mod:`dagexec._persist.savers`), so the plan runs them, and so their ancestors.
 
     Raises:
         CheckpointError: a task's constant arguments cannot be pickled (named).
     """
+    from .savers import MAP, STATIC, TABLE
+
     fns, args, kwargs = task_columns(graph, plan)
-    return task_identities(plan.names, fns, plan.deps, args, kwargs)
+    parts = task_parts(plan.names, fns, plan.deps, args, kwargs)
+    count = len(plan)
+    result = CheckpointIdentities(parts.ids)
+    result.prefix = parts.prefix
+    result.kind = kind = bytearray(count)  # STATIC is 0
+    result.stored = stored = bytearray(b"\1") * count
+    maps = plan.maps or frozenset()
+    off = graph._uncheckpointed
+    if off:
+        index = graph._index
+        for i, name in enumerate(plan.names):
+            if index[name] in off:
+                stored[i] = 0
+                kind[i] = TABLE
+    for m in maps:
+        kind[m] = MAP
+    if off or maps:
+        for i in _topological(plan):
+            if kind[i] == STATIC and any(kind[d] != STATIC for d in plan.deps[i]):
+                kind[i] = TABLE
+    for i in range(count):
+        if kind[i] != STATIC:
+            result[i] = None
+    return result
+
+
+def _topological(plan: Plan) -> list[int]:
+    """The plan's tasks, every one after its dependencies (Kahn's algorithm)."""
+    remaining = list(plan.dep_counts)
+    order = list(plan.roots)
+    for i in order:  # grows as it goes
+        for d in plan.dependents[i]:
+            remaining[d] -= 1
+            if not remaining[d]:
+                order.append(d)
+    return order
 
 
 def open_checkpoint(path: str, plan: Plan, ids: list[bytes | None]) -> tuple[Plan, CheckpointStore]:
     """Open the store, load what it has, and the plan that runs only the rest.
 
-    Every task that runs (but a ``g.map`` task, whose value the scheduler
-    assembles from its items) pickles its value on its worker thread right after
-    it returns, and queues the bytes for the store's writer: the scheduler thread
-    never touches the disk or pickle. A value that cannot be pickled fails its
-    task with :class:`CheckpointError` naming it.
+    Every task that runs is wrapped by :mod:`dagexec._persist.savers`: a static task
+    pickles its value on its worker thread right after it returns and queues the
+    bytes for the store's writer (the scheduler thread never touches the disk or
+    pickle); a task decided during the run, and each map item, first finishes
+    its identity and loads its value if stored. A value that cannot be pickled
+    fails its task with :class:`CheckpointError` naming it.
     """
+    from .savers import (
+        TABLE,
+        RunIdentities,
+        dynamic_saver,
+        item_saver,
+        static_saver,
+        value_recorder,
+    )
+
+    if not isinstance(ids, CheckpointIdentities):  # plain identities: every task static
+        plain = CheckpointIdentities(ids)
+        plain.kind = bytearray(len(ids))
+        plain.stored = bytearray(b"\1") * len(ids)
+        plain.prefix = [None] * len(ids)
+        ids = plain
     store = CheckpointStore(path, on_error=_log_write_error)
     try:
         to_run, loaded = resume(store, ids, plan.deps, plan.targets)
         maps = plan.maps or frozenset()
-        save = store.save_pickled_nowait
+        kind, stored, prefix = ids.kind, ids.stored, ids.prefix
+        table = RunIdentities(plan.names, kind, ids, prefix, plan.deps)
+        policies = plan.policy
 
         def wrap(i: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+            policy = policies[i] if policies is not None else None
+            if i in maps:
+                return item_saver(fn, store, table, i, policy, bool(stored[i]))
+            if not stored[i]:
+                return value_recorder(fn, table, i) if plan.dependents[i] else fn
+            if kind[i] == TABLE:
+                return dynamic_saver(fn, store, table, i, policy)
             identity = ids[i]
-            if i in maps or identity is None:
+            if identity is None:
                 return fn
-            return _saving(fn, save, identity, plan.names[i])
+            return static_saver(fn, store, identity, plan.names[i], table, i, policy)
 
         restricted = restrict_plan(plan, to_run, loaded, wrap)
     except BaseException:
@@ -168,24 +256,3 @@ def _log_write_error(error: CheckpointError) -> None:
     # A write that failed loses a saved value, not a result: the run goes on and
     # the task simply runs again next time. Said once per value, on the writer.
     log.warning("%s", error)
-
-
-def _saving(
-    fn: Callable[..., Any],
-    save: Callable[..., None],
-    identity: bytes,
-    name: Hashable,
-) -> Callable[..., Any]:
-    def checkpointed(*args: Any) -> Any:
-        value = fn(*args)
-        data = pickle_value(value, name)  # CheckpointError naming the task: it fails
-        try:  # noqa: SIM105 (contextlib.suppress costs more, once per task)
-            save(identity, data, name=name)  # too large for SQLite: fails, named
-        except StoreClosedError:
-            # The store closed under a task still running after a cancel, or its
-            # writer died (already logged): this value is just not saved.
-            pass
-        return value
-
-    checkpointed.__wrapped__ = fn  # type: ignore[attr-defined]  # pictures group by fn
-    return checkpointed

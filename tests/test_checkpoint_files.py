@@ -1,0 +1,145 @@
+"""Checkpoint files: private (0600), refused when others could write them, and clear
+errors for damaged, foreign and read-only files (issue 19)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+import dagexec
+from dagexec._persist.checkpoint import CheckpointStore
+
+ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+posix_only = pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX permissions")
+
+
+def _graph() -> dagexec.Graph:
+    g = dagexec.Graph()
+    g.add("a", lambda: "a" * 500)
+    g.add("b", lambda a: a + "b", deps=["a"])
+    return g
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_checkpoint_error_is_public_and_a_dagexec_error() -> None:
+    assert "CheckpointError" in dagexec.__all__
+    assert issubclass(dagexec.CheckpointError, dagexec.DagexecError)
+
+
+@posix_only
+def test_a_new_checkpoint_and_its_wal_and_shm_are_private(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    old = os.umask(0o022)  # the usual umask, which would give 0644
+    try:
+        with CheckpointStore(path) as store:
+            store.save_nowait(b"\0" * 16, 1, name="a")
+            assert store.flush(30)
+            companions = [Path(f"{path}{s}") for s in ("-wal", "-shm")]
+            assert all(p.exists() for p in companions)
+            assert [_mode(p) for p in (path, *companions)] == [0o600, 0o600, 0o600]
+    finally:
+        os.umask(old)
+
+
+@posix_only
+@pytest.mark.parametrize("suffix", ["", "-wal"])
+def test_a_file_others_can_write_is_refused_before_it_is_read(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / "c.sqlite"
+    dagexec.run(_graph(), checkpoint=path)
+    target = Path(f"{path}{suffix}")
+    target.touch()
+    os.chmod(target, 0o666)
+    with pytest.raises(dagexec.CheckpointError) as info:
+        dagexec.run(_graph(), checkpoint=path)
+    text = str(info.value)
+    assert f"{str(target)!r} is writable by group and others" in text
+    assert "unpickles" in text and "chmod 600" in text
+    assert info.value.path == str(path)
+
+
+@posix_only
+@pytest.mark.skipif(not ROOT, reason="giving a file to another user needs root")
+def test_a_file_of_another_user_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    dagexec.run(_graph(), checkpoint=path)
+    os.chown(path, 12345, -1)
+    with pytest.raises(dagexec.CheckpointError, match=r"belongs to another user \(uid 12345"):
+        dagexec.run(_graph(), checkpoint=path)
+
+
+def test_a_sqlite_file_of_something_else_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+    os.chmod(path, 0o600)
+    with pytest.raises(
+        dagexec.CheckpointError, match=r"SQLite database of something else \(tables: users\)"
+    ):
+        dagexec.run(_graph(), checkpoint=path)
+    with sqlite3.connect(path) as conn:  # today: our tables are added to it
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master")]
+    assert tables == ["users"]
+
+
+@pytest.mark.skipif(ROOT, reason="root may write a read-only file")
+def test_a_healthy_read_only_file_is_called_read_only_not_damaged(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    dagexec.run(_graph(), checkpoint=path)
+    os.chmod(path, 0o400)
+    try:
+        with pytest.raises(dagexec.CheckpointError) as info:
+            dagexec.run(_graph(), checkpoint=path)
+    finally:
+        os.chmod(path, 0o600)
+    assert "is read-only" in str(info.value) and "chmod u+w" in str(info.value)
+    assert "damaged" not in str(info.value)
+
+
+def test_a_damaged_file_is_a_checkpoint_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    g = dagexec.Graph()
+    for i in range(300):
+        g.add(i, lambda i=i: str(i) * 300)
+    dagexec.run(g, checkpoint=path)
+    data = bytearray(path.read_bytes())
+    page = 4096
+    assert len(data) > 8 * page
+    data[page : len(data) - page] = b"\xa5" * (len(data) - 2 * page)  # pages garbled
+    path.write_bytes(bytes(data))
+    with pytest.raises(dagexec.CheckpointError) as info:
+        dagexec.run(g, checkpoint=path)
+    assert str(path) in str(info.value)
+    assert "damaged" in str(info.value) and "Delete it" in str(info.value)
+
+
+def test_an_unreadable_row_is_a_checkpoint_error(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    dagexec.run(_graph(), checkpoint=path)
+    with sqlite3.connect(path) as conn:  # something other than dagexec edited it
+        conn.execute("UPDATE dagexec_values SET value = 'text', digest = 'x'")
+    with pytest.raises(dagexec.CheckpointError, match=r"the row of task 'b' is unreadable"):
+        dagexec.run(_graph(), checkpoint=path)
+
+
+def test_read_only_is_told_apart_from_damaged_whoever_runs_the_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Root may write a read-only file, so the file system's answer is stood in for.
+    import dagexec._persist.checkpoint_file as files
+
+    path = tmp_path / "c.sqlite"
+    dagexec.run(_graph(), checkpoint=path)
+    real = os.access
+    monkeypatch.setattr(
+        files.os, "access", lambda p, mode: False if str(p) == str(path) else real(p, mode)
+    )
+    with pytest.raises(dagexec.CheckpointError, match="is read-only") as info:
+        dagexec.run(_graph(), checkpoint=path)
+    assert "damaged" not in str(info.value)
