@@ -29,7 +29,7 @@ import dagexec
 from dagexec.testing import Gate
 
 REPO = Path(__file__).resolve().parents[1]
-EXTRA = "needs the dask extra: pip install 'dagexec[dask]'"
+EXTRA = "needs the dask extra: pip install -e '.[dask]' from a clone"
 
 pytestmark = [
     # ResourceProfiler forks a tracker process; on Python >= 3.12 fork() in a
