@@ -156,7 +156,7 @@ class Graph:
         ``{"gpu": 1}``; the run's capacities (``resources=`` of the executor or the
         run) bound the sum over tasks out at once.
         ``retries``, ``retry_delay``, ``retry_on``, ``timeout``, ``run_if``: see
-        README "Retries, timeouts and cleanup tasks".
+        docs/graphs.md, "Retries, timeouts and cleanup tasks".
 
         ``deps`` is an ordered collection of task names whose values are passed
         positionally, or a mapping ``{parameter: task name}`` passing them by
