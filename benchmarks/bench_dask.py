@@ -32,7 +32,7 @@ try:
     import numpy as np
 except ImportError as exc:
     raise SystemExit(
-        f"bench_dask needs the dask extra ({exc}): pip install 'dagexec[dask]'"
+        f"bench_dask needs the dask extra ({exc}): pip install -e '.[dask]' from a clone"
     ) from None
 
 from dask.threaded import get as threaded_get

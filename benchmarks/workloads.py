@@ -107,7 +107,7 @@ def crunch(loops: int, seed: int, *prev: int) -> int:
     every loop iteration ran *slower* than one (0.5x over serial for two bare
     threads here, 2.0x with the numbers made per call; the same function defined
     in ``__main__`` scaled either way). That is the interpreter's cost, not the
-    executor's, and user code meets it too (README "Free-threaded Python").
+    executor's, and user code meets it too (docs/free-threading.md).
     """
     mult, inc, mask = int("1103515245"), int("12345"), int("4294967295")
     x = seed + sum(prev)

@@ -2,7 +2,7 @@
 
 One scheduler thread tracks readiness and try-puts ready tasks into bounded
 per-worker queues under a global in-flight cap; workers report back over one
-unbounded results queue. See README.md for the guarantees and the design.
+unbounded results queue. See README.md and docs/ for the guarantees and the design.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ This module is the only way into dask; ``import dagexec`` never loads it
 is installed before importing its private helpers, which import dask freely:
 ``_dask_graph`` (converting graphs both ways) and ``_dask_callbacks`` (driving
 dask's diagnostics). What stays here is the public API and the per-thread
-executors :func:`get` keeps between calls. Install the extra with
-``pip install 'dagexec[dask]'``.
+executors :func:`get` keeps between calls. Install the extra from a clone of
+dagexec with ``pip install -e '.[dask]'``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ try:
     from dask.callbacks import local_callbacks
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        f"dagexec.dask needs dask and distributed ({exc}); install them with "
-        "pip install 'dagexec[dask]'"
+        f"dagexec.dask needs dask and distributed ({exc}); install the dask extra "
+        "from a clone of dagexec: pip install -e '.[dask]'"
     ) from exc
 
 from ._core.errors import describe

@@ -29,7 +29,7 @@ import dagexec
 from dagexec.testing import Gate
 
 REPO = Path(__file__).resolve().parents[1]
-EXTRA = "needs the dask extra: pip install 'dagexec[dask]'"
+EXTRA = "needs the dask extra: pip install -e '.[dask]' from a clone"
 
 pytestmark = [
     # ResourceProfiler forks a tracker process; on Python >= 3.12 fork() in a
@@ -815,7 +815,9 @@ def client(dd: Any, offload_thread: None) -> Iterator[Any]:
             n_workers=1,
             threads_per_worker=2,
             processes=False,
-            dashboard_address=":0",  # any free port: never collide with another cluster
+            # ":0": a free port. None still binds the scheduler's HTTP server to
+            # 8787, and warns (an error here) when another program holds it.
+            dashboard_address=":0",
             host="127.0.0.1",
             protocol="tcp://",
             silence_logs=logging.CRITICAL,

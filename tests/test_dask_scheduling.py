@@ -8,7 +8,7 @@ import pytest
 
 from dagexec.testing import ConcurrencyProbe, Gate, run_in_thread
 
-dask = pytest.importorskip("dask", reason="needs the dask extra: pip install 'dagexec[dask]'")
+dask = pytest.importorskip("dask", reason="needs the dask extra: pip install -e '.[dask]'")
 
 import dagexec.dask  # noqa: E402
 

@@ -90,7 +90,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.mark.dask
 def test_dasks_threaded_and_local_suites_pass_on_dagexec(tmp_path: Path) -> None:
-    dask = pytest.importorskip("dask", reason="needs the dask extra: pip install 'dagexec[dask]'")
+    dask = pytest.importorskip("dask", reason="needs the dask extra: pip install -e '.[dask]'")
     tests = Path(dask.__file__).parent / "tests"
     files = [tests / "test_threaded.py", tests / "test_local.py"]
     if not all(f.exists() for f in files):

@@ -178,10 +178,10 @@ def test_readme_fanout_example_runs_as_written(capsys: pytest.CaptureFixture[str
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
-    section = readme[readme.index("## Dynamic fan-out") : readme.index("## Errors")]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "graphs.md").read_text("utf-8")
+    section = page[page.index("## Dynamic fan-out") : page.index("## Retries, timeouts")]
     [block] = re.findall(r"```python\n(.*?)```", section, re.S)
-    exec(compile(block, "README.md", "exec"), {})
+    exec(compile(block, "docs/graphs.md", "exec"), {})
     assert capsys.readouterr().out == "21 TaskState.DONE\n"
 
 

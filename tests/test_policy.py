@@ -525,11 +525,10 @@ def test_readme_example_runs_as_written(capsys: pytest.CaptureFixture[str]) -> N
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
-    start = readme.index("## Retries, timeouts and cleanup tasks")
-    section = readme[start : readme.index("\n## ", start + 1)]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "graphs.md").read_text("utf-8")
+    section = page[page.index("## Retries, timeouts and cleanup tasks") :]
     block = re.findall(r"```python\n(.*?)```", section, re.S)[0]
-    exec(compile(block, "README.md", "exec"), {})
+    exec(compile(block, "docs/graphs.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "[1, 2, 3] 2"
     assert out[1].startswith("data='data' parsed=ValueError(\"invalid literal for int() with")

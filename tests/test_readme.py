@@ -1,9 +1,12 @@
-"""Every Python example in the README is real code: extract each one and run it.
+"""The README and every page in docs/ are real: their examples run, their links
+resolve, and known false statements cannot come back.
 
-A block whose first line is ``# fragment: ...`` is shown as a fragment (for
-example, call signatures) and is only checked to be marked that way; every
-other block runs on its own, in a fresh namespace and a temporary directory.
-Blocks that use dask are skipped when the dask extra is not installed.
+Every ```python block of README.md and docs/*.md is extracted and run, in a fresh
+namespace and a temporary directory; a block that defines ``test_*`` functions
+has them called too. A block whose first line is ``# fragment: ...`` is shown as
+a fragment (for example, call signatures) and is only checked to be marked that
+way; each page may have at most two. Blocks that use dask are skipped when the
+dask extra is not installed (on the free-threaded build, where it cannot be).
 """
 
 from __future__ import annotations
@@ -16,20 +19,30 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
 FRAGMENT = "# fragment:"
+MAX_FRAGMENTS_PER_PAGE = 2
+MAX_README_LINES = 500
 
 
-def python_blocks() -> list[tuple[int, str]]:
-    """(line number, code) of every ```python block."""
-    text = README.read_text(encoding="utf-8")
+def _rel(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def python_blocks(page: Path) -> list[tuple[int, str]]:
+    """(line number, code) of every ```python block of one page."""
+    text = page.read_text(encoding="utf-8")
     return [
         (text.count("\n", 0, m.start()) + 2, m.group(1))
-        for m in re.finditer(r"```python\n(.*?)```", text, re.S)
+        for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M)
     ]
 
 
-BLOCKS = python_blocks()
+BLOCKS = [(page, line, code) for page in PAGES for line, code in python_blocks(page)]
+README_BLOCKS = [code for page, _, code in BLOCKS if page == README]
 
 
 def _needs_dask(code: str) -> bool:
@@ -46,23 +59,12 @@ def offload_thread() -> None:
         _offload_executor.submit(int).result(timeout=30)
 
 
-@pytest.mark.parametrize(("line", "code"), BLOCKS, ids=[f"line{line}" for line, _ in BLOCKS])
-def test_readme_python_block_runs(
-    line: int, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offload_thread: None
-) -> None:
-    if code.startswith(FRAGMENT):
-        pytest.skip(f"README line {line}: marked as a fragment")
-    if _needs_dask(code):
-        for module in ("dask", "distributed"):
-            if importlib.util.find_spec(module) is None:
-                pytest.skip(f"README line {line} needs the dask extra ({module})")
-    monkeypatch.chdir(tmp_path)  # examples may write files (traces, SVGs)
-    namespace: dict[str, object] = {"__name__": "__readme__"}
-    # Blank lines up to the block's own line, so a traceback points into the README.
+def _run_block(page: Path, line: int, code: str) -> None:
+    namespace: dict[str, object] = {"__name__": "__docs__"}
+    # Blank lines up to the block's own line, so a traceback points into the page.
     source = "\n" * (line - 1) + code
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(source, str(README), "exec"), namespace)
+        exec(compile(source, str(page), "exec"), namespace)
         for name, value in namespace.items():  # run the test functions a block defines
             if name.startswith("test_") and callable(value):
                 value()
@@ -73,23 +75,166 @@ def test_readme_python_block_runs(
             dagexec.dask.shutdown()
 
 
-def test_every_python_block_runs_or_is_marked_a_fragment() -> None:
-    fragments = [line for line, code in BLOCKS if code.startswith(FRAGMENT)]
-    assert len(BLOCKS) >= 10
-    assert len(fragments) <= 2, f"fragments at README lines {fragments}: make them runnable"
+@pytest.mark.parametrize(
+    ("page", "line", "code"), BLOCKS, ids=[f"{_rel(p)}:{line}" for p, line, _ in BLOCKS]
+)
+def test_python_block_runs(
+    page: Path,
+    line: int,
+    code: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    offload_thread: None,
+) -> None:
+    if code.startswith(FRAGMENT):
+        pytest.skip(f"{_rel(page)} line {line}: marked as a fragment")
+    if _needs_dask(code):
+        for module in ("dask", "distributed"):
+            if importlib.util.find_spec(module) is None:
+                pytest.skip(f"{_rel(page)} line {line} needs the dask extra ({module})")
+    monkeypatch.chdir(tmp_path)  # examples may write files (traces, SVGs)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        _run_block(page, line, code)
 
 
-def test_readme_opens_with_the_demo_and_the_test_command() -> None:
+def test_every_page_has_few_fragments() -> None:
+    assert len(README_BLOCKS) >= 3
+    assert sum(len(python_blocks(p)) for p in PAGES) >= 20
+    for page in PAGES:
+        fragments = [line for line, code in python_blocks(page) if code.startswith(FRAGMENT)]
+        assert len(fragments) <= MAX_FRAGMENTS_PER_PAGE, (
+            f"{_rel(page)}: fragments at lines {fragments}: make them runnable"
+        )
+
+
+def test_readme_opens_with_the_demo_and_the_whole_test_suite() -> None:
     text = README.read_text(encoding="utf-8")
     commands = re.findall(r"```sh\n(.*?)\n```", text, re.S)[:2]
     assert commands[0] == "python -m dagexec demo"
-    assert "pip install" in commands[1] and "'.[test]'" in commands[1]
-    assert commands[1].endswith("python -m pytest")
+    # .ci/run greps the first line starting so, and runs it.
+    assert commands[1].startswith("python -m venv .venv && ")
+    assert "'.[test,dask]'" in commands[1]  # the dask tests are part of the suite
+    assert commands[1].endswith(".venv/bin/python -m pytest")
+    [ci_line] = [line for line in text.splitlines() if line.startswith("python -m venv .venv && ")]
+    assert ci_line == commands[1]
 
 
 def test_quick_start_runs_as_pasted_and_prints_the_report() -> None:
-    [code] = [c for _, c in BLOCKS if "def make_report" in c]
+    [code] = [c for c in README_BLOCKS if "def make_report" in c]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
+        exec(compile(code, str(README), "exec"), {"__name__": "__docs__"})
     assert out.getvalue() == "3 values, total 6\n"
+
+
+def test_nightly_batch_recipe_prints_what_its_comments_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [code] = [c for c in README_BLOCKS if "def list_files" in c]
+    for feature in ("g.map(", "retries=", "timeout=", '"db"', 'run_if="all_done"',
+                    "checkpoint=", "progress=True", "gantt_svg("):  # fmt: skip
+        assert feature in code, feature
+    monkeypatch.chdir(tmp_path)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        exec(compile(code, str(README), "exec"), {"__name__": "__docs__"})
+    assert out.getvalue() == "30 ok\n2 {'db': 2}\n"
+    assert err.getvalue().startswith("dagexec: ")  # progress: one summary line, not a tty
+
+
+# --- structure -------------------------------------------------------------------
+
+
+def _headings(page: Path, level: int) -> list[str]:
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    return re.findall(rf"^{'#' * level} (.+)$", text, re.M)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    seen: dict[str, int] = {}
+    anchors = set()
+    for heading in re.findall(r"^#+ (.+)$", text, re.M):
+        slug = _slug(heading)
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def test_readme_fits_and_keeps_its_order() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_README_LINES
+    sections = [_slug(h) for h in _headings(README, 2)]
+    order = ["why", "quick-start", "install", "a-nightly-batch", "api", "errors",
+             "guarantees", "testing-helpers", "command-line"]  # fmt: skip
+    found = [next(i for i, s in enumerate(sections) if s.startswith(o)) for o in order]
+    assert found == sorted(found), sections
+
+
+def test_readme_table_of_contents_is_rendered_and_complete() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert "<!--" not in text  # an HTML comment is invisible once rendered
+    contents = text.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
+    links = re.findall(r"^- \[.+\]\(#([^)]+)\)$", contents, re.M)
+    sections = [_slug(h) for h in _headings(README, 2) if h != "Contents"]
+    assert links == [s for s in sections if s != "license"]
+
+
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    text = README.read_text(encoding="utf-8")
+    for page in PAGES[1:]:
+        assert f"(docs/{page.name})" in text or f"(docs/{page.name}#" in text, page.name
+
+
+def test_required_docs_pages_exist() -> None:
+    for name in ("performance", "internals", "design", "free-threading", "dask",
+                 "checkpoints", "thread-safety"):  # fmt: skip
+        assert (DOCS / f"{name}.md").is_file(), name
+    assert "Layers" in _headings(DOCS / "design.md", 2)
+
+
+def test_every_relative_link_resolves() -> None:
+    broken = []
+    for page in PAGES:
+        text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{_rel(page)}: {target} (no such file)")
+            elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+                broken.append(f"{_rel(page)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+# Statements that were once in the README and became false; each must stay out.
+CONTRADICTIONS = {
+    r"\bno retries\b": "retries exist (retries=)",
+    r"per-task\s+timeouts,\s+persistence": "per-task timeouts and checkpoints exist",
+    r"persistence\s+of\s+results\s+between\s+runs": "checkpoint= persists results",
+    r"tasks\s+cannot\s+add\s+tasks": "g.map adds tasks while a graph runs",
+    r"graphs\s+that\s+change\s+while\s+running": "g.map adds tasks while a graph runs",
+    r"a\s+static\s+graph": "g.map grows the graph at run time",
+    r"pip install ['\"]?dagexec\b": "dagexec is on no index: install from a clone or a URL",
+    r"-e '\.\[test\]' && \.venv/bin/python -m pytest": "the test command installs .[test,dask]",
+}
+
+
+@pytest.mark.parametrize("pattern", CONTRADICTIONS)
+def test_no_known_contradiction_comes_back(pattern: str) -> None:
+    code = [f for d in ("dagexec", "tests", "benchmarks") for f in (ROOT / d).rglob("*.py")]
+    files = [*PAGES, *sorted(f for f in code if f != Path(__file__).resolve())]
+    hits = [
+        f"{_rel(f)}: {m.group(0)!r}"
+        for f in files
+        for m in re.finditer(pattern, f.read_text(encoding="utf-8"), re.I)
+    ]
+    assert not hits, f"{CONTRADICTIONS[pattern]}: {hits}"

@@ -308,13 +308,13 @@ def test_readme_resource_examples_run_as_written() -> None:
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
-    section = readme[readme.index("## Priorities") : readme.index("## Dynamic fan-out")]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "graphs.md").read_text("utf-8")
+    section = page[page.index("## Priorities") : page.index("## Dynamic fan-out")]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) == 3
     for block in blocks:
         namespace: dict[str, Any] = {}
-        exec(compile(block, "README.md", "exec"), namespace)
+        exec(compile(block, "docs/graphs.md", "exec"), namespace)
     namespace["test_gpu_limit_is_reached_exactly"]()
 
 

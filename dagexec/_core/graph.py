@@ -188,7 +188,7 @@ class Graph:
         ``{"gpu": 1}``; the run's capacities (``resources=`` of the executor or the
         run) bound the sum over tasks out at once.
         ``retries``, ``retry_delay``, ``retry_on``, ``timeout``, ``run_if``: see
-        README "Retries, timeouts and cleanup tasks".
+        docs/graphs.md, "Retries, timeouts and cleanup tasks".
         ``checkpoint=False``: a checkpointed run never stores this task's value and
         runs it every time (a task that lists today's files); the tasks downstream
         of it load only if its value is the same as when they were stored.

@@ -70,7 +70,7 @@ OnError = Literal["raise", "continue"]
 # against ~2 us of Python work per no-op task: a turn is as long as the effective
 # cap, so deeper inboxes pay for fewer turns (2 workers, 10,000-task wide graph,
 # alternating in one process: queue_cap 16 -> 5.6 us/task, 32 -> 3.9, 64 -> 2.7;
-# python benchmarks/queue_depth.py; README "Choosing queue_cap and max_in_flight").
+# python benchmarks/queue_depth.py; docs/performance.md, "Choosing queue_cap and max_in_flight").
 # Shallower inboxes mean fewer tasks committed to one worker ahead of time: less
 # waiting behind a long task (which _balance.py corrects) and fewer argument
 # tuples held alive (max_in_flight bounds those directly).
@@ -367,7 +367,7 @@ class Executor:
                 many tasks finished.
             checkpoint: path of a checkpoint file (SQLite). Each finished task's
                 value is saved there; tasks found there are loaded, not run. See
-                README "Checkpoint and resume".
+                docs/checkpoints.md.
 
         Raises:
             TypeError, ValueError: a parameter is of the wrong type or value; the
@@ -571,7 +571,7 @@ class Executor:
         """Drive a plain run on the calling thread; None if it must be queued instead.
 
         A run handed to the scheduler thread costs two thread hand-offs more
-        (there and back), about a third of a small run (README "Small runs").
+        (there and back), about a third of a small run (docs/internals.md, "Small runs").
         The caller may drive its own run only where nothing can raise inside
         the driver: not on the main thread, or on it with Python's own SIGINT
         handler, which is swapped meanwhile for one that asks the run to stop

@@ -125,7 +125,7 @@ def _crunch(seed: int, *prev: int) -> int:
     Its numbers are made per call rather than written as constants: on CPython
     3.13t a module's int constants are shared by every thread, and two threads
     updating their reference counts on every iteration ran this stage at 1.2x
-    instead of 1.95x on 2 workers (README "Free-threaded Python").
+    instead of 1.95x on 2 workers (docs/free-threading.md).
     """
     mult, inc, mask = int("1103515245"), int("12345"), int("4294967295")
     x = seed + sum(prev)

@@ -98,7 +98,7 @@ class Fanout:
         items: list[Any] = []
         if source is None:
             # Iterated here, on the scheduler thread: a generator that blocks
-            # stalls dispatch meanwhile (README "Dynamic fan-out"). Whatever it
+            # stalls dispatch meanwhile (docs/graphs.md, "Dynamic fan-out"). Whatever it
             # raises, even a BaseException, is the map's failure, not the
             # scheduler's; a fatal one still stops the run and reaches the caller.
             try:

@@ -85,7 +85,7 @@ HELD = 7
 # Among tasks of equal priority, take the one that became ready last: a task
 # whose inputs just appeared finishes a started branch before a new branch
 # opens, so values are consumed soon after they are made (dask.order's aim;
-# README "Priorities" has the measured peaks). False gives first-in first-out,
+# docs/graphs.md, "Priorities", has the measured peaks). False gives first-in first-out,
 # kept for comparison (benchmarks/order.py).
 DEPTH_FIRST = True
 
