@@ -18,6 +18,7 @@ from ._core.errors import (
     MissingDependencyError,
     TaskTimeout,
     UnknownTargetError,
+    WorkerCrashed,
 )
 from ._core.graph import Graph, Task
 from ._core.hooks import Callback, PlanInfo
@@ -50,6 +51,7 @@ __all__ = [
     "TaskTimeout",
     "TraceRecord",
     "UnknownTargetError",
+    "WorkerCrashed",
     "current_task",
     "run",
 ]

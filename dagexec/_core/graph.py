@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from .bind import BoundCall, KeywordCall, callable_name, check_call, check_plain_call
 from .errors import DuplicateTaskError, MissingDependencyError, describe
+from .isolate import IsolatedCall, check_isolate, dep_labels
 from .options import (
     NO_KWARGS,
     FrozenKwargs,
@@ -148,6 +149,7 @@ class Graph:
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         timeout: float | None = None,
         run_if: str = "all_success",
+        isolate: str | None = None,
     ) -> Hashable:
         """Add task ``name`` computing ``fn(*dep_values, *args, **kwargs)``; return ``name``.
 
@@ -157,6 +159,8 @@ class Graph:
         run) bound the sum over tasks out at once.
         ``retries``, ``retry_delay``, ``retry_on``, ``timeout``, ``run_if``: see
         README "Retries, timeouts and cleanup tasks".
+        ``isolate="process"``: run ``fn`` in a child process the worker thread
+        waits for (docs/processes.md); ``fn`` must be found by module and name.
 
         ``deps`` is an ordered collection of task names whose values are passed
         positionally, or a mapping ``{parameter: task name}`` passing them by
@@ -178,6 +182,7 @@ class Graph:
             and timeout is None
             and retry_on is Exception
             and run_if == "all_success"
+            and isolate is None
         ):
             ids: tuple[int, ...] | None
             # The common case, fn(*deps) with every dependency added already and
@@ -278,6 +283,18 @@ class Graph:
             or retry_on is not Exception
         ):
             policy = check_policy(name, retries, retry_delay, retry_on, timeout, run_if)
+        if isolate is not None:
+            policy = (policy or Policy())._replace(isolate=check_isolate(name, isolate, fn))
+            call = IsolatedCall(
+                call,
+                name,
+                policy.isolate or "",
+                policy.timeout,
+                policy.cleanup,
+                dep_labels(fn, dep_names, kw_deps),
+            )
+            if original is None:  # graph[name].fn (and checkpoint identity): the user's fn
+                original = Task(name, fn, dep_names)
         # Every check passed: from here on the task is stored, in every column and
         # side table at once (a failed add must leave nothing for the next task
         # to inherit at this position).
@@ -327,6 +344,7 @@ class Graph:
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         timeout: float | None = None,
         run_if: str = "all_success",
+        isolate: str | None = None,
     ) -> Hashable:
         """Add ``name``: ``fn(item, *[result of d for d in deps])`` for each item of ``over``.
 
@@ -374,6 +392,7 @@ class Graph:
             retry_delay=retry_delay,
             retry_on=retry_on,
             timeout=timeout,
+            isolate=isolate,
         )
         self._maps.add(position)
         return name
@@ -397,6 +416,7 @@ class Graph:
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         timeout: float | None = None,
         run_if: str = "all_success",
+        isolate: str | None = None,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -415,6 +435,7 @@ class Graph:
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         timeout: float | None = None,
         run_if: str = "all_success",
+        isolate: str | None = None,
     ) -> Any:
         """Decorator form of :meth:`add`; the function is returned unchanged.
 
@@ -458,6 +479,7 @@ class Graph:
                     retry_on=retry_on,
                     timeout=timeout,
                     run_if=run_if,
+                    isolate=isolate,
                 )
             except BaseException:
                 self._inferred.pop(len(self._names), None)

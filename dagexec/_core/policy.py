@@ -46,6 +46,10 @@ class Policy(NamedTuple):
     retry_on: tuple[type[BaseException], ...] = (Exception,)
     timeout: float | None = None
     cleanup: bool = False  # run_if="all_done"
+    # Where the function runs: None (a worker thread) or "process" (a child process
+    # the worker thread waits for; see dagexec._engine.process_pool). Not part of a
+    # task's checkpoint identity: the value is the same either way.
+    isolate: str | None = None
 
 
 class Missing:

@@ -77,6 +77,11 @@ class AttemptTimers:
         policy = None if policies is None else policies[task]
         if policy is None or policy.timeout is None:
             return
+        if policy.isolate is not None:
+            # Its worker thread times the child from when the child starts the
+            # call, kills it past the timeout and reports TaskTimeout itself:
+            # nothing is left running, so nothing needs to be abandoned here.
+            return
         self.running_on[task] = (worker, now)
         self.seq += 1
         attempt = self.state.attempt.get(task, 1)

@@ -46,11 +46,15 @@ class Running:
     only by code running on that same worker thread: no lock is needed.
     """
 
-    __slots__ = ("stop", "task")
+    __slots__ = ("child", "stop", "task")
 
     def __init__(self) -> None:
         self.task = -1
         self.stop: threading.Event | None = None
+        # This worker's child process for isolate="process" tasks, started by the
+        # first of them (dagexec._engine.process_pool.ChildSlot); closed when the
+        # worker exits, so children go with their executor's workers.
+        self.child: Any = None
 
 
 # Each worker thread's Running, by thread ident: set when the worker starts and
@@ -100,6 +104,8 @@ def worker_loop(worker_id: int, inbox: Inbox[Item | None]) -> None:
         _loop(worker_id, inbox, here)
     finally:
         del _running[threading.get_ident()]
+        if here.child is not None:
+            here.child.close()
 
 
 def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
