@@ -38,6 +38,7 @@ except :func:`_kill_all` at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import select
@@ -121,8 +122,17 @@ def _current(default_name: Hashable) -> CurrentTask:
 class ChildSlot:
     """A worker thread's child process: started on first use, replaced when it dies."""
 
-    __slots__ = ("__weakref__", "loaded", "poller", "proc", "replies", "requests", "seq",
-                 "sent_path", "stops")
+    __slots__ = (
+        "__weakref__",
+        "loaded",
+        "poller",
+        "proc",
+        "replies",
+        "requests",
+        "sent_path",
+        "seq",
+        "stops",
+    )
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
@@ -295,10 +305,8 @@ class ChildSlot:
     def _discard(self) -> None:
         for fd in (self.requests, self.replies, self.stops):
             if fd >= 0:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
         self.requests = self.replies = self.stops = -1
         self.proc = None
         self.poller = None
@@ -339,7 +347,5 @@ def _kill_all() -> None:
     with _live_lock:
         slots = list(_live)
     for slot in slots:
-        try:
+        with contextlib.suppress(Exception):
             slot.kill()
-        except Exception:
-            pass

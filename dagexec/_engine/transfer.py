@@ -26,6 +26,7 @@ Imported by the child process too: standard library only, nothing else of dagexe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import struct
@@ -166,10 +167,8 @@ def read_frame(fd: int) -> bytearray:
 
 def unlink_quietly(path: str | None) -> None:
     if path is not None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 def _room(size: int) -> bool:
