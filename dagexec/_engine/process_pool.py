@@ -174,7 +174,7 @@ class ChildSlot:
     def run(self, call: IsolatedCall, dep_values: tuple[Any, ...], info: CurrentTask) -> Any:
         """Send the call, wait for its answer, return the value or raise the error."""
         try:
-            data, buffers = dumps((call.call, lift(dep_values)))
+            data, buffers = dumps((_lift_constants(call.call), lift(dep_values)))
         except Exception as exc:
             raise _unpicklable(call, dep_values, info.name, exc) from None
         if self.proc is None or self.proc.poll() is not None:
@@ -193,15 +193,17 @@ class ChildSlot:
         in_path, out_path = (f"{tag}-in", f"{tag}-out") if shm else (None, None)
         meta = (self.seq, paths, files, info.name, info.attempt, call.timeout is not None, out_path)
         try:
-            try:
-                send(self.requests, meta, data, buffers, in_path)
-            except OSError:
-                del data, buffers
-                self._crashed(info, out_path)
+            shared = send(self.requests, meta, data, buffers, in_path)
+        except OSError:  # the pipe broke: the child died since its last call
             del data, buffers
+            unlink_quietly(in_path)
+            self._crashed(info, out_path)
+        del data, buffers
+        try:
             return self._wait(call, info, out_path)
         finally:
-            unlink_quietly(in_path)
+            if shared:  # read by now, or the child is gone: unlinked either way
+                unlink_quietly(in_path)
 
     def _files(self, call: IsolatedCall, data: bytes) -> dict[str, str]:
         """Modules the child must load from their file before it unpickles this call."""
@@ -312,6 +314,21 @@ class ChildSlot:
         self.poller = None
         with _live_lock:
             _live.discard(self)
+
+
+def _lift_constants(call: Any) -> Any:
+    """``call`` with its large ``bytes`` constants sent out of band, like dependency values."""
+    if not isinstance(call, (BoundCall, KeywordCall)):
+        return call
+    args = lift(call.args)
+    values = tuple(call.kwargs.values())
+    lifted = lift(values)
+    if args is call.args and lifted is values:
+        return call  # nothing large: the common case, no copy
+    kwargs = dict(zip(call.kwargs, lifted, strict=True))
+    if isinstance(call, KeywordCall):
+        return KeywordCall(call.fn, args, kwargs, call.dep_params)
+    return BoundCall(call.fn, args, kwargs)
 
 
 def _unpicklable(

@@ -54,9 +54,17 @@ _LEN = struct.Struct("<Q")
 _CHUNK = 1 << 30  # one read/write call moves at most this much (Linux caps ~2 GiB)
 
 
+_shm_checked: tuple[str, str | None] | None = None  # (_SHM_DIR, the answer for it)
+
+
 def shm_dir() -> str | None:
-    """The shared-memory directory, or None where there is none."""
-    return _SHM_DIR if os.path.isdir(_SHM_DIR) and os.access(_SHM_DIR, os.W_OK) else None
+    """The shared-memory directory, or None where there is none (looked up once)."""
+    global _shm_checked
+    checked = _shm_checked
+    if checked is None or checked[0] != _SHM_DIR:
+        usable = os.path.isdir(_SHM_DIR) and os.access(_SHM_DIR, os.W_OK)
+        checked = _shm_checked = (_SHM_DIR, _SHM_DIR if usable else None)
+    return checked[1]
 
 
 def lift(values: tuple[Any, ...]) -> tuple[Any, ...]:
