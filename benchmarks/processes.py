@@ -407,6 +407,10 @@ def part_startup(repeat: int) -> None:
     )
 
 
+def _gil() -> bool:
+    return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small graphs, 3 rounds")
@@ -417,7 +421,7 @@ def main() -> None:
     parts = set(args.only.split(","))
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
-        f"{os.getloadavg()[0]:.2f}; GIL {'on' if getattr(sys, '_is_gil_enabled', lambda: True)() else 'off'}"
+        f"{os.getloadavg()[0]:.2f}; GIL {'on' if _gil() else 'off'}"
     )
     with dagexec.Executor(workers=WORKERS) as ex, ProcessPoolExecutor(WORKERS) as pool:
         warm = dagexec.Graph()

@@ -188,7 +188,7 @@ def fail_unless(path: str, *values: Any) -> str:
 
 
 def sleep_forever(*values: Any) -> None:
-    print(f"PID {os.getpid()}", flush=True)
+    os.write(1, f"PID {os.getpid()}\n".encode())  # one write: lines never interleave
     threading.Event().wait(60)
 
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from .bind import BoundCall, KeywordCall, callable_name
 from .errors import describe
 
-__all__ = ["ISOLATIONS", "IsolatedCall", "check_isolate", "load_by_file"]
+__all__ = ["ISOLATIONS", "IsolatedCall", "check_isolate", "inbox_depth", "load_by_file"]
 
 ISOLATIONS = ("process",)
 
@@ -40,6 +40,19 @@ _FILE_MODULE_PREFIX = "__dagexec_graph_"
 def load_by_file(module: str) -> bool:
     """True if a child must load ``module`` from its file rather than import it by name."""
     return module == "__main__" or module.startswith(_FILE_MODULE_PREFIX)
+
+
+def inbox_depth(policies: Sequence[Any] | None, queue_cap: int) -> int:
+    """How many tasks a worker's inbox may hold in a run of tasks with these policies.
+
+    A run with process tasks keeps at most one task queued per worker: a task
+    queued behind a process task (tens of ms at least, or it would not be one)
+    waits for it while another worker may be free, and a deeper inbox saves only
+    a wake-up per task, which is nothing next to a round trip to a child.
+    """
+    if policies is not None and any(p is not None and p.isolate for p in policies):
+        return min(queue_cap, 1)
+    return queue_cap
 
 
 def check_isolate(name: Hashable, isolate: object, fn: Callable[..., Any]) -> str:

@@ -80,6 +80,7 @@ from time import perf_counter
 from typing import Any
 
 from .._core.hooks import Hooks
+from .._core.isolate import inbox_depth
 from .._core.plan import Plan
 from .._core.safe import add_note
 from .._observation.observer import OWN_FILES, Observer, release_frames
@@ -149,7 +150,7 @@ class Run(Driver):
         self.flags = (TIMED if trace or hooks.task_end else 0) | (
             NOTIFY_START if hooks.task_start else 0
         )
-        self.balance = Balance(inboxes, queue_cap)
+        self.balance = Balance(inboxes, inbox_depth(plan.policy, queue_cap))
         self.now = self.started_at = 0.0
         self.timers = None if plan.policy is None else AttemptTimers(state)
         self.debug = False
