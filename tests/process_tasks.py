@@ -187,6 +187,11 @@ def fail_unless(path: str, *values: Any) -> str:
     return "ok"
 
 
+def after_marker(value: Any, path: str) -> str:
+    """``value``'s task ran first; fail while ``path`` does not exist."""
+    return fail_unless(path)
+
+
 def sleep_forever(*values: Any) -> None:
     os.write(1, f"PID {os.getpid()}\n".encode())  # one write: lines never interleave
     threading.Event().wait(60)

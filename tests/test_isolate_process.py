@@ -233,7 +233,7 @@ def test_workers_bound_threads_and_processes_together(
         thread_gate.open()
     result = future.result()
     assert_within_bounds(result)
-    assert result.stats.peak_in_flight == 4 and sum(result.stats.tasks_per_worker) == 6
+    assert max(result.stats.peak_queue_depth) == 1 and sum(result.stats.tasks_per_worker) == 6
 
 
 def _held(gate: pt.ProcessGate, thread_gate: Gate, want: int) -> int:
@@ -429,7 +429,7 @@ def test_resume_from_a_checkpoint_with_process_tasks(ex: dagexec.Executor, tmp_p
     store = str(tmp_path / "ckpt")
     g = dagexec.Graph()
     g.add("a", pt.count_call, args=(str(calls),), isolate="process")
-    g.add("b", pt.fail_unless, args=(str(marker),), isolate="process")
+    g.add("b", pt.after_marker, args=(str(marker),), deps=["a"], isolate="process")
     g.add("c", pt.add, deps=["a", "a"], isolate="process")
     g.add("d", pt.length, deps=["b"], isolate="process")
     with pytest.raises(RuntimeError, match="missing"):
@@ -464,10 +464,11 @@ def test_a_run_with_process_tasks_queues_at_most_one_task_per_worker(
             assert recorder.wait_for_in_flight(4)
             gate.wait_for_arrivals(1)
             assert thread_gate.wait_for_waiting(1)
+            assert recorder.in_flight == 4
         finally:
             gate.open()
             thread_gate.open()
         result = future.result()
-    assert recorder.peak == 4
-    assert result.stats.peak_in_flight == 4
+    # Once the gates open, a worker may take its queued task before the scheduler
+    # hears the first one ended, so in flight can pass 4 then; inboxes never do.
     assert max(result.stats.peak_queue_depth) == 1
