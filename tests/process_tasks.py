@@ -210,3 +210,14 @@ class Point:
 
 def flip(p: Point) -> Point:
     return Point(p.y, p.x)
+
+
+class TwoArgError(Exception):
+    """Pickles, but does not unpickle: __init__ wants two arguments, args holds one."""
+
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"{a} and {b}")
+
+
+def raise_two_arg_error(*values: Any) -> None:
+    raise TwoArgError(1, 2)

@@ -472,3 +472,51 @@ def test_a_run_with_process_tasks_queues_at_most_one_task_per_worker(
     # Once the gates open, a worker may take its queued task before the scheduler
     # hears the first one ended, so in flight can pass 4 then; inboxes never do.
     assert max(result.stats.peak_queue_depth) == 1
+
+
+def test_an_exception_that_cannot_be_unpickled_arrives_as_a_stand_in(
+    ex: dagexec.Executor,
+) -> None:
+    g = dagexec.Graph()
+    g.add("odd", pt.raise_two_arg_error, isolate="process")
+    with pytest.raises(RuntimeError, match=r"task 'odd' raised TwoArgError: 1 and 2") as info:
+        ex.run(g)
+    assert "TwoArgError" in "\n".join(info.value.__notes__)  # the child's traceback
+
+
+def test_graph_files_loaded_by_the_cli_run_in_children(tmp_path: Path) -> None:
+    (tmp_path / "cli_graph.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+            import dagexec
+            print("TOP", os.getpid(), flush=True)
+
+            def child_pid():
+                return os.getpid()
+
+            g = dagexec.Graph()
+            g.add("pid", child_pid, isolate="process")
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "dagexec", "run", "cli_graph.py:g", "--print", "--workers", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    ).stdout
+    tops = [line.split()[1] for line in out.splitlines() if line.startswith("TOP")]
+    printed = [line for line in out.splitlines() if line.startswith("pid = ")]
+    assert len(set(tops)) == 2  # the CLI's load, and the child's
+    assert printed == [f"pid = {tops[1]}"]  # the task ran in the child that loaded it
+
+
+def test_the_graph_keeps_the_users_function(ex: dagexec.Executor) -> None:
+    g = dagexec.Graph()
+    g.add("a", pt.square, args=(2,), isolate="process")
+    g.add("b", pt.square, deps=["a"], isolate="process")
+    assert g["a"].fn is pt.square and g["a"].args == (2,)
+    assert g["b"].fn is pt.square and g["b"].deps == ("a",)

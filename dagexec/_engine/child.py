@@ -113,6 +113,9 @@ def _reply_error(replies: int, exc: BaseException, name: Any, out_path: str | No
     try:
         exc.add_note(f"dagexec: in the child process (pid {os.getpid()}):\n{text}")
         data, buffers = dumps(exc)
+        # An exception class whose __init__ takes other arguments than it passes
+        # on pickles but does not unpickle: find out here, not in the parent.
+        pickle.loads(data, buffers=buffers)
     except Exception:
         stand_in = RuntimeError(
             f"task {name!r} raised {type(exc).__qualname__}: {exc} in its child process, "

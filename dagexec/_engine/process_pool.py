@@ -244,7 +244,14 @@ class ChildSlot:
                     assert call.timeout is not None
                     deadline = time.monotonic() + call.timeout
                     continue
-                value = pickle.loads(data, buffers=buffers)
+                try:
+                    value = pickle.loads(data, buffers=buffers)
+                except Exception as exc:
+                    raise RuntimeError(
+                        f"task {describe(info.name)}: the value its child process sent "
+                        f"back cannot be unpickled here: {type(exc).__name__}: {exc}; "
+                        "return a value whose classes the parent can import"
+                    ) from exc
                 del data, buffers
                 if meta[1]:
                     return value[0]
