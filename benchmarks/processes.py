@@ -229,13 +229,20 @@ def rounds(
 
 
 def calibrate(ms: float) -> int:
-    """Loop count of ``crunch`` taking about ``ms`` milliseconds here."""
-    loops = 20_000
+    """Loop count of ``crunch`` taking about ``ms`` milliseconds here.
+
+    The fastest of several timings: on a shared machine the others include time
+    this process spent waiting for a CPU, which would make the tasks too short.
+    """
+    loops = 50_000
+    best = min(_time(crunch, loops, 1) for _ in range(15))
+    return max(1, int(loops * ms / 1000 / best))
+
+
+def _time(fn: Callable[..., Any], *args: Any) -> float:
     t0 = time.perf_counter()
-    for _ in range(5):
-        crunch(loops, 1)
-    per = (time.perf_counter() - t0) / 5
-    return max(1, int(loops * ms / 1000 / per))
+    fn(*args)
+    return time.perf_counter() - t0
 
 
 def have_dask() -> bool:
@@ -362,9 +369,7 @@ def part_mixed(ex: dagexec.Executor, repeat: int, quick: bool) -> None:
     chains, length = 2, (4 if quick else 10)
     loops = calibrate(15.0)
     block = os.urandom(4 << 20)
-    t0 = time.perf_counter()
-    digest(block, 1)
-    rounds_ = max(1, round(0.015 / (time.perf_counter() - t0)))
+    rounds_ = max(1, round(0.015 / min(_time(digest, block, 1) for _ in range(5))))
     tasks = mixed_graph(chains, length, loops, block, rounds_)
     expected = serial(tasks)
     mixed = dagexec_graph(tasks, lambda name: "process" if name.startswith("py") else None)
