@@ -21,6 +21,8 @@ Parts, each printed as a table:
 4. **mixed graph**: GIL-releasing hashing (sha256 of 4 MiB) and pure Python, as
    mixed (hashing on threads, Python in processes), all threads, all processes.
 5. **child start-up**, reported apart: a new child answering its first call.
+6. **task length sweep**: speed-up over serial of process tasks from 0.2 to 5 ms,
+   to say from what task length processes pay off.
 
 Every implementation's values are checked against the serial loop's.
 """
@@ -393,6 +395,27 @@ def part_mixed(ex: dagexec.Executor, repeat: int, quick: bool) -> None:
         print(f"  {label:<40}{s:9.3f}{medians['serial'] / s:10.2f}")
 
 
+def part_sweep(ex: dagexec.Executor, repeat: int) -> None:
+    """From what task length do processes pay off? Speed-up over serial per length."""
+    print(f"\n== 6. task length sweep: 8 chains x 25 tasks, {WORKERS} workers; median of {repeat}")
+    print(f"  {'task ms':>8}{'serial s':>10}{'processes s':>13}{'x serial':>10}")
+    for ms in (0.2, 0.5, 1.0, 2.0, 5.0):
+        tasks = chains_graph(8, 25, calibrate(ms))
+        expected = serial(tasks)
+        procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
+        medians = rounds(
+            {
+                "serial": lambda: serial(tasks),
+                "processes": lambda: dict(ex.run(procs, targets=list(tasks)).items()),
+            },
+            expected,
+            repeat,
+            ["fold"],
+        )
+        s, p = medians["serial"], medians["processes"]
+        print(f"  {ms:8.1f}{s:10.3f}{p:13.3f}{s / p:10.2f}")
+
+
 def part_startup(repeat: int) -> None:
     from dagexec._core.isolate import IsolatedCall
     from dagexec._core.policy import CurrentTask
@@ -420,7 +443,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small graphs, 3 rounds")
     parser.add_argument("--repeat", type=int, default=None)
-    parser.add_argument("--only", default="1,2,3,4,5", help="parts to run, e.g. 1,2")
+    parser.add_argument("--only", default="1,2,3,4,5,6", help="parts to run, e.g. 1,2")
     args = parser.parse_args()
     repeat = args.repeat or (3 if args.quick else 5)
     parts = set(args.only.split(","))
@@ -442,6 +465,8 @@ def main() -> None:
             part_large(ex, repeat)
         if "4" in parts:
             part_mixed(ex, repeat, args.quick)
+        if "6" in parts:
+            part_sweep(ex, repeat)
     if "5" in parts:
         part_startup(repeat)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")

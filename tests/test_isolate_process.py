@@ -520,3 +520,15 @@ def test_the_graph_keeps_the_users_function(ex: dagexec.Executor) -> None:
     g.add("b", pt.square, deps=["a"], isolate="process")
     assert g["a"].fn is pt.square and g["a"].args == (2,)
     assert g["b"].fn is pt.square and g["b"].deps == ("a",)
+
+
+def test_docs_processes_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    text = (ROOT / "docs" / "processes.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    runnable = [b for b in blocks if not b.startswith("# fragment:")]
+    assert runnable
+    monkeypatch.chdir(tmp_path)
+    for code in runnable:
+        exec(compile(code, "docs/processes.md", "exec"), {"__name__": "__docs__"})
