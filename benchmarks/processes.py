@@ -405,8 +405,10 @@ def part_sweep(ex: dagexec.Executor, repeat: int) -> None:
         procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
         medians = rounds(
             {
-                "serial": lambda: serial(tasks),
-                "processes": lambda: dict(ex.run(procs, targets=list(tasks)).items()),
+                "serial": lambda tasks=tasks: serial(tasks),  # type: ignore[misc]
+                "processes": lambda procs=procs, names=list(tasks): dict(  # type: ignore[misc]
+                    ex.run(procs, targets=names).items()
+                ),
             },
             expected,
             repeat,
