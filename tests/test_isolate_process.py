@@ -532,3 +532,33 @@ def test_docs_processes_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(tmp_path)
     for code in runnable:
         exec(compile(code, "docs/processes.md", "exec"), {"__name__": "__docs__"})
+
+
+def test_resources_bound_threads_and_processes_together(
+    ex: dagexec.Executor, gate: pt.ProcessGate
+) -> None:
+    thread_gate = Gate()
+    g = dagexec.Graph()
+    # Higher priority: the process task is dispatched first and takes the licence.
+    g.add(
+        "p",
+        pt.held,
+        args=(gate.directory,),
+        resources={"licence": 1},
+        priority=1,
+        isolate="process",
+    )
+    g.add("t", thread_gate.gated(pt.pid), resources={"licence": 1})
+    future = ex.submit(g, resources={"licence": 1})
+    try:
+        gate.wait_for_arrivals(1)
+        # A worker is free, but the thread task needs the licence the child holds.
+        assert not thread_gate.wait_for_waiting(1, timeout=0.3)
+        gate.open()
+        assert thread_gate.wait_for_waiting(1)
+    finally:
+        gate.open()
+        thread_gate.open()
+    result = future.result()
+    assert result.stats.peak_resources == {"licence": 1}
+    assert_within_bounds(result)

@@ -259,8 +259,9 @@ class ChildSlot:
             if token.is_set():
                 if call.cleanup:
                     if not told:  # let it see current_task().cancelled, and finish
-                        os.write(self.stops, _SEQ.pack(self.seq))
                         told = True
+                        with contextlib.suppress(OSError):  # died: the next poll sees EOF
+                            os.write(self.stops, _SEQ.pack(self.seq))
                 else:
                     self.kill(out_path)
                     raise Cancelled(

@@ -99,14 +99,16 @@ def send(fd: int, meta: Any, data: bytes, buffers: list[memoryview], shm_path: s
     """Write one message; True if its buffers went through ``shm_path``.
 
     Raises:
-        OSError: the pipe is closed (the other side died) or the file could not
-            be written.
+        OSError: the pipe is closed (the other side died).
     """
     sizes = tuple(b.nbytes for b in buffers)
     where = None
     if shm_path is not None and sum(sizes) >= SHM_MIN and _room(sum(sizes)):
-        _write_file(shm_path, buffers)
-        where = shm_path
+        try:
+            _write_file(shm_path, buffers)
+            where = shm_path
+        except OSError:  # /dev/shm filled up meanwhile: the pipe still works
+            unlink_quietly(shm_path)
     readonly = tuple(b.readonly for b in buffers)
     write_frame(fd, pickle.dumps((meta, data, readonly, sizes, where), protocol=5))
     if where is None:
