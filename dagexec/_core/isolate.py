@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import threading
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -50,9 +51,26 @@ def inbox_depth(policies: Sequence[Any] | None, queue_cap: int) -> int:
     waits for it while another worker may be free, and a deeper inbox saves only
     a wake-up per task, which is nothing next to a round trip to a child.
     """
-    if policies is not None and any(p is not None and p.isolate for p in policies):
-        return min(queue_cap, 1)
-    return queue_cap
+    if policies is None:
+        return queue_cap
+    key = id(policies)
+    known = _has_isolated.get(key)
+    if known is None or known[0] is not policies:
+        known = (policies, any(p is not None and p.isolate for p in policies))
+        with _has_isolated_lock:  # runs of several executors may come here at once
+            if len(_has_isolated) >= _HAS_ISOLATED_SIZE:
+                _has_isolated.pop(next(iter(_has_isolated)))
+            _has_isolated[key] = known
+    return min(queue_cap, 1) if known[1] else queue_cap
+
+
+# Whether a plan's policy column has a process task, by the column's id (the entry
+# holds the column, so the id stays its own): a cached plan, run again, does not
+# walk a million policies again. Oldest entry dropped first; a few plans are in
+# use at once, so a few entries do.
+_HAS_ISOLATED_SIZE = 8
+_has_isolated: dict[int, tuple[Sequence[Any], bool]] = {}
+_has_isolated_lock = threading.Lock()
 
 
 def check_isolate(name: Hashable, isolate: object, fn: Callable[..., Any]) -> str:

@@ -150,7 +150,17 @@ class ChildSlot:
         stop_r, stop_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, str(req_r), str(rep_w), str(stop_r), _ROOT],
+                [
+                    sys.executable,
+                    # -O, -X, -W and the like, as multiprocessing passes them on
+                    *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
+                    "-c",
+                    _BOOT,
+                    str(req_r),
+                    str(rep_w),
+                    str(stop_r),
+                    _ROOT,
+                ],
                 pass_fds=(req_r, rep_w, stop_r),
                 stdin=subprocess.DEVNULL,
                 # Its own process group: a terminal's Ctrl-C goes to the parent only
