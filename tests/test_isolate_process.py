@@ -8,6 +8,7 @@ tasks at a :class:`dagexec.testing.Gate`: no sleeps.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -562,3 +563,14 @@ def test_resources_bound_threads_and_processes_together(
     result = future.result()
     assert result.stats.peak_resources == {"licence": 1}
     assert_within_bounds(result)
+
+
+def test_children_ignore_sigint(ex: dagexec.Executor, gate: pt.ProcessGate) -> None:
+    g = dagexec.Graph()
+    g.add("p", pt.held, args=(gate.directory,), isolate="process")
+    future = ex.submit(g)
+    (pid,) = gate.wait_for_arrivals(1)
+    os.kill(pid, signal.SIGINT)  # what a terminal's Ctrl-C would send, were it in our group
+    gate.open()
+    assert future.result()["p"] == pid and alive(pid)
+    assert os.getpgid(pid) != os.getpgid(0)  # and it is not: its own process group

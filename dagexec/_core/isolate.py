@@ -90,6 +90,12 @@ def check_isolate(name: Hashable, isolate: object, fn: Callable[..., Any]) -> st
             f"task {describe(name)}: isolate must be None (run on a worker thread) or "
             f"'process' (run in a child process), got {isolate!r}"
         )
+    if sys.platform == "win32":
+        raise ValueError(
+            f"task {describe(name)}: isolate='process' needs a POSIX system (Linux, "
+            "macOS): it talks to its children over inherited pipes; run the task on a "
+            "thread (drop isolate)"
+        )
     target = fn
     while isinstance(target, (BoundCall, KeywordCall)):
         target = target.fn

@@ -167,6 +167,10 @@ class ChildSlot:
                 # (the child also ignores SIGINT), which decides what to kill.
                 process_group=0,
             )
+        except BaseException:
+            for fd in (req_w, rep_r, stop_w):
+                os.close(fd)
+            raise
         finally:
             for fd in (req_r, rep_w, stop_r):
                 os.close(fd)
