@@ -1,7 +1,10 @@
 """The child process of ``isolate="process"`` tasks: run calls its worker thread sends.
 
 Started by :class:`dagexec._engine.process_pool.ChildSlot` as a fresh interpreter
-(``sys.executable -c``, never a fork of the threaded parent), with three pipes::
+(``sys.executable -c``, never a fork of the threaded parent) that loads this file
+and ``transfer.py`` by path, as ``_dagexec_child`` and ``_dagexec_transfer``, without
+importing the dagexec package: a child of a task that does not use dagexec starts
+in about the time of a bare interpreter. It talks over three pipes::
 
     parent worker thread --requests--> main loop here --replies--> parent
     parent worker thread --stops (task seq)--> stop listener thread here
@@ -17,8 +20,11 @@ What the call sees: modules imported fresh by name (the parent's ``sys.path``
 is sent along whenever it changed), or loaded from their file for a script's
 ``__main__`` (as ``__mp_main__``, like :mod:`multiprocessing`'s spawn, so its
 ``if __name__ == "__main__":`` block does not run) and for graph files the CLI
-loaded. ``dagexec.current_task()`` gives the task's name and attempt, and its
-``cancelled`` is set when the parent forwards a stop.
+loaded. ``dagexec.current_task()`` gives the task's name and attempt (it reads
+:data:`calling` here), and its ``cancelled`` is set when the parent forwards a stop.
+Tasks arrive as their parts (function, dependency values, constants, the
+parameters keyword dependencies go to), not as dagexec's call objects, so that
+unpickling them does not import dagexec either.
 """
 
 from __future__ import annotations
@@ -33,18 +39,30 @@ import threading
 import traceback
 from typing import Any
 
-from .transfer import dumps, lift, receive, send, write_frame
+try:
+    from .transfer import dumps, lift, receive, send, write_frame
+except ImportError:  # loaded by file as _dagexec_child, beside _dagexec_transfer
+    from _dagexec_transfer import (  # type: ignore[import-not-found,no-redef]
+        dumps,
+        lift,
+        receive,
+        send,
+        write_frame,
+    )
 
-__all__ = ["main"]
+__all__ = ["calling", "main"]
 
 _SEQ = struct.Struct("<Q")
+
+# The call running now, as (name, attempt, stop event), for dagexec.current_task()
+# (which looks here when it finds no task of its own); None between calls.
+calling: tuple[Any, int, threading.Event] | None = None
 
 
 def main(requests: int, replies: int, stops: int) -> None:
     """Serve requests until the request pipe closes. Never returns an error."""
+    global calling
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from .._core.policy import CurrentTask, _local
-
     stop = threading.Event()
     running = [0]  # seq of the call running now (0: none)
     threading.Thread(
@@ -66,7 +84,7 @@ def main(requests: int, replies: int, stops: int) -> None:
                 if module not in loaded:
                     _load_file(module, path)
                     loaded.add(module)
-            call, args = pickle.loads(data, buffers=buffers)
+            fn, args, kwargs, dep_params, deps = pickle.loads(data, buffers=buffers)
             del data, buffers
         except BaseException as exc:
             exc.add_note(
@@ -77,18 +95,22 @@ def main(requests: int, replies: int, stops: int) -> None:
             continue
         if timed:
             write_frame(replies, pickle.dumps((("started",), b"", (), (), None)))
-        _local.task = CurrentTask(name, attempt, stop)
+        calling = (name, attempt, stop)
         try:
-            value = call(*args)
+            if dep_params:  # dependencies passed by keyword (deps={param: task})
+                kwargs.update(zip(dep_params, deps, strict=True))
+                value = fn(*args, **kwargs)
+            else:
+                value = fn(*deps, *args, **kwargs)
         except BaseException as exc:
-            del call, args
-            _local.task = None
+            del fn, deps, args, kwargs
+            calling = None
             running[0] = 0
             _reply_error(replies, exc, name, out_path)
             del exc
             continue
-        del call, args
-        _local.task = None
+        del fn, deps, args, kwargs
+        calling = None
         running[0] = 0
         try:
             data, buffers = dumps(lift((value,)))
@@ -156,7 +178,3 @@ def _load_file(module: str, path: str) -> None:
     if module == "__main__":
         sys.modules["__main__"] = loaded
     spec.loader.exec_module(loaded)
-
-
-if __name__ == "__main__":  # pragma: no cover - started by process_pool
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
