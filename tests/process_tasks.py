@@ -221,3 +221,8 @@ class TwoArgError(Exception):
 
 def raise_two_arg_error(*values: Any) -> None:
     raise TwoArgError(1, 2)
+
+
+def double_array(a: Any) -> Any:
+    a *= 2  # in place: the array that arrived is writable
+    return a

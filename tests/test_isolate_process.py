@@ -574,3 +574,16 @@ def test_children_ignore_sigint(ex: dagexec.Executor, gate: pt.ProcessGate) -> N
     gate.open()
     assert future.result()["p"] == pid and alive(pid)
     assert os.getpgid(pid) != os.getpgid(0)  # and it is not: its own process group
+
+
+def test_numpy_arrays_cross_out_of_band_and_stay_writable(ex: dagexec.Executor) -> None:
+    np = pytest.importorskip("numpy")
+    big = np.arange(500_000, dtype=np.int64)  # 4 MB: out of band, through /dev/shm
+    g = dagexec.Graph()
+    g.add("a", np.arange, args=(500_000,), kwargs={"dtype": np.int64})
+    g.add("doubled", pt.double_array, deps=["a"], isolate="process")
+    g.add("const", pt.double_array, args=(big,), isolate="process")
+    result = ex.run(g, targets=["doubled", "const"])
+    assert (result["doubled"] == big * 2).all() and (result["const"] == big * 2).all()
+    assert result["doubled"].flags.writeable
+    assert (big == np.arange(500_000)).all()  # the parent's constant is untouched

@@ -81,7 +81,8 @@ def check_isolate(name: Hashable, isolate: object, fn: Callable[..., Any]) -> st
     its module's top level.
 
     Raises:
-        ValueError: ``isolate`` is not None or one of :data:`ISOLATIONS`.
+        ValueError: ``isolate`` is not None or one of :data:`ISOLATIONS`, or the
+            system is not POSIX.
         TypeError: ``fn`` is a lambda, a function defined inside another, or
             belongs to a ``__main__`` without a file (a notebook, ``python -c``).
     """

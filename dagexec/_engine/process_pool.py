@@ -150,7 +150,7 @@ class ChildSlot:
         self.loaded: set[str] = set()  # modules the child loaded from their file
 
     def start(self) -> None:
-        """Start a fresh child (~50-100 ms: a new interpreter importing dagexec)."""
+        """Start a fresh child: a bare interpreter loading child.py (~50 ms)."""
         global _exit_hook_installed
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
