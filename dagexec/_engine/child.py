@@ -29,6 +29,7 @@ unpickling them does not import dagexec either.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import pickle
@@ -60,9 +61,15 @@ calling: tuple[Any, int, threading.Event] | None = None
 
 
 def main(requests: int, replies: int, stops: int) -> None:
-    """Serve requests until the request pipe closes. Never returns an error."""
-    global calling
+    """Serve requests until the request pipe closes (or the reply pipe breaks: the
+    parent is gone, and nobody is left to tell)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(BrokenPipeError):
+        _serve(requests, replies, stops)
+
+
+def _serve(requests: int, replies: int, stops: int) -> None:
+    global calling
     stop = threading.Event()
     running = [0]  # seq of the call running now (0: none)
     threading.Thread(
