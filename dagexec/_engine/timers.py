@@ -60,7 +60,9 @@ class AttemptTimers:
         token = threading.Event()  # a cleanup task sent out during a stop starts clear
         self.tokens[task] = token
         info = CurrentTask(state.names[task], state.attempt.get(task, 1), token)
-        return Attempt(state.fns[task], info), flag_start if policy.timeout else 0
+        # A process task times itself (see started): it needs no STARTED report.
+        timed_here = policy.timeout is not None and policy.isolate is None
+        return Attempt(state.fns[task], info), flag_start if timed_here else 0
 
     def forget(self, task: int) -> None:
         """``task``'s attempt was taken back before it was handed out."""
