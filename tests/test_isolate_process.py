@@ -587,3 +587,30 @@ def test_numpy_arrays_cross_out_of_band_and_stay_writable(ex: dagexec.Executor) 
     assert (result["doubled"] == big * 2).all() and (result["const"] == big * 2).all()
     assert result["doubled"].flags.writeable
     assert (big == np.arange(500_000)).all()  # the parent's constant is untouched
+
+
+def test_children_are_gone_at_interpreter_exit_without_shutdown(tmp_path: Path) -> None:
+    script = tmp_path / "no_shutdown.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(TESTS)!r})
+            import dagexec, process_tasks as pt
+            from dagexec._engine.process_pool import live_children
+
+            if __name__ == "__main__":
+                ex = dagexec.Executor(workers=2)  # never shut down
+                g = dagexec.Graph()
+                g.add("items", list, args=(range(4),))
+                g.map("pids", pt.pid, over="items", isolate="process")
+                ex.run(g)
+                print(*live_children(), flush=True)
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    pids = [int(p) for p in out.split()]
+    assert pids and not any(alive(p) for p in pids)
