@@ -34,8 +34,10 @@ class ProcessGate:
         self._release = os.path.join(self.directory, "release")
         os.mkfifo(self._arrive)
         os.mkfifo(self._release)
-        # Held open by the test: a task's open of either FIFO never blocks.
-        self._arrivals = os.open(self._arrive, os.O_RDONLY | os.O_NONBLOCK)
+        # Held open by the test, read and write (Linux allows it on a FIFO): a
+        # task's open of either FIFO never blocks, and with a writer always there
+        # the arrivals FIFO never reads as closed, so select() wakes only for data.
+        self._arrivals = os.open(self._arrive, os.O_RDWR)
         self._releases = os.open(self._release, os.O_RDWR)
         self._pending = b""
         self.pids: list[int] = []
