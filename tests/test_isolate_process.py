@@ -255,11 +255,11 @@ def test_a_timeout_kills_the_child_and_fails_at_once(
     ex: dagexec.Executor, gate: pt.ProcessGate
 ) -> None:
     g = dagexec.Graph()
-    g.add("slow", pt.held, args=(gate.directory, b"x" * (2 << 20)), timeout=0.3, isolate="process")
+    g.add("slow", pt.held, args=(gate.directory, b"x" * (2 << 20)), timeout=1.0, isolate="process")
     g.add("after", pt.square, args=(4,), isolate="process", run_if="all_done")
     result = ex.run(g, on_error="continue", targets=["slow", "after"])
     err = result.errors["slow"]
-    assert isinstance(err, dagexec.TaskTimeout) and err.timeout == 0.3
+    assert isinstance(err, dagexec.TaskTimeout) and err.timeout == 1.0
     (pid,) = gate.wait_for_arrivals(1)
     assert not alive(pid)  # killed and reaped before the task was reported
     assert result["after"] == 16  # the worker took the next task: nothing abandoned
@@ -270,7 +270,7 @@ def test_a_timeout_counts_once_per_attempt_with_retries(
     ex: dagexec.Executor, gate: pt.ProcessGate
 ) -> None:
     g = dagexec.Graph()
-    g.add("slow", pt.held, args=(gate.directory,), timeout=0.2, retries=1, isolate="process")
+    g.add("slow", pt.held, args=(gate.directory,), timeout=0.5, retries=1, isolate="process")
     result = ex.run(g, on_error="continue")
     assert isinstance(result.errors["slow"], dagexec.TaskTimeout)
     first, second = gate.wait_for_arrivals(2)
