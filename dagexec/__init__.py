@@ -20,6 +20,7 @@ from ._core.errors import (
     MissingDependencyError,
     TaskTimeout,
     UnknownTargetError,
+    WorkerCrashed,
 )
 from ._core.graph import Graph, Task
 from ._core.hooks import Callback, PlanInfo
@@ -56,6 +57,7 @@ __all__ = [
     "TaskTimeout",
     "TraceRecord",
     "UnknownTargetError",
+    "WorkerCrashed",
     "current_task",
     "explain",
     "run",

@@ -114,6 +114,7 @@ TASK_OPTIONS: dict[str, tuple[object, object]] = {
     "timeout": ("5", 0),
     "run_if": (True, "sometimes"),
     "checkpoint": ("no", None),  # True or False: a path belongs to run(checkpoint=)
+    "isolate": (5, "thread"),
 }
 
 # Per run option: (wrong type, wrong value or None).

@@ -340,6 +340,7 @@ OPTION_VALUES: dict[str, Any] = {
     "timeout": 5.0,
     "run_if": "all_done",
     "checkpoint": False,
+    "isolate": "process",
 }
 
 
@@ -347,6 +348,14 @@ def test_every_task_option_has_a_value_below() -> None:
     """A new option (checkpoint=, isolate=) must join OPTION_VALUES, so the test
     below checks that add, task and map all store it."""
     assert set(OPTION_VALUES) == set(TaskOptions._fields)
+
+
+def _one() -> int:  # module level: isolate="process" needs a function found by name
+    return 1
+
+
+def _ident(x: Any) -> Any:
+    return x
 
 
 @pytest.mark.parametrize(("option", "value"), list(OPTION_VALUES.items()))
@@ -358,11 +367,11 @@ def test_every_task_option_is_stored_whichever_way_the_task_is_added(
     path or a forgotten pass-through)."""
     g = base()
     if how == "add":
-        g.add("t", lambda: 1, **{option: value})
+        g.add("t", _one, **{option: value})
     elif how == "task":
-        g.task(name="t", **{option: value})(lambda: 1)
+        g.task(name="t", **{option: value})(_one)
     else:
-        g.map("t", lambda x: x, over="xs", **{option: value})
+        g.map("t", _ident, over="xs", **{option: value})
     assert getattr(g._options[1], option) == value
     if option in ("retries", "retry_delay", "retry_on", "timeout", "run_if"):
         assert 1 in g._policy

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Hashable
+from typing import Any
 
 __all__ = ["Running", "register_run", "running_by_thread", "running_here", "unregister_run"]
 
@@ -22,11 +23,15 @@ class Running:
     only by code running on that same worker thread: no lock is needed.
     """
 
-    __slots__ = ("stop", "task")
+    __slots__ = ("child", "stop", "task")
 
     def __init__(self) -> None:
         self.task = -1
         self.stop: threading.Event | None = None
+        # This worker's child process for isolate="process" tasks, started by the
+        # first of them (dagexec._engine.process_pool.ChildSlot); closed when the
+        # worker exits, so children go with their executor's workers.
+        self.child: Any = None
 
 
 # Each worker thread's Running, by thread ident: set when the worker starts and

@@ -22,6 +22,7 @@ __all__ = [
     "MissingDependencyError",
     "TaskTimeout",
     "UnknownTargetError",
+    "WorkerCrashed",
     "close_names",
     "describe",
 ]
@@ -214,6 +215,44 @@ class TaskTimeout(DagexecError, TimeoutError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.task, self.timeout, self.attempt))
+
+
+class WorkerCrashed(DagexecError, RuntimeError):
+    """The child process running a task (``isolate="process"``) died before it answered.
+
+    A segfault, ``os._exit``, the out-of-memory killer: only this task fails; the
+    next process task on the same worker gets a new child. ``exitcode`` is the
+    child's exit status as :attr:`subprocess.Popen.returncode` gives it (negative:
+    killed by that signal).
+    """
+
+    def __init__(self, task: Hashable, exitcode: int | None, pid: int = 0) -> None:
+        self.task = task
+        self.exitcode = exitcode
+        self.pid = pid
+        super().__init__(
+            f"task {describe(task)}: its child process (pid {pid}) died while running it, "
+            f"{_exit_status(exitcode)}; the task's work is lost (its next attempt or the "
+            "next process task gets a new child). Look for a crash in native code, "
+            "os._exit or the out-of-memory killer"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.task, self.exitcode, self.pid))
+
+
+def _exit_status(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "with an unknown exit status"
+    if exitcode < 0:
+        import signal
+
+        try:
+            signame = signal.Signals(-exitcode).name
+        except ValueError:
+            signame = "an unknown signal"
+        return f"killed by signal {signame} ({-exitcode})"
+    return f"with exit code {exitcode}"
 
 
 class Cancelled(DagexecError):

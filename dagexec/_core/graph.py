@@ -40,6 +40,7 @@ from .bind import (
 )
 from .closures import Snapshot, warn_loop_closures, watch
 from .errors import DuplicateTaskError, MissingDependencyError, describe
+from .isolate import IsolatedCall, check_isolate, dep_labels
 from .item_names import item_dep_message, item_of, item_task_message
 from .options import (
     NO_KWARGS,
@@ -342,6 +343,23 @@ class Graph:
                 call = BoundCall(fn, constants, keywords)
             original = Task(name, fn, dep_names, constants, FrozenKwargs(keywords), dep_params)
         checked = check_task_options(name, options, caller) if options else None
+        if checked is not None and checked.given.isolate is not None:
+            # The worker thread hands the call to a child process (isolate.py): the
+            # child must find fn by module and name, and the policy says how it ran.
+            policy = (checked.policy or Policy())._replace(
+                isolate=check_isolate(name, checked.given.isolate, fn)
+            )
+            checked = checked._replace(policy=policy)
+            call = IsolatedCall(
+                call,
+                name,
+                policy.isolate or "",
+                policy.timeout,
+                policy.cleanup,
+                dep_labels(fn, dep_names, kw_deps),
+            )
+            if original is None:  # graph[name].fn (and checkpoint identity): the user's fn
+                original = Task(name, fn, dep_names)
         watched = watch(fn, self._last_watch)
         # Every check passed: from here on the task is stored, in every column and
         # side table at once (a failed add must leave nothing for the next task

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
@@ -46,6 +47,10 @@ class Policy(NamedTuple):
     retry_on: tuple[type[BaseException], ...] = (Exception,)
     timeout: float | None = None
     cleanup: bool = False  # run_if="all_done"
+    # Where the function runs: None (a worker thread) or "process" (a child process
+    # the worker thread waits for; see dagexec._engine.process_pool). Not part of a
+    # task's checkpoint identity: the value is the same either way.
+    isolate: str | None = None
 
 
 class Missing:
@@ -224,6 +229,12 @@ def current_task() -> CurrentTask:
 
     running = running_here()
     if running is None:
+        # In the child process of an isolate="process" task, which runs it without
+        # dagexec's engine (see dagexec._engine.child): (name, attempt, stop).
+        child = sys.modules.get("_dagexec_child")
+        calling = getattr(child, "calling", None)
+        if calling is not None and threading.current_thread() is threading.main_thread():
+            return CurrentTask(*calling)
         raise RuntimeError(
             "dagexec.current_task() is only available inside a task, on the worker "
             "thread that runs it"

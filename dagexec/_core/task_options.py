@@ -44,6 +44,7 @@ class TaskOptions(NamedTuple):
     timeout: float | None = None
     run_if: str = "all_success"
     checkpoint: bool = True
+    isolate: str | None = None
 
 
 class TaskOptionArgs(TypedDict, total=False):
@@ -57,6 +58,7 @@ class TaskOptionArgs(TypedDict, total=False):
     timeout: float | None
     run_if: str
     checkpoint: bool
+    isolate: str | None
 
 
 DEFAULTS = TaskOptions()
@@ -110,6 +112,11 @@ def check_task_options(
     )
     if options.checkpoint is not True:
         check_checkpoint_flag(name, options.checkpoint)
+    if options.isolate is not None and not isinstance(options.isolate, str):
+        raise TypeError(
+            f"task {describe(name)}: isolate must be None (a worker thread) or 'process' "
+            f"(a child process), got {safe_repr(options.isolate)}"
+        )
     return CheckedOptions(options, priority, needs, policy)
 
 

@@ -82,6 +82,7 @@ from typing import Any
 
 from .._core.current import register_run, unregister_run
 from .._core.hooks import Hooks
+from .._core.isolate import inbox_depth
 from .._core.plan import Plan
 from .._core.safe import add_note, task_for_message
 from .._observation.observer import OWN_FILES, Observer, release_frames
@@ -186,7 +187,7 @@ class Run(Driver):
         self.flags = (TIMED if trace or hooks.task_end else 0) | (
             NOTIFY_START if hooks.task_start else 0
         )
-        self.balance = Balance(inboxes, queue_cap)
+        self.balance = Balance(inboxes, inbox_depth(plan.policy, queue_cap))
         if crew is not None:
             self.balance.dead = crew.blocked_slots()  # hung threads of earlier runs
         self.now = self.started_at = 0.0

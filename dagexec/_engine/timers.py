@@ -87,7 +87,9 @@ class AttemptTimers:
         self.tokens[task] = token
         number = state.attempt.get(task, 1)
         info = CurrentTask(state.names[task], number, token)
-        if not policy.timeout:
+        # A process task times itself (its worker thread kills the child past the
+        # timeout and reports TaskTimeout): no STARTED report, nothing to abandon.
+        if not policy.timeout or policy.isolate is not None:
             return Attempt(state.fns[task], info), 0
         needs: tuple[tuple[str, float], ...] = ()
         if state.needs is not None:

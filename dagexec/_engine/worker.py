@@ -21,6 +21,7 @@ from typing import Any
 
 from .._core.current import Running, running_by_thread
 from .._state.events import ChainEnd
+from . import process_pool  # noqa: F401  (registers isolate='process' in _core.isolate)
 from .inbox import Inbox
 from .wire import (
     CHAIN,
@@ -56,6 +57,8 @@ def worker_loop(worker_id: int, inbox: Inbox[Item | None]) -> None:
         _loop(worker_id, inbox, here)
     finally:
         del running_by_thread[threading.get_ident()]
+        if here.child is not None:
+            here.child.close()
 
 
 def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:

@@ -1,0 +1,493 @@
+"""isolate="process" side by side with its peers, in one run (issue 21).
+
+    python benchmarks/processes.py            # full: medians of 5 interleaved rounds
+    python benchmarks/processes.py --quick    # smaller graphs, 3 rounds (a smoke run)
+
+Parts, each printed as a table:
+
+1. **pure-Python graph**: 8 chains x 25 tasks of ~15 ms of pure-Python arithmetic
+   (``workloads.crunch``), then a fan-in, on 2 workers: a serial loop, dagexec on
+   threads, dagexec ``isolate="process"`` on a reused Executor (children warm),
+   graphlib + a reused ``ProcessPoolExecutor``, dask's multiprocessing scheduler
+   (if installed). Targets: >= 1.85x serial and >= 0.97x graphlib + PPE.
+2. **per-task cost**: the same shape with ~0.2 ms tasks (200 tasks): wall time per
+   task for dagexec processes, graphlib + a reused PPE, dask multiprocessing, and
+   the bare floor: two threads, each driving its own long-lived child over a
+   ``multiprocessing.Pipe`` (function + arguments pickled per call). Targets:
+   <= 0.7x graphlib + PPE and <= 1.3x the floor.
+3. **50 MB argument**: one process task taking 50 MB of bytes, against an
+   in-process ``pickle.dumps`` + ``loads`` of it; through /dev/shm and through the
+   pipe alone. Target: <= 1.5x pickle.
+4. **mixed graph**: GIL-releasing hashing (sha256 of 4 MiB) and pure Python, as
+   mixed (hashing on threads, Python in processes), all threads, all processes.
+5. **child start-up**, reported apart: a new child answering its first call.
+6. **task length sweep**: speed-up over serial of process tasks from 0.2 to 5 ms,
+   to say from what task length processes pay off.
+
+Every implementation's values are checked against the serial loop's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import graphlib
+import hashlib
+import multiprocessing
+import os
+import pickle
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [os.environ.get("DAGEXEC_SRC", str(HERE.parent)), str(HERE)]
+
+from workloads import crunch  # noqa: E402
+
+import dagexec  # noqa: E402
+from dagexec._engine import transfer  # noqa: E402
+from dagexec._engine.process_pool import ChildSlot  # noqa: E402
+
+WORKERS = 2
+Graphs = dict[str, tuple[Callable[..., Any], tuple[Any, ...], tuple[str, ...]]]
+
+
+def fold(*values: int) -> int:
+    return sum(values) & 0xFFFFFFFF
+
+
+def digest(block: bytes, rounds: int, *prev: Any) -> str:
+    """GIL-releasing work: sha256 of ``block``, ``rounds`` times."""
+    h = hashlib.sha256()
+    for _ in range(rounds):
+        h.update(block)
+    return h.hexdigest()
+
+
+def chains_graph(chains: int, length: int, loops: int) -> Graphs:
+    """``{name: (fn, constants, deps)}``: chains of crunch, then a fan-in."""
+    tasks: Graphs = {}
+    for c in range(chains):
+        for i in range(length):
+            deps = (f"py{c}_{i - 1}",) if i else ()
+            tasks[f"py{c}_{i}"] = (crunch, (loops, c * 1000 + i), deps)
+    tasks["fold"] = (fold, (), tuple(f"py{c}_{length - 1}" for c in range(chains)))
+    return tasks
+
+
+def mixed_graph(length: int, loops: int, block: bytes) -> Graphs:
+    """4 chains of pure-Python tasks beside 2 x ``length`` independent hashing tasks
+    (each a sha256 of ``block``, a constant): twice as much Python as hashing, so
+    threads alone run a third of the work at a time, while the hashing tasks ship
+    ``block`` to a child each when they run in processes."""
+    tasks: Graphs = {}
+    for c in range(4):
+        for i in range(length):
+            deps = (f"py{c}_{i - 1}",) if i else ()
+            tasks[f"py{c}_{i}"] = (crunch, (loops, c * 1000 + i), deps)
+    for i in range(2 * length):
+        tasks[f"h{i}"] = (digest, (block, 1), ())
+    return tasks
+
+
+# -- implementations: each takes the graph and returns {name: value} -------------------
+
+
+def serial(tasks: Graphs) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in graphlib.TopologicalSorter({k: v[2] for k, v in tasks.items()}).static_order():
+        fn, consts, deps = tasks[name]
+        values[name] = fn(*consts, *(values[d] for d in deps))
+    return values
+
+
+def dagexec_graph(tasks: Graphs, isolate: Callable[[str], str | None]) -> dagexec.Graph:
+    g = dagexec.Graph()
+    for name, (fn, consts, deps) in tasks.items():
+        if not deps:  # constants as args: large ones travel out of band
+            g.add(name, fn, args=consts, isolate=isolate(name))
+        else:  # dagexec passes dependency values first: put the constants after them
+            g.add(name, _Tail(fn, consts), deps=list(deps), isolate=isolate(name))
+    return g
+
+
+class _Tail:
+    """``fn(*consts, *dep_values)`` called as ``_Tail(...)(*dep_values)``; picklable."""
+
+    __slots__ = ("consts", "fn")
+
+    def __init__(self, fn: Callable[..., Any], consts: tuple[Any, ...]) -> None:
+        self.fn, self.consts = fn, consts
+
+    def __call__(self, *dep_values: Any) -> Any:
+        return self.fn(*self.consts, *dep_values)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Tail, (self.fn, self.consts))
+
+
+def graphlib_ppe(tasks: Graphs, pool: ProcessPoolExecutor) -> dict[str, Any]:
+    sorter = graphlib.TopologicalSorter({k: v[2] for k, v in tasks.items()})
+    sorter.prepare()
+    values: dict[str, Any] = {}
+    pending: dict[Future[Any], str] = {}
+    while sorter.is_active():
+        for name in sorter.get_ready():
+            fn, consts, deps = tasks[name]
+            pending[pool.submit(fn, *consts, *(values[d] for d in deps))] = name
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for future in done:
+            name = pending.pop(future)
+            values[name] = future.result()
+            sorter.done(name)
+    return values
+
+
+def dask_mp(tasks: Graphs) -> dict[str, Any]:
+    import dask.multiprocessing
+
+    dsk = {name: (fn, *consts, *deps) for name, (fn, consts, deps) in tasks.items()}
+    keys = list(tasks)
+    return dict(zip(keys, dask.multiprocessing.get(dsk, keys, num_workers=WORKERS), strict=True))
+
+
+# -- the floor: two threads, each with its own child over a Pipe ------------------------
+
+
+def _floor_child(conn: Any) -> None:
+    while True:
+        try:
+            message = conn.recv_bytes()
+        except EOFError:
+            return
+        fn, args = pickle.loads(message)
+        conn.send_bytes(pickle.dumps(fn(*args)))
+
+
+class Floor:
+    """Two long-lived spawn children, one per thread; each thread runs whole chains."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.conns = []
+        self.procs = []
+        for _ in range(WORKERS):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_floor_child, args=(child,), daemon=True)
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+
+    def run(self, tasks: Graphs, chains: int, length: int) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+
+        def drive(k: int) -> None:
+            conn = self.conns[k]
+            for c in range(k, chains, WORKERS):
+                prev: tuple[Any, ...] = ()
+                for i in range(length):
+                    name = f"py{c}_{i}"
+                    fn, consts, _ = tasks[name]
+                    conn.send_bytes(pickle.dumps((fn, (*consts, *prev))))
+                    values[name] = pickle.loads(conn.recv_bytes())
+                    prev = (values[name],)
+
+        threads = [threading.Thread(target=drive, args=(k,)) for k in range(WORKERS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        fn, consts, deps = tasks["fold"]
+        values["fold"] = fn(*consts, *(values[d] for d in deps))
+        return values
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+        for proc in self.procs:
+            proc.join(5)
+
+
+# -- timing ---------------------------------------------------------------------------
+
+
+def rounds(
+    impls: dict[str, Callable[[], dict[str, Any]]],
+    expected: dict[str, Any],
+    repeat: int,
+    keys: list[str],
+) -> dict[str, float]:
+    """Median seconds of each implementation over ``repeat`` interleaved rounds."""
+    for label, fn in impls.items():  # warm-up and correctness
+        got = fn()
+        assert all(got[k] == expected[k] for k in keys), f"{label} returned other values"
+    times: dict[str, list[float]] = {label: [] for label in impls}
+    for _ in range(repeat):
+        for label, fn in impls.items():
+            t0 = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - t0)
+    return {label: statistics.median(ts) for label, ts in times.items()}
+
+
+def calibrate(ms: float) -> int:
+    """Loop count of ``crunch`` taking about ``ms`` milliseconds here.
+
+    The fastest of several timings: on a shared machine the others include time
+    this process spent waiting for a CPU, which would make the tasks too short.
+    """
+    loops = 50_000
+    best = min(_time(crunch, loops, 1) for _ in range(15))
+    return max(1, int(loops * ms / 1000 / best))
+
+
+def _time(fn: Callable[..., Any], *args: Any) -> float:
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def have_dask() -> bool:
+    try:
+        import dask.multiprocessing  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def part_graph(ex: dagexec.Executor, pool: ProcessPoolExecutor, repeat: int, quick: bool) -> None:
+    chains, length = 8, (6 if quick else 25)
+    loops = calibrate(15.0)
+    tasks = chains_graph(chains, length, loops)
+    expected = serial(tasks)
+    threads = dagexec_graph(tasks, lambda name: None)
+    procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
+    with dagexec.Executor(workers=WORKERS) as tex:
+        impls: dict[str, Callable[[], dict[str, Any]]] = {
+            "serial": lambda: serial(tasks),
+            "dagexec threads": lambda: dict(tex.run(threads, targets=list(tasks)).items()),
+            "dagexec isolate=process": lambda: dict(ex.run(procs, targets=list(tasks)).items()),
+            "graphlib + PPE (reused)": lambda: graphlib_ppe(tasks, pool),
+        }
+        if have_dask():
+            impls["dask multiprocessing"] = lambda: dask_mp(tasks)
+        medians = rounds(impls, expected, repeat, ["fold"])
+    base, ppe = medians["serial"], medians["graphlib + PPE (reused)"]
+    print(
+        f"\n== 1. pure-Python graph: {chains} chains x {length} tasks of ~15 ms "
+        f"({loops:,} loops), fan-in, {WORKERS} workers; median of {repeat}"
+    )
+    print(f"  {'implementation':<26}{'seconds':>9}{'x serial':>10}{'x graphlib+PPE':>16}")
+    for label, s in medians.items():
+        print(f"  {label:<26}{s:9.3f}{base / s:10.2f}{ppe / s:16.2f}")
+    print("  targets: dagexec isolate=process >= 1.85x serial and >= 0.97x graphlib + PPE")
+
+
+def part_per_task(ex: dagexec.Executor, pool: ProcessPoolExecutor, repeat: int) -> None:
+    chains, length = 8, 25
+    loops = calibrate(0.2)
+    tasks = chains_graph(chains, length, loops)
+    n = chains * length
+    expected = serial(tasks)
+    procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
+    floor = Floor()
+    try:
+        impls: dict[str, Callable[[], dict[str, Any]]] = {
+            "serial": lambda: serial(tasks),
+            "floor (2 threads x own child)": lambda: floor.run(tasks, chains, length),
+            "dagexec isolate=process": lambda: dict(ex.run(procs, targets=list(tasks)).items()),
+            "graphlib + PPE (reused)": lambda: graphlib_ppe(tasks, pool),
+        }
+        if have_dask():
+            impls["dask multiprocessing"] = lambda: dask_mp(tasks)
+        medians = rounds(impls, expected, repeat * 3, ["fold"])
+    finally:
+        floor.close()
+    work_us = medians["serial"] / n * 1e6
+    print(
+        f"\n== 2. per-task cost: {n} tasks of ~{work_us:.0f} us ({loops:,} loops), "
+        f"{WORKERS} workers; median of {repeat * 3}"
+    )
+    print(
+        f"  {'implementation':<30}{'us/task (wall)':>15}{'x serial':>10}{'x PPE':>8}{'x floor':>9}"
+    )
+    ppe, fl = medians["graphlib + PPE (reused)"], medians["floor (2 threads x own child)"]
+    for label, s in medians.items():
+        print(
+            f"  {label:<30}{s / n * 1e6:15.0f}{medians['serial'] / s:10.2f}"
+            f"{s / ppe:8.2f}{s / fl:9.2f}"
+        )
+    print("  targets: dagexec isolate=process <= 0.7x graphlib + PPE and <= 1.3x the floor")
+
+
+def part_large(ex: dagexec.Executor, repeat: int) -> None:
+    size = 50 * 1000 * 1000
+    data = os.urandom(1 << 20) * (size // (1 << 20))
+    g = dagexec.Graph()
+    g.add("len", len, args=(data,), isolate="process")
+
+    def in_process() -> None:
+        pickle.loads(pickle.dumps(data, protocol=5))
+
+    def through() -> None:
+        assert ex.run(g)["len"] == len(data)
+
+    shm_dir = transfer._SHM_DIR
+
+    def pipe_only() -> None:
+        transfer._SHM_DIR = "/nonexistent-dagexec"
+        try:
+            through()
+        finally:
+            transfer._SHM_DIR = shm_dir
+
+    times: dict[str, list[float]] = {
+        "pickle dumps+loads": [],
+        "isolate=process": [],
+        "isolate=process, pipe only": [],
+    }
+    fns = dict(zip(times, (in_process, through, pipe_only), strict=True))
+    for fn in fns.values():
+        fn()
+    for _ in range(repeat * 2):
+        for label, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - t0)
+    mib = len(data) / (1 << 20)
+    base = statistics.median(times["pickle dumps+loads"])
+    print(
+        f"\n== 3. a {len(data) / 1e6:.0f} MB bytes argument (shm: "
+        f"{'yes' if transfer.shm_dir() else 'no'}); median of {repeat * 2}"
+    )
+    print(f"  {'how':<30}{'ms':>8}{'ms/MiB':>9}{'x pickle':>10}")
+    for label, ts in times.items():
+        s = statistics.median(ts)
+        print(f"  {label:<30}{s * 1e3:8.1f}{s * 1e3 / mib:9.3f}{s / base:10.2f}")
+    print("  target: isolate=process <= 1.5x pickle dumps+loads")
+
+
+def part_mixed(ex: dagexec.Executor, repeat: int, quick: bool) -> None:
+    length = 4 if quick else 10
+    loops = calibrate(15.0)
+    mib = 4
+    per_mib = min(_time(digest, os.urandom(mib << 20), 1) for _ in range(5)) / mib
+    block = os.urandom(max(1, round(0.015 / per_mib)) << 20)  # ~15 ms of hashing
+    tasks = mixed_graph(length, loops, block)
+    expected = serial(tasks)
+    mixed = dagexec_graph(tasks, lambda name: "process" if name.startswith("py") else None)
+    threads = dagexec_graph(tasks, lambda name: None)
+    procs = dagexec_graph(tasks, lambda name: "process")
+    impls: dict[str, Callable[[], dict[str, Any]]] = {
+        "serial": lambda: serial(tasks),
+        "mixed (hash: threads, py: processes)": lambda: dict(
+            ex.run(mixed, targets=list(tasks)).items()
+        ),
+        "all threads": lambda: dict(ex.run(threads, targets=list(tasks)).items()),
+        "all processes": lambda: dict(ex.run(procs, targets=list(tasks)).items()),
+    }
+    medians = rounds(impls, expected, repeat, list(tasks))
+    print(
+        f"\n== 4. mixed graph: 4 chains x {length} pure-Python tasks (~15 ms) + "
+        f"{2 * length} sha256 tasks of a {len(block) >> 20} MiB constant (~15 ms, GIL "
+        f"released); {WORKERS} workers; median of {repeat}"
+    )
+    print(f"  {'implementation':<40}{'seconds':>9}{'x serial':>10}")
+    for label, s in medians.items():
+        print(f"  {label:<40}{s:9.3f}{medians['serial'] / s:10.2f}")
+
+
+def part_sweep(ex: dagexec.Executor, repeat: int) -> None:
+    """From what task length do processes pay off? Speed-up over serial per length."""
+    print(f"\n== 6. task length sweep: 8 chains x 25 tasks, {WORKERS} workers; median of {repeat}")
+    print(f"  {'task ms':>8}{'serial s':>10}{'processes s':>13}{'x serial':>10}")
+    for ms in (0.2, 0.5, 1.0, 2.0, 5.0):
+        tasks = chains_graph(8, 25, calibrate(ms))
+        expected = serial(tasks)
+        procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
+        medians = rounds(
+            {
+                "serial": lambda tasks=tasks: serial(tasks),  # type: ignore[misc]
+                "processes": lambda procs=procs, names=list(tasks): dict(  # type: ignore[misc]
+                    ex.run(procs, targets=names).items()
+                ),
+            },
+            expected,
+            repeat,
+            ["fold"],
+        )
+        s, p = medians["serial"], medians["processes"]
+        print(f"  {ms:8.1f}{s:10.3f}{p:13.3f}{s / p:10.2f}")
+
+
+def part_startup(repeat: int) -> None:
+    """A new child answering its first call: for a stdlib function (the bare cost),
+    and for a function of this script, which the child loads by file (importing
+    dagexec and everything this script imports)."""
+    import operator
+
+    from dagexec._core.isolate import IsolatedCall
+    from dagexec._core.policy import CurrentTask
+
+    info = CurrentTask("start", 1, threading.Event())
+    print(f"\n== 5. child start-up: a new child answering its first call; median of {repeat}")
+    for label, fn in (("operator.add", operator.add), ("a function of this script", fold)):
+        call = IsolatedCall(fn, "start", "process", None, False, ())
+        times = []
+        for _ in range(repeat):
+            slot = ChildSlot()
+            t0 = time.perf_counter()
+            slot.run(call, (1, 2), info)
+            times.append(time.perf_counter() - t0)
+            slot.close()
+        print(
+            f"  {label:<28} median {statistics.median(times) * 1e3:5.0f} ms, "
+            f"min {min(times) * 1e3:5.0f} ms"
+        )
+
+
+def _gil() -> bool:
+    return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small graphs, 3 rounds")
+    parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--only", default="1,2,3,4,5,6", help="parts to run, e.g. 1,2")
+    args = parser.parse_args()
+    repeat = args.repeat or (3 if args.quick else 5)
+    parts = set(args.only.split(","))
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.2f}; GIL {'on' if _gil() else 'off'}"
+    )
+    with dagexec.Executor(workers=WORKERS) as ex, ProcessPoolExecutor(WORKERS) as pool:
+        warm = dagexec.Graph()
+        warm.add("items", list, args=(range(WORKERS * 2),))
+        warm.map("warm", fold, over="items", isolate="process")
+        ex.run(warm)  # children started: start-up is part 5, not in the runs
+        list(pool.map(fold, range(WORKERS * 2)))
+        if "1" in parts:
+            part_graph(ex, pool, repeat, args.quick)
+        if "2" in parts:
+            part_per_task(ex, pool, repeat)
+        if "3" in parts:
+            part_large(ex, repeat)
+        if "4" in parts:
+            part_mixed(ex, repeat, args.quick)
+        if "6" in parts:
+            part_sweep(ex, repeat)
+    if "5" in parts:
+        part_startup(repeat)
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,403 @@
+"""One child process per worker thread, for ``isolate="process"`` tasks.
+
+A process task reaches the engine as an ordinary task function (an
+:class:`~dagexec._core.isolate.IsolatedCall`), so the scheduler, the bounds and
+the bookkeeping see nothing new. When its worker thread calls it, the call goes
+to that worker's child and the thread waits for the answer::
+
+    worker thread --pickle (+ /dev/shm for large buffers)--> its child process
+    worker thread <--value or exception--------------------- its child process
+
+Ownership: a :class:`ChildSlot` belongs to one worker thread (kept on the
+worker's ``Running`` record) and is only used by it; the child is started by the
+first process task that worker runs and reused by every later one, across runs,
+until the worker exits (``Executor.shutdown``, or a dropped executor), which
+closes it. :data:`_live` lists every live child so that interpreter exit kills
+them all. The scheduler thread never pickles anything: the worker thread does.
+
+While it waits, the worker thread wakes every :data:`_TICK` seconds to look at
+the attempt's cancellation token (a ``threading.Event`` cannot be waited on
+together with a pipe):
+
+* the run is stopping (Ctrl-C, ``cancel()``, a failure with on_error="raise"):
+  a cleanup task's child is told (its ``current_task().cancelled`` is set) and
+  finishes; any other task's child is killed and the task fails with
+  :class:`~dagexec.Cancelled`;
+* the task has a ``timeout``: counted from the child's "started" message; past
+  it the child is killed and the task fails with :class:`~dagexec.TaskTimeout`
+  at once. The worker is free straight away: nothing is abandoned.
+
+A child that dies fails its task with :class:`~dagexec.WorkerCrashed`; the next
+process task starts a new one. Killed and crashed children are reaped at once,
+and the shared-memory files of their call are unlinked by the parent.
+
+Assumes nothing from the GIL: a slot is touched by its own worker thread only,
+except :func:`_kill_all` at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Hashable
+from typing import Any
+
+from .._core.bind import BoundCall, KeywordCall
+from .._core.current import running_by_thread, running_here
+from .._core.errors import Cancelled, TaskTimeout, WorkerCrashed, describe
+from .._core.isolate import RUNNERS, IsolatedCall, load_by_file
+from .._core.policy import CurrentTask
+from .transfer import dumps, lift, receive, send, shm_dir, unlink_quietly
+
+__all__ = ["ChildSlot", "call_in_child", "live_children"]
+
+# How often a waiting worker thread looks at its task's cancellation token. Lower
+# notices Ctrl-C and cancel() sooner, for more wake-ups while a long task runs
+# (each ~10 us); a finished call is noticed at once whatever this is.
+_TICK = 0.05
+# How long close() lets an idle child exit on its own before killing it.
+_CLOSE_GRACE = 1.0
+
+_SEQ = struct.Struct("<Q")
+# The directory dagexec is imported from, put first on the child's path so that
+# the child's bootstrap finds this same dagexec.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# The child loads child.py and transfer.py by path: importing the dagexec package
+# would cost it ~3x a bare interpreter's start-up (measured 215 ms vs 55 ms, loaded).
+_BOOT = (
+    "import sys, importlib.util as u\n"
+    "def load(name, path):\n"
+    "    spec = u.spec_from_file_location(name, path)\n"
+    "    module = sys.modules[name] = u.module_from_spec(spec)\n"
+    "    spec.loader.exec_module(module)\n"
+    "    return module\n"
+    "load('_dagexec_transfer', sys.argv[4])\n"
+    "load('_dagexec_child', sys.argv[5]).main(*map(int, sys.argv[1:4]))\n"
+)
+
+_live: weakref.WeakSet[ChildSlot] = weakref.WeakSet()
+_live_lock = threading.Lock()
+_exit_hook_installed = False
+_other_threads = threading.local()  # slots of threads that are not dagexec workers
+
+
+def live_children() -> list[int]:
+    """The pids of every child process alive now (for tests and diagnostics)."""
+    with _live_lock:
+        return [s.proc.pid for s in list(_live) if s.proc is not None]
+
+
+def call_in_child(call: IsolatedCall, dep_values: tuple[Any, ...]) -> Any:
+    """Run ``call`` on ``dep_values`` in this worker thread's child; its value or error.
+
+    Called on the worker thread, by the task's function.
+    """
+    info = _current(call.name)
+    here = running_by_thread.get(threading.get_ident())
+    if here is not None:
+        slot = here.child
+        if slot is None:
+            slot = here.child = ChildSlot()
+    else:  # not a dagexec worker (a caller running tasks itself): one per thread
+        slot = getattr(_other_threads, "slot", None)
+        if slot is None:
+            slot = _other_threads.slot = ChildSlot()
+    return slot.run(call, dep_values, info)
+
+
+def _current(default_name: Hashable) -> CurrentTask:
+    from .._core.policy import _local
+
+    info: CurrentTask | None = getattr(_local, "task", None)
+    if info is not None:
+        return info
+    running = running_here()
+    if running is not None:
+        return CurrentTask(running[0], 1, running[1])
+    return CurrentTask(default_name, 1, threading.Event())
+
+
+class ChildSlot:
+    """A worker thread's child process: started on first use, replaced when it dies."""
+
+    __slots__ = (
+        "__weakref__",
+        "loaded",
+        "poller",
+        "proc",
+        "replies",
+        "requests",
+        "sent_path",
+        "seq",
+        "stops",
+    )
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.requests = self.replies = self.stops = -1
+        self.poller: select.poll | None = None
+        self.seq = 0
+        self.sent_path: list[str] | None = None  # sys.path as the child has it
+        self.loaded: set[str] = set()  # modules the child loaded from their file
+
+    def start(self) -> None:
+        """Start a fresh child: a bare interpreter loading child.py (~50 ms)."""
+        global _exit_hook_installed
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        stop_r, stop_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    # -O, -X, -W and the like, as multiprocessing passes them on
+                    *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
+                    "-c",
+                    _BOOT,
+                    str(req_r),
+                    str(rep_w),
+                    str(stop_r),
+                    os.path.join(_HERE, "transfer.py"),
+                    os.path.join(_HERE, "child.py"),
+                ],
+                pass_fds=(req_r, rep_w, stop_r),
+                stdin=subprocess.DEVNULL,
+                # Its own process group: a terminal's Ctrl-C goes to the parent only
+                # (the child also ignores SIGINT), which decides what to kill.
+                process_group=0,
+            )
+        except BaseException:
+            for fd in (req_w, rep_r, stop_w):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (req_r, rep_w, stop_r):
+                os.close(fd)
+        self.requests, self.replies, self.stops = req_w, rep_r, stop_w
+        self.poller = select.poll()
+        self.poller.register(rep_r, select.POLLIN)
+        self.sent_path = None
+        self.loaded = set()
+        with _live_lock:
+            _live.add(self)
+            if not _exit_hook_installed:
+                atexit.register(_kill_all)
+                _exit_hook_installed = True
+
+    def run(self, call: IsolatedCall, dep_values: tuple[Any, ...], info: CurrentTask) -> Any:
+        """Send the call, wait for its answer, return the value or raise the error."""
+        try:
+            data, buffers = dumps((*_parts(call.call), lift(dep_values)))
+        except Exception as exc:
+            raise _unpicklable(call, dep_values, info.name, exc) from None
+        if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:
+                self._discard()
+            self.start()
+        proc = self.proc
+        assert proc is not None
+        self.seq += 1
+        paths = None
+        if sys.path != self.sent_path:
+            paths = self.sent_path = list(sys.path)
+        files = self._files(call, data)
+        shm = shm_dir()
+        tag = f"{shm}/dagexec-{os.getpid()}-{proc.pid}-{self.seq}"
+        in_path, out_path = (f"{tag}-in", f"{tag}-out") if shm else (None, None)
+        meta = (self.seq, paths, files, info.name, info.attempt, call.timeout is not None, out_path)
+        try:
+            shared = send(self.requests, meta, data, buffers, in_path)
+        except OSError:  # the pipe broke: the child died since its last call
+            del data, buffers
+            unlink_quietly(in_path)
+            self._crashed(info, out_path)
+        del data, buffers
+        try:
+            return self._wait(call, info, out_path)
+        finally:
+            if shared:  # read by now, or the child is gone: unlinked either way
+                unlink_quietly(in_path)
+
+    def _files(self, call: IsolatedCall, data: bytes) -> dict[str, str]:
+        """Modules the child must load from their file before it unpickles this call."""
+        files: dict[str, str] = {}
+        target: Any = call.call
+        while isinstance(target, (BoundCall, KeywordCall)):
+            target = target.fn
+        module = getattr(target, "__module__", None)
+        wanted = [module] if isinstance(module, str) and load_by_file(module) else []
+        if "__main__" not in wanted and b"__main__" in data:  # a value of a __main__ class
+            wanted.append("__main__")
+        for name in wanted:
+            if name in self.loaded:
+                continue
+            path = getattr(sys.modules.get(name), "__file__", None)
+            if path:
+                files[name] = os.path.abspath(path)
+                self.loaded.add(name)
+                if name == "__main__":
+                    # The child's __main__ classes come back as __mp_main__.<name>.
+                    sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
+        return files
+
+    def _wait(self, call: IsolatedCall, info: CurrentTask, out_path: str | None) -> Any:
+        poller = self.poller
+        assert poller is not None
+        token = info.cancelled
+        deadline: float | None = None
+        told = False
+        while True:
+            wait = _TICK if deadline is None else min(_TICK, max(0.0, deadline - time.monotonic()))
+            if poller.poll(wait * 1000.0):
+                try:
+                    meta, data, buffers = receive(self.replies, unlink=True)
+                except EOFError:
+                    self._crashed(info, out_path)
+                if meta[0] == "started":
+                    assert call.timeout is not None
+                    deadline = time.monotonic() + call.timeout
+                    continue
+                try:
+                    value = pickle.loads(data, buffers=buffers)
+                except Exception as exc:
+                    raise RuntimeError(
+                        f"task {describe(info.name)}: the value its child process sent "
+                        f"back cannot be unpickled here: {type(exc).__name__}: {exc}; "
+                        "return a value whose classes the parent can import"
+                    ) from exc
+                del data, buffers
+                if meta[1]:
+                    return value[0]
+                raise value
+            if token.is_set():
+                if call.cleanup:
+                    if not told:  # let it see current_task().cancelled, and finish
+                        told = True
+                        with contextlib.suppress(OSError):  # died: the next poll sees EOF
+                            os.write(self.stops, _SEQ.pack(self.seq))
+                else:
+                    self.kill(out_path)
+                    raise Cancelled(
+                        f"task {describe(info.name)} (attempt {info.attempt}) was stopped "
+                        "while it ran in a child process (the run is stopping: Ctrl-C, "
+                        "cancel() or a failure); the child was killed"
+                    )
+            if deadline is not None and time.monotonic() >= deadline:
+                assert call.timeout is not None
+                self.kill(out_path)
+                raise TaskTimeout(info.name, call.timeout, info.attempt)
+
+    def _crashed(self, info: CurrentTask, out_path: str | None) -> Any:
+        proc = self.proc
+        assert proc is not None
+        pid = proc.pid
+        try:
+            code = proc.wait(timeout=_CLOSE_GRACE)
+        except subprocess.TimeoutExpired:  # pipe closed but still alive: make sure
+            proc.kill()
+            code = proc.wait()
+        self._discard()
+        unlink_quietly(out_path)
+        raise WorkerCrashed(info.name, code, pid)
+
+    def kill(self, out_path: str | None = None) -> None:
+        """Kill the child now and reap it; the next call starts a new one."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        self._discard()
+        unlink_quietly(out_path)
+
+    def close(self) -> None:
+        """Let the child exit (it ends when its request pipe closes); kill it if slow."""
+        proc = self.proc
+        if proc is None:
+            return
+        os.close(self.requests)
+        self.requests = -1
+        try:
+            proc.wait(timeout=_CLOSE_GRACE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self._discard()
+
+    def _discard(self) -> None:
+        for fd in (self.requests, self.replies, self.stops):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.requests = self.replies = self.stops = -1
+        self.proc = None
+        self.poller = None
+        with _live_lock:
+            _live.discard(self)
+
+
+def _parts(call: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any], tuple[str, ...]]:
+    """``call`` as (function, constant args, constant kwargs, keyword-dependency
+    parameters), large ``bytes`` constants lifted out of band: the child rebuilds
+    the call from these without importing dagexec's call classes."""
+    if isinstance(call, KeywordCall):
+        return call.fn, lift(call.args), _lift_values(call.kwargs), call.dep_params
+    if isinstance(call, BoundCall):
+        return call.fn, lift(call.args), _lift_values(call.kwargs), ()
+    return call, (), {}, ()
+
+
+def _lift_values(kwargs: dict[str, Any]) -> dict[str, Any]:
+    values = tuple(kwargs.values())
+    lifted = lift(values)
+    return kwargs if lifted is values else dict(zip(kwargs, lifted, strict=True))
+
+
+def _unpicklable(
+    call: IsolatedCall, dep_values: tuple[Any, ...], name: Hashable, exc: Exception
+) -> TypeError:
+    """The TypeError naming which parameter of the task could not be pickled."""
+    parts: list[tuple[str, Any]] = list(zip(call.labels, dep_values, strict=False))
+    parts += [(f"argument {i}", v) for i, v in enumerate(dep_values) if i >= len(call.labels)]
+    inner = call.call
+    if isinstance(inner, (BoundCall, KeywordCall)):
+        parts += [(f"args[{i}] (a constant)", v) for i, v in enumerate(inner.args)]
+        parts += [(f"kwargs[{k!r}] (a constant)", v) for k, v in inner.kwargs.items()]
+        parts.append(("its function", inner.fn))
+    else:
+        parts.append(("its function", inner))
+    what = "an argument"
+    for label, value in parts:
+        try:
+            pickle.dumps(value, protocol=5)
+        except Exception:
+            what = f"{label}, a {type(value).__name__},"
+            break
+    return TypeError(
+        f"task {describe(name)}: {what} cannot be pickled to send to its child process "
+        f"(isolate='process'): {type(exc).__name__}: {exc}; pass a picklable value (not a "
+        "lock, an open file, a generator or a lambda), or run the task on a thread (drop "
+        "isolate)"
+    )
+
+
+def _kill_all() -> None:
+    """At interpreter exit: no child outlives its parent."""
+    with _live_lock:
+        slots = list(_live)
+    for slot in slots:
+        with contextlib.suppress(Exception):
+            slot.kill()
+
+
+RUNNERS["process"] = call_in_child

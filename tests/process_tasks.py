@@ -1,0 +1,232 @@
+"""Task functions for isolate="process" tests, and a gate that holds child processes.
+
+Kept in a module of their own, importable by name, so a child imports only this
+(not pytest nor the test module) when it loads a task.
+
+:class:`ProcessGate` is :class:`dagexec.testing.Gate` for code running in another
+process: a task arrives by writing its pid into one FIFO and waits for a byte on
+another, which the test writes when it opens the gate. A task held there longer
+than :data:`HOLD_SECONDS` raises instead of hanging.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import dagexec
+
+HOLD_SECONDS = 20.0
+_PID = struct.Struct("<q")
+
+
+class ProcessGate:
+    """Holds tasks running in child processes until the test opens it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = str(directory)
+        self._arrive = os.path.join(self.directory, "arrive")
+        self._release = os.path.join(self.directory, "release")
+        os.mkfifo(self._arrive)
+        os.mkfifo(self._release)
+        # Held open by the test, read and write (Linux allows it on a FIFO): a
+        # task's open of either FIFO never blocks, and with a writer always there
+        # the arrivals FIFO never reads as closed, so select() wakes only for data.
+        self._arrivals = os.open(self._arrive, os.O_RDWR)
+        self._releases = os.open(self._release, os.O_RDWR)
+        self._pending = b""
+        self.pids: list[int] = []
+
+    def wait_for_arrivals(self, n: int, timeout: float = 10.0) -> list[int]:
+        """Block until ``n`` tasks in all have arrived; their pids in arrival order."""
+        deadline = time.monotonic() + timeout
+        while len(self.pids) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{len(self.pids)} of {n} tasks arrived at the gate")
+            ready, _, _ = select.select([self._arrivals], [], [], left)
+            if ready:
+                self._pending += os.read(self._arrivals, 4096)
+                while len(self._pending) >= _PID.size:
+                    self.pids.append(_PID.unpack(self._pending[: _PID.size])[0])
+                    self._pending = self._pending[_PID.size :]
+        return self.pids[:n]
+
+    def open(self, n: int = 64) -> None:
+        """Let ``n`` held (or later) tasks through."""
+        os.write(self._releases, b"x" * n)
+
+    def close(self) -> None:
+        os.close(self._arrivals)
+        os.close(self._releases)
+
+
+def held(gate_dir: str, *values: Any) -> int:
+    """Arrive at the gate in ``gate_dir``, wait to be let through; return this pid."""
+    arrive(gate_dir)
+    release = os.open(os.path.join(gate_dir, "release"), os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        deadline = time.monotonic() + HOLD_SECONDS
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("process gate not opened")
+            ready, _, _ = select.select([release], [], [], left)
+            if ready:
+                try:
+                    if os.read(release, 1):
+                        return os.getpid()
+                except BlockingIOError:  # another task took the byte
+                    continue
+                raise EOFError("process gate closed before it opened")
+    finally:
+        os.close(release)
+
+
+def pid(*values: Any) -> int:
+    return os.getpid()
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def scale(x: int, factor: int = 1, *, offset: int = 0) -> int:
+    return x * factor + offset
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def total(values: list[int]) -> int:
+    return sum(values)
+
+
+def length(data: bytes | bytearray) -> tuple[str, int]:
+    return type(data).__name__, len(data)
+
+
+def append_one(data: bytearray) -> bytearray:
+    data.append(1)
+    return data
+
+
+def make_bytes(n: int) -> bytes:
+    return bytes(range(256)) * (n // 256)
+
+
+def fail(*values: Any) -> None:
+    raise ValueError("failed in the child")
+
+
+def exit_hard(*values: Any) -> None:
+    os._exit(3)
+
+
+def kill_self(*values: Any) -> None:
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def crash_first_time(marker: str) -> tuple[int, int, int]:
+    """Die on the first call (noting this pid in ``marker``); then say who crashed."""
+    if not os.path.exists(marker):
+        Path(marker).write_text(str(os.getpid()))
+        os._exit(5)
+    return int(Path(marker).read_text()), dagexec.current_task().attempt, os.getpid()
+
+
+def give_lock(*values: Any) -> Any:
+    return threading.Lock()
+
+
+def whoami(*values: Any) -> tuple[Any, int, bool]:
+    task = dagexec.current_task()
+    return task.name, task.attempt, task.cancelled.is_set()
+
+
+def fail_first_attempt(*values: Any) -> int:
+    task = dagexec.current_task()
+    if task.attempt == 1:
+        raise OSError("flaky")
+    return task.attempt
+
+
+def arrive(gate_dir: str) -> None:
+    """Tell the test this task runs (in pid), without waiting."""
+    fd = os.open(os.path.join(gate_dir, "arrive"), os.O_WRONLY)
+    os.write(fd, _PID.pack(os.getpid()))
+    os.close(fd)
+
+
+def cleanup_held(gate_dir: str, out: str, *values: Any) -> str:
+    """A cleanup task: arrive, wait to be let through, write whether its token was set.
+
+    A cleanup task runs to its end after a stop: its token stays clear.
+    """
+    task = dagexec.current_task()
+    held(gate_dir)
+    Path(out).write_text("stopped" if task.cancelled.is_set() else "finished")
+    return "done"
+
+
+def count_call(path: str, *values: Any) -> int:
+    """Append a line to ``path`` (how many times did this task run?); return the count."""
+    with open(path, "a") as f:
+        f.write("x\n")
+    return len(Path(path).read_text().splitlines())
+
+
+def fail_unless(path: str, *values: Any) -> str:
+    """Fail while ``path`` does not exist."""
+    if not os.path.exists(path):
+        raise RuntimeError(f"{path} missing")
+    return "ok"
+
+
+def after_marker(value: Any, path: str) -> str:
+    """``value``'s task ran first; fail while ``path`` does not exist."""
+    return fail_unless(path)
+
+
+def sleep_forever(*values: Any) -> None:
+    os.write(1, f"PID {os.getpid()}\n".encode())  # one write: lines never interleave
+    threading.Event().wait(60)
+
+
+class Point:
+    def __init__(self, x: int, y: int) -> None:
+        self.x, self.y = x, y
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Point) and (self.x, self.y) == (other.x, other.y)
+
+    def __hash__(self) -> int:
+        return hash((self.x, self.y))
+
+
+def flip(p: Point) -> Point:
+    return Point(p.y, p.x)
+
+
+class TwoArgError(Exception):
+    """Pickles, but does not unpickle: __init__ wants two arguments, args holds one."""
+
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"{a} and {b}")
+
+
+def raise_two_arg_error(*values: Any) -> None:
+    raise TwoArgError(1, 2)
+
+
+def double_array(a: Any) -> Any:
+    a *= 2  # in place: the array that arrived is writable
+    return a
