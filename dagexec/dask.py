@@ -37,9 +37,17 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from ._core.errors import describe
 from ._core.graph import Graph
 from ._core.result import RunResult, RunStats, TaskState
-from ._engine.executor import DEFAULT_QUEUE_CAP, Executor
-from ._integrations.dask_callbacks import bridge_for
-from ._integrations.dask_graph import Built, build, flatten_keys, nest, to_dask_graph
+from ._engine.executor import Executor
+from ._integrations.dask_callbacks import Bridge, bridge_for
+from ._integrations.dask_graph import (
+    Annotations,
+    Built,
+    assemble,
+    build,
+    flatten_keys,
+    nest,
+    to_dask_graph,
+)
 
 __all__ = ["get", "run_on", "shutdown", "to_dask"]
 
@@ -57,7 +65,7 @@ def get(
     cache: MutableMapping[Hashable, Any] | None = None,
     num_workers: int | None = None,
     pool: Any = None,
-    queue_cap: int = DEFAULT_QUEUE_CAP,
+    queue_cap: int | None = None,
     max_in_flight: int | None = None,
     on_error: OnError = "raise",
     callbacks: Iterable[tuple[Callable[..., Any] | None, ...]] | None = None,
@@ -89,6 +97,9 @@ def get(
             worker threads, over ``num_workers``; the tasks run on dagexec's
             own workers, never on the pool.
         queue_cap, max_in_flight: dagexec's bounds, see :class:`dagexec.Executor`.
+            Without either, the depth is memory-aware: one task per worker while
+            tasks return large values (dask's own local policy), deeper for small
+            ones; see ``docs/dask-memory.md``.
         on_error: ``"raise"`` stops at the first failure; ``"continue"`` lets
             every task that does not depend on a failure finish first. Either way
             the first failing task's own exception is raised.
@@ -116,7 +127,7 @@ def get(
     del kwargs  # accepted and ignored, as dask's scheduler protocol expects
     if executor is None:
         num_workers = _worker_count(num_workers, pool)
-    annotated = _annotated_resources(dsk)
+    annotations = _annotations(dsk)
     if resources is None:
         resources = dask.config.get("dagexec.resources", None)
     if not isinstance(dsk, Mapping):
@@ -130,16 +141,19 @@ def get(
         if key not in nodes and key not in known:
             raise KeyError(key)
     built = build(nodes, flat, known)
-    _prioritise(built, nodes, annotated)
-    if annotated:
-        _check_annotated_capacity(built, annotated, resources, executor)
+    if annotations.resources:
+        _check_annotated_capacity(built, annotations.resources, resources, executor)
     with local_callbacks(callbacks) as active:
+        bridge = bridge_for(built, nodes, list(active), cache, flat)
+        assemble(
+            built,
+            _ranks(built, nodes),
+            annotations,
+            None if bridge is None else bridge.wrap,
+        )
         values = _execute(
             built,
-            nodes,
-            list(active),
-            cache,
-            flat,
+            bridge,
             executor,
             num_workers,
             queue_cap,
@@ -150,48 +164,52 @@ def get(
     return nest(keys, values)
 
 
-def _annotated_resources(dsk: Any) -> dict[Hashable, Mapping[str, float]]:
-    """Key -> its ``dask.annotate(resources=...)``, from a collection or a HighLevelGraph.
+def _annotations(dsk: Any) -> Annotations:
+    """What ``dask.annotate`` asked of each task that dagexec honours: ``resources``,
+    ``priority`` and ``retries`` (as ``Graph.add`` takes them), by key.
 
     dask keeps annotations beside the graph, not in it, and its low-level graph
     optimisation drops them: they reach a scheduler with
     ``compute(..., optimize_graph=False)``, as with dask's distributed scheduler.
     """
-    found: dict[Hashable, Mapping[str, float]] = {}
+    found = Annotations()
+    by_type: dict[str, Any] = {}
     annotations = getattr(dsk, "__dask_annotations__", None)
     if callable(annotations):
-        by_key = annotations().get("resources", {})
-        if isinstance(by_key, Mapping):
-            found.update(by_key)
+        by_type = {k: dict(v) for k, v in annotations().items() if isinstance(v, Mapping)}
     for layer in getattr(dsk, "layers", {}).values():
-        wanted = (getattr(layer, "annotations", None) or {}).get("resources")
+        for kind, value in (getattr(layer, "annotations", None) or {}).items():
+            per_key = by_type.setdefault(kind, {})
+            for key in layer:
+                per_key[key] = value(key) if callable(value) else value
+    for key, wanted in by_type.get("resources", {}).items():
         if isinstance(wanted, Mapping):
-            found.update(dict.fromkeys(layer, wanted))
+            found.resources[key] = wanted
+    for kind, into in (("priority", found.priority), ("retries", found.retries)):
+        for key, value in by_type.get(kind, {}).items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(
+                    f"dask task {key!r} is annotated with {kind}={value!r}; dagexec.dask.get "
+                    f"takes a whole number: dask.annotate({kind}=<int>)"
+                )
+            if value:
+                into[key] = value
     return found
 
 
-def _prioritise(
-    built: Built,
-    nodes: Mapping[Hashable, GraphNode],
-    annotated: Mapping[Hashable, Mapping[str, float]],
-) -> None:
-    """Give the built tasks dask.order's priorities and their annotated resources.
+def _ranks(built: Built, nodes: Mapping[Hashable, GraphNode]) -> dict[Hashable, int]:
+    """``dask.order``'s rank of each built task (lower runs first).
 
     Ordered over the tasks that run only (not the whole graph), so a partial
     computation of a large graph pays for its part.
     """
     from dask.order import order
 
-    graph = built.graph
-    index = graph._index
+    if len(built.deps) < 2:
+        return {}
     tasks: dict[Any, GraphNode] = {k: nodes[k] for k in built.deps}
-    ranks: dict[Any, int] = order(tasks) if len(tasks) > 1 else {}
-    last = len(ranks)
-    for key in built.deps:
-        # dask.order: lower runs first; dagexec: higher runs first.
-        need = annotated.get(key)
-        graph._set_options(index[key], key, last - ranks.get(key, last), need or None)
-    graph._compiled = None
+    ranks: dict[Hashable, int] = order(tasks)  # type: ignore[assignment]
+    return ranks
 
 
 def _check_annotated_capacity(
@@ -227,11 +245,13 @@ def _check_annotated_capacity(
 # Asking for other bounds replaces the thread's executor, and executors of
 # threads that have ended are stopped, so the cache stays as small as the set
 # of threads calling get().
-_executors: dict[threading.Thread, tuple[tuple[int | None, int, int | None], Executor]] = {}
+_executors: dict[threading.Thread, tuple[tuple[int | None, int | None, int | None], Executor]] = {}
 _executors_lock = threading.Lock()
 
 
-def _executor_for(workers: int | None, queue_cap: int, max_in_flight: int | None) -> Executor:
+def _executor_for(
+    workers: int | None, queue_cap: int | None, max_in_flight: int | None
+) -> Executor:
     thread = threading.current_thread()
     bounds = (workers, queue_cap, max_in_flight)
     retired: list[Executor] = []
@@ -325,19 +345,15 @@ def shutdown() -> None:
 
 def _execute(
     built: Built,
-    nodes: Mapping[Hashable, GraphNode],
-    callbacks: list[tuple[Callable[..., Any] | None, ...]],
-    cache: MutableMapping[Hashable, Any] | None,
-    requested: list[Hashable],
+    bridge: Bridge | None,
     executor: Executor | None,
     num_workers: int | None,
-    queue_cap: int,
+    queue_cap: int | None,
     max_in_flight: int | None,
     on_error: OnError,
     resources: Mapping[str, float] | None = None,
 ) -> dict[Hashable, Any]:
     """Run the built graph, driving dask's callbacks and cache; the requested keys' values."""
-    bridge = bridge_for(built, nodes, callbacks, cache, requested)
     cached = executor is None
     if executor is None:
         executor = _executor_for(num_workers, queue_cap, max_in_flight)

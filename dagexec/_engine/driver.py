@@ -27,6 +27,7 @@ from .._observation.observer import Observer
 from .._state.events import START, Event
 from .._state.runstate import RunState
 from .balance import Balance
+from .depth import Depth
 from .inbox import Inbox
 from .items import chained_jobs, head, log_dispatch, plain_jobs, special_items, take_back
 from .outcome import log_interrupted
@@ -70,7 +71,9 @@ class Driver:
     timers: AttemptTimers | None  # only in runs whose plan has a task policy
     stop: threading.Event  # chains stop between members once it is set
     cancelled: threading.Event  # nothing queued will start any more
-    cap: int
+    cap: int  # the current limit on items in flight
+    bound: int  # the most it can be (RunStats.effective_cap)
+    depth: Depth | None  # the memory-aware cap, when no bound was given
     flags: int
     context: contextvars.Context | None
     abort_requested: bool
@@ -191,6 +194,8 @@ class Driver:
         state machine together, in runs between the other messages.
         """
         state, timers, now = self.state, self.timers, self.now
+        if self.depth is not None:
+            self.cap = self.depth.after(batch)
         held, last_seen = self.balance.held, self.balance.last_seen
         returned: list[Any] = []
         for msg in batch:

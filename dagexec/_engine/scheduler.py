@@ -86,6 +86,7 @@ from .._observation.observer import OWN_FILES, Observer, release_frames
 from .._observation.trace import Recorder
 from .._state.runstate import RunState
 from .balance import Balance
+from .depth import Depth
 from .driver import ABORT, Driver
 from .inbox import Inbox
 from .outcome import Outcome, announce, conclude
@@ -122,10 +123,17 @@ class Run(Driver):
         trace: bool,
         capacity: Mapping[str, float] | None = None,
         context: contextvars.Context | None = None,
+        adaptive: bool = False,
     ) -> None:
         self.plan, self.inboxes, self.hooks = plan, inboxes, hooks
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
-        self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
+        # The most ever in flight (RunStats.effective_cap); ``cap`` is the current
+        # limit, below it while the memory-aware depth says so.
+        self.bound = self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
+        # No bound given: the cap follows the size of the values made (_engine/depth.py).
+        self.depth = Depth(len(inboxes), self.cap) if adaptive else None
+        if self.depth is not None:
+            self.cap = self.depth.start
         self.capacity = dict(capacity or {})
         self.context = context  # the caller's contextvars, copied per task (None: empty)
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
