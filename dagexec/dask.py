@@ -51,6 +51,11 @@ from ._integrations.dask_graph import (
 
 __all__ = ["get", "run_on", "shutdown", "to_dask"]
 
+# dagexec's own frames, which dask.compute drops from a task's traceback (the
+# ``admin.traceback.shorten`` config dask keeps for its local schedulers' frames),
+# so that a failing task's traceback shows the caller, ``compute`` and the task.
+TRACEBACK_SHORTEN = r"dagexec[\\/](dask|_engine[\\/]\w+|_integrations[\\/]dask_\w+)\.py"
+
 OnError = Literal["raise", "continue"]
 
 # --------------------------------------------------------------------------------------
@@ -405,6 +410,28 @@ def _first_error(result: RunResult) -> BaseException:
         more = len(errors) - 1
         exc.add_note(f"dagexec: {more} more task{'s' if more != 1 else ''} failed too: {others}")
     return exc
+
+
+def _register_with_dask() -> None:
+    """Make ``scheduler="dagexec"`` a named scheduler and shorten tracebacks as dask does.
+
+    Done once, on import: dask looks named schedulers up in ``dask.base``'s
+    table, and reads the traceback patterns from its config (both the live config
+    and its defaults, so that ``dask.config.refresh()`` keeps the pattern).
+    """
+    from dask.base import named_schedulers
+
+    named_schedulers.setdefault("dagexec", get)
+    shorten = list(dask.config.get("admin.traceback.shorten", None) or [])
+    if TRACEBACK_SHORTEN not in shorten:
+        dask.config.set({"admin.traceback.shorten": [*shorten, TRACEBACK_SHORTEN]})
+    for defaults in dask.config.defaults:
+        listed = defaults.get("admin", {}).get("traceback", {}).get("shorten")
+        if isinstance(listed, list) and TRACEBACK_SHORTEN not in listed:
+            listed.append(TRACEBACK_SHORTEN)
+
+
+_register_with_dask()
 
 
 # --------------------------------------------------------------------------------------
