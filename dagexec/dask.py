@@ -21,7 +21,6 @@ import multiprocessing.pool
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, MutableMapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from time import perf_counter
 from typing import Any, Literal
 
 try:
@@ -36,9 +35,16 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._core.errors import describe
 from ._core.graph import Graph
-from ._core.result import RunResult, RunStats, TaskState
+from ._core.result import RunResult
 from ._engine.executor import Executor
 from ._integrations.dask_callbacks import Bridge, bridge_for
+from ._integrations.dask_cluster import (
+    ClusterGraph,
+    ClusterRun,
+    check_run_options,
+    declared_resources,
+    translate,
+)
 from ._integrations.dask_graph import (
     Annotations,
     Built,
@@ -46,10 +52,9 @@ from ._integrations.dask_graph import (
     build,
     flatten_keys,
     nest,
-    to_dask_graph,
 )
 
-__all__ = ["get", "run_on", "shutdown", "to_dask"]
+__all__ = ["ClusterRun", "get", "run_on", "shutdown", "submit_on", "to_dask"]
 
 # dagexec's own frames, which dask.compute drops from a task's traceback (the
 # ``admin.traceback.shorten`` config dask keeps for its local schedulers' frames),
@@ -441,61 +446,122 @@ _register_with_dask()
 
 def to_dask(
     graph: Graph, targets: Iterable[Hashable] | None = None
-) -> tuple[dict[Hashable, Task], list[Hashable]]:
+) -> tuple[Mapping[Any, Task], list[Any]]:
     """A dask graph computing ``targets`` (every sink if None) of ``graph``, and its keys.
 
     The returned keys are in the order of ``targets`` (or of ``graph.sinks()``),
     so ``dict(zip(targets, client.get(dsk, keys)))`` maps names to values. Only
-    the targets and their ancestors are in the dask graph. Task names that are
-    valid dask keys (str, int, float, bytes, tuples of those) stay as they are;
-    any other hashable name is given a ``"dagexec-<n>"`` key.
+    the targets and their ancestors are in the dask graph. Keys are unique to
+    each call (``"<name>-<token>"`` for a string name), so two graphs never
+    share a key on one cluster. Tasks with ``priority``, ``resources`` or
+    ``retries`` make it a ``HighLevelGraph`` whose layers carry them as dask
+    annotations.
 
     Raises:
         CycleError, MissingDependencyError: the graph is invalid.
         UnknownTargetError: a target is not a task of the graph.
+        ValueError: a task needs what one dask graph cannot say (a map or a
+            cleanup task: use :func:`run_on`, which drives them from the client;
+            a timeout, a retry delay...: see ``docs/dask-cluster.md``).
     """
-    dsk, keys, _ = to_dask_graph(graph, targets)
-    return dsk, keys
+    cg = translate(graph, targets, None)
+    if cg.staged:
+        t = min(cg.staged, key=cg.order.index)
+        what = "is a g.map" if cg.plan.maps and t in cg.plan.maps else "has run_if='all_done'"
+        if t not in _driven_tasks(cg):
+            what = "depends on a g.map or a run_if='all_done' task"
+        raise ValueError(
+            f"task {describe(cg.plan.names[t])} {what}, which one dask graph cannot express "
+            "(the client must drive it); use dagexec.dask.run_on(client, graph)"
+        )
+    dsk, _ = cg.first_graph()
+    return dsk, [cg.keys[t] for t in cg.plan.targets]
+
+
+def _driven_tasks(cg: ClusterGraph) -> set[int]:
+    plan = cg.plan
+    driven = set(plan.maps or ())
+    if plan.policy is not None:
+        driven.update(t for t, p in enumerate(plan.policy) if p is not None and p.cleanup)
+    return driven
 
 
 def run_on(
     client: Any,
     graph: Graph,
     targets: Iterable[Hashable] | None = None,
-    **kwargs: Any,
+    *,
+    on_error: OnError = "raise",
+    client_kwargs: Mapping[str, Any] | None = None,
+    **run_options: Any,
 ) -> RunResult:
     """Run ``targets`` (every sink if None) of ``graph`` on a ``distributed.Client``.
 
-    The same graph runs unchanged on threads (:func:`dagexec.run`) or here. It is
-    validated before anything is sent, and the result maps each target to its
-    value like a :class:`dagexec.RunResult`. The cluster's scheduler enforces its
-    own limits, so the dagexec bounds in ``result.stats`` (``queue_cap``,
-    ``max_in_flight``, ``effective_cap``, the peaks) are 0: not observed;
-    ``workers`` is the cluster's thread count. ``kwargs`` go to ``client.get``
-    (``retries``, ``resources``, ``workers``...).
+    Everything the graph asks for is carried to the cluster or refused before
+    anything is sent (``docs/dask-cluster.md`` has the table): keys unique to
+    the run, mapped back to task names; ``priority``, ``resources`` (only those
+    the workers declare) and ``retries`` (on any Exception, no delay) as dask
+    annotations; ``g.map`` and ``run_if="all_done"`` driven from the client.
+    ``on_error="continue"`` returns what succeeded, with ``errors`` and
+    ``status`` as after a local run. The dagexec bounds in ``result.stats``
+    (``queue_cap``, ``max_in_flight``, ``effective_cap``, the peaks) are 0: the
+    cluster's scheduler has its own; ``workers`` is the cluster's thread count.
+
+    Args:
+        client_kwargs: passed to ``Client.get`` for the graph (``workers=``,
+            ``allow_other_workers=``...). Breaking change: these used to be
+            ``run_on``'s own keyword arguments.
+        run_options: ``dagexec.run``'s other options. None is supported on a
+            cluster (``callbacks``, ``trace``, ``progress``, ``timeout``,
+            ``checkpoint``, ``resources``): each raises a TypeError saying what
+            to use instead, as does any unknown one.
 
     Raises:
+        TypeError: a run option the cluster cannot honour, or an unknown one.
+        ValueError: a task option the cluster cannot honour (a timeout, a retry
+            delay, an undeclared resource, ``current_task()``), naming the task.
         CycleError, MissingDependencyError: the graph is invalid.
         UnknownTargetError: a target is not a task of the graph.
-        BaseException: a task's exception, as the cluster reports it.
+        BaseException: with ``on_error="raise"``, the first failing task's
+            exception, as the cluster reports it, with a note naming the task.
     """
-    dsk, keys, plan = to_dask_graph(graph, targets)
-    names = [plan.names[t] for t in plan.targets]
-    started = perf_counter()
-    values = client.get(dsk, keys, **kwargs) if keys else []
-    wall = perf_counter() - started
-    threads = sum(client.nthreads().values())
-    status = dict.fromkeys(plan.names, TaskState.DONE)
-    stats = RunStats(
-        tasks_planned=len(status),
-        tasks_run=len(status),
-        wall_seconds=wall,
-        workers=threads,
-        queue_cap=0,
-        max_in_flight=0,
-        effective_cap=0,
-        peak_in_flight=0,
-        peak_queue_depth=(),
-        tasks_per_worker=(),
-    )
-    return RunResult(dict(zip(names, values, strict=True)), status, {}, stats)
+    return _cluster_run(client, graph, targets, on_error, client_kwargs, run_options).result()
+
+
+def submit_on(
+    client: Any,
+    graph: Graph,
+    targets: Iterable[Hashable] | None = None,
+    *,
+    on_error: OnError = "raise",
+    client_kwargs: Mapping[str, Any] | None = None,
+    **run_options: Any,
+) -> ClusterRun:
+    """:func:`run_on` without waiting: the run, started; ``run.result()`` waits for it.
+
+    ``distributed.progress(run)`` follows its targets (and their ancestors);
+    ``run.cancel()`` stops it. Maps and cleanup tasks are driven from a thread of
+    the run's own. Raises what :func:`run_on` raises before anything is sent.
+    """
+    return _cluster_run(client, graph, targets, on_error, client_kwargs, run_options).start()
+
+
+def _cluster_run(
+    client: Any,
+    graph: Graph,
+    targets: Iterable[Hashable] | None,
+    on_error: object,
+    client_kwargs: object,
+    run_options: Mapping[str, Any],
+) -> ClusterRun:
+    """Check everything, then send the first graph; the run, not yet driven."""
+    check_run_options(run_options)
+    if on_error not in ("raise", "continue"):
+        raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
+    if client_kwargs is not None and not isinstance(client_kwargs, Mapping):
+        raise TypeError(
+            "client_kwargs must be a dict of Client.get options, got "
+            f"{type(client_kwargs).__name__}"
+        )
+    cg = translate(graph, targets, declared_resources(client))
+    return ClusterRun(client, cg, str(on_error), client_kwargs)

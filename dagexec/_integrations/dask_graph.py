@@ -16,23 +16,21 @@ references and literals, is called directly with its arguments in place, so it
 costs no more than dask's own ``Task.__call__``; anything else is called the
 way dask calls it, with a dict of its dependencies' values.
 
-The other direction, :func:`to_dask_graph`, keeps dagexec task names as dask
-keys whenever dask accepts them.
+The other direction (dagexec graphs on a cluster) is
+:mod:`dagexec._integrations.dask_cluster`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef
-from dask.core import validate_key
 
 from .._core.errors import MissingDependencyError, describe
 from .._core.graph import Graph
-from .._core.plan import Plan, plan_run
 
-__all__ = ["Annotations", "Built", "assemble", "build", "flatten_keys", "nest", "to_dask_graph"]
+__all__ = ["Annotations", "Built", "assemble", "build", "flatten_keys", "nest"]
 
 # --------------------------------------------------------------------------------------
 # dask graph -> dagexec graph
@@ -340,53 +338,3 @@ class _CallNode:
         if self.known:
             data.update(self.known)
         return self.node(data)
-
-
-# --------------------------------------------------------------------------------------
-# dagexec graph -> dask graph
-# --------------------------------------------------------------------------------------
-
-
-def to_dask_graph(
-    graph: Graph, targets: Iterable[Hashable] | None
-) -> tuple[dict[Hashable, Task], list[Hashable], Plan]:
-    """The dask graph for ``targets``, its keys, and the plan it was made from.
-
-    The plan is the one a threaded run would execute (the core planner validates
-    the graph and the targets, and prunes to their ancestors), so both engines
-    run exactly the same tasks; ``run_on`` reads target and task names from it.
-    Raises as ``to_dask`` documents.
-    """
-    if not isinstance(graph, Graph):
-        raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
-    plan = plan_run(graph._compile(), targets)
-    key_of = _dask_keys(list(plan.names))
-    keys = [key_of[name] for name in plan.names]
-    dsk = {
-        keys[i]: Task(keys[i], plan.fns[i], *[TaskRef(keys[d]) for d in plan.deps[i]])
-        for i in range(len(plan))
-    }
-    return dsk, [keys[t] for t in plan.targets], plan
-
-
-def _dask_keys(names: list[Hashable]) -> dict[Hashable, Any]:
-    """A unique, valid dask key for each name: the name itself whenever it can be."""
-    key_of: dict[Hashable, Any] = {}
-    taken: set[Hashable] = set()
-    renamed: list[Hashable] = []
-    for name in names:
-        try:
-            validate_key(name)
-        except TypeError:
-            renamed.append(name)
-        else:
-            key_of[name] = name
-            taken.add(name)
-    n = 0
-    for name in renamed:
-        while f"dagexec-{n}" in taken:
-            n += 1
-        key_of[name] = f"dagexec-{n}"
-        taken.add(key_of[name])
-        n += 1
-    return key_of
