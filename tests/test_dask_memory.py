@@ -50,14 +50,29 @@ def test_depth_is_one_per_worker_until_a_value_is_seen() -> None:
 
 def test_small_values_open_the_full_depth_and_large_ones_close_it() -> None:
     depth = Depth(workers=2, full=130)
-    assert depth.after([_report(1)]) == 130
-    assert depth.after([_report(Chunk(8 << 20))]) == 2
+    depth.note(28)
+    assert depth.cap() == 130
+    depth.note(8 << 20)
+    assert depth.cap() == 2
     # A view or a sum among big chunks does not open it at once...
-    assert depth.after([_report(0.5)]) == 2
+    depth.note(24)
+    assert depth.cap() == 2
     # ...a run of small values does: the remembered size decays.
     for _ in range(200):
-        depth.after([_report(0)])
+        depth.note(24)
     assert depth.cap() == 130
+
+
+def test_batches_are_sampled_each_time_until_the_depth_is_full() -> None:
+    depth = Depth(workers=2, full=130)
+    assert depth.after([_report(Chunk(8 << 20))]) == 2
+    assert depth.after([_report(1)]) == 2  # sampled: still big on the whole
+    for _ in range(200):
+        depth.after([_report(1)])
+    assert depth.current == 130
+    # At the full depth a big value is seen within a few batches, not at once.
+    seen = [depth.after([_report(Chunk(8 << 20))]) for _ in range(8)]
+    assert seen[-1] == 2
 
 
 def test_depth_in_between_keeps_the_budget_of_fresh_values() -> None:
