@@ -16,8 +16,8 @@ return (sampled, at most one per batch of reports)::
     cap = clamp(BUDGET_BYTES // typical value size, workers, full cap)
 
 so tasks returning numbers or small objects go as deep as ever (full speed), and
-tasks returning megabytes go one per worker, which with the depth-first ready
-stack is dask's own local policy. "Typical" is the largest recent sample,
+tasks returning half a megabyte or more go one per worker, which with the
+depth-first ready stack is dask's own local policy. "Typical" is the largest recent sample,
 decaying by :data:`_DECAY` per sample: one small value (a sum, a view) among big
 ones does not open the gates, a run of them does. Before any task has reported,
 nothing is known: the run starts one task per worker, and widens after the
@@ -38,9 +38,11 @@ __all__ = ["BUDGET_BYTES", "Depth", "estimate_bytes"]
 # Fresh values the tasks dispatched beyond one per worker may make, in bytes.
 # Higher keeps workers fed with shallower values too (fewer hand-offs) but lets
 # more big values be made ahead of their consumers; lower the other way round.
-# 2 MiB keeps dask's 1000^2 float chunks (8 MB) at one task per worker and
-# 250^2 chunks (0.5 MB) at four, and never limits tasks returning small values.
-BUDGET_BYTES = 2 << 20
+# 256 KiB keeps dask's 250^2 float chunks (0.5 MB) and bigger at one task per
+# worker (measured on (x + x.T).mean(axis=0), 8000^2: 2 MiB let four more go
+# and peaked at 27-59 MiB against 10 MiB, dask threaded 23), lets 16 KiB values
+# go 16 deeper, and never limits tasks returning numbers or small objects.
+BUDGET_BYTES = 256 << 10
 
 # How fast a big value is forgotten: per sample, the remembered size shrinks by
 # this factor unless a bigger one comes. Closer to 1 remembers longer (safer,
