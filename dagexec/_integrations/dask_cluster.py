@@ -309,6 +309,7 @@ class ClusterRun:
         self.items: dict[int, list[Any]] = {}  # expanded map -> its items' futures
         self.item_names: dict[int, list[Hashable]] = {}
         self.lock = threading.Lock()
+        self.spare: set[int] = set()  # watched for their status only (see _collect)
         self._outcome: RunResult | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
@@ -376,13 +377,15 @@ class ClusterRun:
 
     def _watched(self, tasks: list[int]) -> list[int]:
         """The tasks of the first graph whose future the client needs: targets, inputs
-        of the tasks it drives, and (on_error="continue") all, for their status."""
-        if self.on_error == "continue":
-            return tasks
+        of the tasks it drives, and (on_error="continue") all, for their status;
+        those wanted for their status alone go into ``spare``."""
         plan, staged = self.cg.plan, self.cg.staged
         wanted = set(plan.targets)
         for t in staged:
             wanted.update(plan.deps[t])
+        if self.on_error == "continue":
+            self.spare = {t for t in tasks if t not in wanted}
+            return tasks
         return [t for t in tasks if t in wanted]
 
     def _finish(self) -> None:
@@ -483,23 +486,38 @@ class ClusterRun:
     # ------------------------------------------------------------------ results
     def _collect(self) -> RunResult:
         plan, cg = self.cg.plan, self.cg
-        from distributed import wait
+        from distributed import as_completed, wait
 
         with self.lock:
             watched = dict(self.futures_by_task)
             for t, futures in self.items.items():
                 for name, fut in zip(self.item_names[t], futures, strict=True):
                     watched[("item", name)] = fut  # type: ignore[index]
-        wait(list(watched.values()))  # type: ignore[no-untyped-call]
+            # Watched only for their status (on_error="continue"): each is let go
+            # as soon as it is known, so the cluster drops the value once its
+            # dependents have it, as a local run drops values.
+            kept = set(plan.targets)
+            spare = [f for t, f in watched.items() if t not in kept and t in self.spare]
+            for t in self.spare:
+                self.futures_by_task.pop(t, None)
         errors: dict[Hashable, BaseException] = {}
         failed_here: set[Hashable] = set()
-        for fut in watched.values():
+
+        def note(fut: Any) -> None:
             if fut.status == "error":
                 exc = fut.exception()
                 owner = failed_task(exc)
                 if owner is not None:
                     failed_here.add(owner)
                     errors.setdefault(owner, exc)
+
+        for fut in as_completed(spare) if spare else ():  # type: ignore[no-untyped-call]
+            note(fut)
+            fut.release()
+        rest = [f for t, f in watched.items() if t in kept or t not in self.spare]
+        wait(rest)  # type: ignore[no-untyped-call]
+        for fut in rest:
+            note(fut)
         if errors and self.on_error == "raise":
             self.cancel()
             raise _first(errors)
