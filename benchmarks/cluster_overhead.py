@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import dagexec  # noqa: E402
-import dagexec.dask as dd  # noqa: E402
+import dagexec
+import dagexec.dask as dd
 
 
 def step(*args: int) -> int:
