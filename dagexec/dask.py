@@ -197,6 +197,8 @@ def _annotations(dsk: Any) -> Annotations:
             found.resources[key] = wanted
     for kind, into in (("priority", found.priority), ("retries", found.retries)):
         for key, value in by_type.get(kind, {}).items():
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)  # dask allows any number; a whole one means the same
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(
                     f"dask task {key!r} is annotated with {kind}={value!r}; dagexec.dask.get "

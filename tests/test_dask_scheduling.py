@@ -133,7 +133,7 @@ def test_annotated_priorities_decide_among_ready_tasks() -> None:
     ran: list[int] = []
     parts = []
     for i in (3, 1, 4, 0, 2):
-        with dask.annotate(priority=i):
+        with dask.annotate(priority=float(i) if i % 2 else i):  # dask allows any number
             parts.append(dask.delayed(ran.append, pure=False)(i))
     dask.compute(parts, scheduler=dagexec.dask.get, optimize_graph=False, num_workers=1)
     assert ran == [4, 3, 2, 1, 0]
