@@ -10,7 +10,7 @@ import pytest
 
 import dagexec
 from dagexec._engine.depth import BUDGET_BYTES, Depth, estimate_bytes
-from dagexec._engine.wire import DONE, FAILED
+from dagexec._engine.wire import CHAIN, DONE, FAILED
 
 
 class Chunk:
@@ -73,6 +73,25 @@ def test_batches_are_sampled_each_time_until_the_depth_is_full() -> None:
     # At the full depth a big value is seen within a few batches, not at once.
     seen = [depth.after([_report(Chunk(8 << 20))]) for _ in range(8)]
     assert seen[-1] == 2
+
+
+def test_a_chain_report_is_sampled_by_its_value() -> None:
+    """Today a run of chains only (no job reports) never left one task per worker."""
+    from dagexec._state.events import ChainEnd
+
+    depth = Depth(workers=2, full=130)
+    assert depth.after([(0, (1, 2), CHAIN, ChainEnd(2, True, 5, None), 0.0, 0.0)]) == 130
+    failed = Depth(workers=2, full=130)
+    assert failed.after([(0, (1, 2), CHAIN, ChainEnd(0, False, OSError(), None), 0.0, 0.0)]) == 2
+
+
+def test_chains_of_small_values_go_deep() -> None:
+    g = dagexec.Graph()
+    for c in range(40):
+        g.add(f"h{c}", lambda: 1)
+        g.add(f"t{c}", lambda x: x + 1, deps=[f"h{c}"])  # h -> t: one chain, one item
+    result = dagexec.run(g, workers=2)
+    assert result.stats.peak_in_flight > 2
 
 
 def test_depth_in_between_keeps_the_budget_of_fresh_values() -> None:

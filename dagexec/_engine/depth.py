@@ -31,7 +31,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .wire import DONE
+from .wire import CHAIN, DONE
 
 __all__ = ["BUDGET_BYTES", "Depth", "estimate_bytes"]
 
@@ -117,11 +117,19 @@ class Depth:
         if self.countdown > 0:
             return self.current
         for msg in batch[:4]:
-            if type(msg) is tuple and msg[2] == DONE:
-                self.note(estimate_bytes(msg[3]))
-                self.current = cap = self.cap()
-                self.countdown = _SAMPLE_EVERY_WHEN_FULL if cap == self.full else 1
-                break
+            if type(msg) is not tuple:
+                continue
+            kind, payload = msg[2], msg[3]
+            if kind == DONE:
+                value = payload
+            elif kind == CHAIN and payload.ok:  # a chain's value is its last member's
+                value = payload.outcome
+            else:
+                continue
+            self.note(estimate_bytes(value))
+            self.current = cap = self.cap()
+            self.countdown = _SAMPLE_EVERY_WHEN_FULL if cap == self.full else 1
+            break
         else:
             self.countdown = 1  # nothing to sample in this one: try the next
         return self.current
