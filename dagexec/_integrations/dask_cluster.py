@@ -359,8 +359,11 @@ class ClusterRun:
         return self._outcome
 
     def cancel(self) -> None:
+        """Cancel what has not run and let go of every value of the run on the cluster."""
         with self.lock:
             futures = list(self.futures_by_task.values())
+            for items in self.items.values():
+                futures.extend(items)
         self.client.cancel(futures)
 
     # ------------------------------------------------------------------ driving
@@ -427,7 +430,7 @@ class ClusterRun:
 
     def _expand(self, t: int, fn: Named, deps: list[Any], extra: dict[str, Any]) -> None:
         """Submit one task per item of map ``t``, then one gathering their values."""
-        plan, client, cg = self.cg.plan, self.client, self.cg
+        plan, client = self.cg.plan, self.client
         over, rest = plan.deps[t][0], deps[1:]
         name, key = plan.names[t], extra.pop("key")
         if over in self.items:  # a chained map: item i follows item i of the one before
@@ -459,7 +462,6 @@ class ClusterRun:
         gathered = client.submit(_gather, *futures, key=key, pure=False)
         with self.lock:
             self.futures_by_task[t] = gathered
-        del cg
 
     def _ended(self, deps: tuple[int, ...]) -> list[Any]:
         """A cleanup task's arguments once all ``deps`` ended: the value (its future),
@@ -476,16 +478,14 @@ class ClusterRun:
                 continue
             exc = fut.exception() if fut.status == "error" else None
             if exc is not None and failed_task(exc) == plan.names[d]:
-                args.append(exc)
-            elif exc is not None and d in self.items and failed_task(exc) in self.item_names[d]:
-                args.append(MISSING)  # an item failed: the map itself was skipped
+                args.append(exc)  # it failed itself
             else:
-                args.append(MISSING)
+                args.append(MISSING)  # skipped (downstream of a failure) or cancelled
         return args
 
     # ------------------------------------------------------------------ results
     def _collect(self) -> RunResult:
-        plan, cg = self.cg.plan, self.cg
+        plan = self.cg.plan
         from distributed import as_completed, wait
 
         with self.lock:
@@ -540,7 +540,6 @@ class ClusterRun:
             peak_queue_depth=(),
             tasks_per_worker=(),
         )
-        del cg
         return RunResult(values, status, errors, stats, targets=plan.target_names)
 
     def _statuses(self, failed_here: set[Hashable]) -> dict[Hashable, TaskState]:
