@@ -27,11 +27,20 @@ import dagexec._state.runstate
 
 
 class Chunk:
-    """A value that counts how many of its kind are alive, and the most ever."""
+    """A value that counts how many of its kind are alive, and the most ever.
+
+    It stands for a chunk of data, and says so to ``sys.getsizeof`` (what the
+    default, memory-aware dispatch depth reads: see docs/dask-memory.md); with
+    ``--small`` it does not, and the depth treats it as the small object it is.
+    """
 
     lock = threading.Lock()
     live = 0
     peak = 0
+    size = 8 << 20  # bytes it stands for; 0: its own size
+
+    def __sizeof__(self) -> int:
+        return Chunk.size or object.__sizeof__(self)
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -63,10 +72,12 @@ def map_reduce(n: int) -> dagexec.Graph:
     return g
 
 
-def peak_chunks(g: dagexec.Graph, workers: int, depth_first: bool) -> int:
+def peak_chunks(
+    g: dagexec.Graph, workers: int, depth_first: bool, queue_cap: int | None = None
+) -> int:
     dagexec._state.runstate.DEPTH_FIRST = depth_first
     Chunk.peak = Chunk.live = 0
-    dagexec.run(g, workers=workers)
+    dagexec.run(g, workers=workers, queue_cap=queue_cap)
     return Chunk.peak
 
 
@@ -87,7 +98,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--n", type=int, default=2000, help="map-reduce width")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--small", action="store_true", help="chunks count as the tiny objects they are")
     args = p.parse_args()
+    if args.small:
+        Chunk.size = 0
     g = map_reduce(args.n)
     print(f"peak live values, {args.workers} workers (default Executor bounds)")
     for label, depth_first in (("FIFO", False), ("depth-first (default)", True)):
@@ -97,6 +111,9 @@ def main() -> None:
             f"  {label:22s} map-reduce N={args.n}: {chunks:5d} chunks alive at peak;"
             f"  memory chain: {mib:6.1f} MiB peak"
         )
+    for queue_cap in (16, 64):
+        chunks = peak_chunks(g, args.workers, True, queue_cap)
+        print(f"  depth-first, queue_cap={queue_cap:<3d} map-reduce N={args.n}: {chunks:5d} chunks")
     dagexec._state.runstate.DEPTH_FIRST = True
 
 

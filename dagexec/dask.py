@@ -21,7 +21,6 @@ import multiprocessing.pool
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, MutableMapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from time import perf_counter
 from typing import Any, Literal
 
 try:
@@ -36,12 +35,31 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._core.errors import describe
 from ._core.graph import Graph
-from ._core.result import RunResult, RunStats, TaskState
-from ._engine.executor import DEFAULT_QUEUE_CAP, Executor
-from ._integrations.dask_callbacks import bridge_for
-from ._integrations.dask_graph import Built, build, flatten_keys, nest, to_dask_graph
+from ._core.result import RunResult
+from ._engine.executor import Executor
+from ._integrations.dask_callbacks import Bridge, bridge_for
+from ._integrations.dask_cluster import (
+    ClusterGraph,
+    ClusterRun,
+    check_run_options,
+    declared_resources,
+    translate,
+)
+from ._integrations.dask_graph import (
+    Annotations,
+    Built,
+    assemble,
+    build,
+    flatten_keys,
+    nest,
+)
 
-__all__ = ["get", "run_on", "shutdown", "to_dask"]
+__all__ = ["ClusterRun", "get", "run_on", "shutdown", "submit_on", "to_dask"]
+
+# dagexec's own frames, which dask.compute drops from a task's traceback (the
+# ``admin.traceback.shorten`` config dask keeps for its local schedulers' frames),
+# so that a failing task's traceback shows the caller, ``compute`` and the task.
+TRACEBACK_SHORTEN = r"dagexec[\\/](dask|_engine[\\/]\w+|_integrations[\\/]dask_\w+)\.py"
 
 OnError = Literal["raise", "continue"]
 
@@ -57,7 +75,7 @@ def get(
     cache: MutableMapping[Hashable, Any] | None = None,
     num_workers: int | None = None,
     pool: Any = None,
-    queue_cap: int = DEFAULT_QUEUE_CAP,
+    queue_cap: int | None = None,
     max_in_flight: int | None = None,
     on_error: OnError = "raise",
     callbacks: Iterable[tuple[Callable[..., Any] | None, ...]] | None = None,
@@ -89,6 +107,9 @@ def get(
             worker threads, over ``num_workers``; the tasks run on dagexec's
             own workers, never on the pool.
         queue_cap, max_in_flight: dagexec's bounds, see :class:`dagexec.Executor`.
+            Without either, the depth is memory-aware: one task per worker while
+            tasks return large values (dask's own local policy), deeper for small
+            ones; see ``docs/dask-memory.md``.
         on_error: ``"raise"`` stops at the first failure; ``"continue"`` lets
             every task that does not depend on a failure finish first. Either way
             the first failing task's own exception is raised.
@@ -116,7 +137,7 @@ def get(
     del kwargs  # accepted and ignored, as dask's scheduler protocol expects
     if executor is None:
         num_workers = _worker_count(num_workers, pool)
-    annotated = _annotated_resources(dsk)
+    annotations = _annotations(dsk)
     if resources is None:
         resources = dask.config.get("dagexec.resources", None)
     if not isinstance(dsk, Mapping):
@@ -130,16 +151,19 @@ def get(
         if key not in nodes and key not in known:
             raise KeyError(key)
     built = build(nodes, flat, known)
-    _prioritise(built, nodes, annotated)
-    if annotated:
-        _check_annotated_capacity(built, annotated, resources, executor)
+    if annotations.resources:
+        _check_annotated_capacity(built, annotations.resources, resources, executor)
     with local_callbacks(callbacks) as active:
+        bridge = bridge_for(built, nodes, list(active), cache, flat)
+        assemble(
+            built,
+            _ranks(built, nodes),
+            annotations,
+            None if bridge is None else bridge.wrap,
+        )
         values = _execute(
             built,
-            nodes,
-            list(active),
-            cache,
-            flat,
+            bridge,
             executor,
             num_workers,
             queue_cap,
@@ -150,48 +174,54 @@ def get(
     return nest(keys, values)
 
 
-def _annotated_resources(dsk: Any) -> dict[Hashable, Mapping[str, float]]:
-    """Key -> its ``dask.annotate(resources=...)``, from a collection or a HighLevelGraph.
+def _annotations(dsk: Any) -> Annotations:
+    """What ``dask.annotate`` asked of each task that dagexec honours: ``resources``,
+    ``priority`` and ``retries`` (as ``Graph.add`` takes them), by key.
 
     dask keeps annotations beside the graph, not in it, and its low-level graph
     optimisation drops them: they reach a scheduler with
     ``compute(..., optimize_graph=False)``, as with dask's distributed scheduler.
     """
-    found: dict[Hashable, Mapping[str, float]] = {}
+    found = Annotations()
+    by_type: dict[str, Any] = {}
     annotations = getattr(dsk, "__dask_annotations__", None)
     if callable(annotations):
-        by_key = annotations().get("resources", {})
-        if isinstance(by_key, Mapping):
-            found.update(by_key)
+        by_type = {k: dict(v) for k, v in annotations().items() if isinstance(v, Mapping)}
     for layer in getattr(dsk, "layers", {}).values():
-        wanted = (getattr(layer, "annotations", None) or {}).get("resources")
+        for kind, value in (getattr(layer, "annotations", None) or {}).items():
+            per_key = by_type.setdefault(kind, {})
+            for key in layer:
+                per_key[key] = value(key) if callable(value) else value
+    for key, wanted in by_type.get("resources", {}).items():
         if isinstance(wanted, Mapping):
-            found.update(dict.fromkeys(layer, wanted))
+            found.resources[key] = wanted
+    for kind, into in (("priority", found.priority), ("retries", found.retries)):
+        for key, value in by_type.get(kind, {}).items():
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)  # dask allows any number; a whole one means the same
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(
+                    f"dask task {key!r} is annotated with {kind}={value!r}; dagexec.dask.get "
+                    f"takes a whole number: dask.annotate({kind}=<int>)"
+                )
+            if value:
+                into[key] = value
     return found
 
 
-def _prioritise(
-    built: Built,
-    nodes: Mapping[Hashable, GraphNode],
-    annotated: Mapping[Hashable, Mapping[str, float]],
-) -> None:
-    """Give the built tasks dask.order's priorities and their annotated resources.
+def _ranks(built: Built, nodes: Mapping[Hashable, GraphNode]) -> dict[Hashable, int]:
+    """``dask.order``'s rank of each built task (lower runs first).
 
     Ordered over the tasks that run only (not the whole graph), so a partial
     computation of a large graph pays for its part.
     """
     from dask.order import order
 
-    graph = built.graph
-    index = graph._index
+    if len(built.deps) < 2:
+        return {}
     tasks: dict[Any, GraphNode] = {k: nodes[k] for k in built.deps}
-    ranks: dict[Any, int] = order(tasks) if len(tasks) > 1 else {}
-    last = len(ranks)
-    for key in built.deps:
-        # dask.order: lower runs first; dagexec: higher runs first.
-        need = annotated.get(key)
-        graph._set_options(index[key], key, last - ranks.get(key, last), need or None)
-    graph._compiled = None
+    ranks: dict[Hashable, int] = order(tasks)  # type: ignore[assignment]
+    return ranks
 
 
 def _check_annotated_capacity(
@@ -227,11 +257,13 @@ def _check_annotated_capacity(
 # Asking for other bounds replaces the thread's executor, and executors of
 # threads that have ended are stopped, so the cache stays as small as the set
 # of threads calling get().
-_executors: dict[threading.Thread, tuple[tuple[int | None, int, int | None], Executor]] = {}
+_executors: dict[threading.Thread, tuple[tuple[int | None, int | None, int | None], Executor]] = {}
 _executors_lock = threading.Lock()
 
 
-def _executor_for(workers: int | None, queue_cap: int, max_in_flight: int | None) -> Executor:
+def _executor_for(
+    workers: int | None, queue_cap: int | None, max_in_flight: int | None
+) -> Executor:
     thread = threading.current_thread()
     bounds = (workers, queue_cap, max_in_flight)
     retired: list[Executor] = []
@@ -325,19 +357,15 @@ def shutdown() -> None:
 
 def _execute(
     built: Built,
-    nodes: Mapping[Hashable, GraphNode],
-    callbacks: list[tuple[Callable[..., Any] | None, ...]],
-    cache: MutableMapping[Hashable, Any] | None,
-    requested: list[Hashable],
+    bridge: Bridge | None,
     executor: Executor | None,
     num_workers: int | None,
-    queue_cap: int,
+    queue_cap: int | None,
     max_in_flight: int | None,
     on_error: OnError,
     resources: Mapping[str, float] | None = None,
 ) -> dict[Hashable, Any]:
     """Run the built graph, driving dask's callbacks and cache; the requested keys' values."""
-    bridge = bridge_for(built, nodes, callbacks, cache, requested)
     cached = executor is None
     if executor is None:
         executor = _executor_for(num_workers, queue_cap, max_in_flight)
@@ -391,6 +419,28 @@ def _first_error(result: RunResult) -> BaseException:
     return exc
 
 
+def _register_with_dask() -> None:
+    """Make ``scheduler="dagexec"`` a named scheduler and shorten tracebacks as dask does.
+
+    Done once, on import: dask looks named schedulers up in ``dask.base``'s
+    table, and reads the traceback patterns from its config (both the live config
+    and its defaults, so that ``dask.config.refresh()`` keeps the pattern).
+    """
+    from dask.base import named_schedulers
+
+    named_schedulers.setdefault("dagexec", get)
+    shorten = list(dask.config.get("admin.traceback.shorten", None) or [])
+    if TRACEBACK_SHORTEN not in shorten:
+        dask.config.set({"admin.traceback.shorten": [*shorten, TRACEBACK_SHORTEN]})
+    for defaults in dask.config.defaults:
+        listed = defaults.get("admin", {}).get("traceback", {}).get("shorten")
+        if isinstance(listed, list) and TRACEBACK_SHORTEN not in listed:
+            listed.append(TRACEBACK_SHORTEN)
+
+
+_register_with_dask()
+
+
 # --------------------------------------------------------------------------------------
 # 2. dagexec graphs on a dask cluster
 # --------------------------------------------------------------------------------------
@@ -398,61 +448,122 @@ def _first_error(result: RunResult) -> BaseException:
 
 def to_dask(
     graph: Graph, targets: Iterable[Hashable] | None = None
-) -> tuple[dict[Hashable, Task], list[Hashable]]:
+) -> tuple[Mapping[Any, Task], list[Any]]:
     """A dask graph computing ``targets`` (every sink if None) of ``graph``, and its keys.
 
     The returned keys are in the order of ``targets`` (or of ``graph.sinks()``),
     so ``dict(zip(targets, client.get(dsk, keys)))`` maps names to values. Only
-    the targets and their ancestors are in the dask graph. Task names that are
-    valid dask keys (str, int, float, bytes, tuples of those) stay as they are;
-    any other hashable name is given a ``"dagexec-<n>"`` key.
+    the targets and their ancestors are in the dask graph. Keys are unique to
+    each call (``"<name>-<token>"`` for a string name), so two graphs never
+    share a key on one cluster. Tasks with ``priority``, ``resources`` or
+    ``retries`` make it a ``HighLevelGraph`` whose layers carry them as dask
+    annotations.
 
     Raises:
         CycleError, MissingDependencyError: the graph is invalid.
         UnknownTargetError: a target is not a task of the graph.
+        ValueError: a task needs what one dask graph cannot say (a map or a
+            cleanup task: use :func:`run_on`, which drives them from the client;
+            a timeout, a retry delay...: see ``docs/dask-cluster.md``).
     """
-    dsk, keys, _ = to_dask_graph(graph, targets)
-    return dsk, keys
+    cg = translate(graph, targets, None)
+    if cg.staged:
+        t = min(cg.staged, key=cg.order.index)
+        what = "is a g.map" if cg.plan.maps and t in cg.plan.maps else "has run_if='all_done'"
+        if t not in _driven_tasks(cg):
+            what = "depends on a g.map or a run_if='all_done' task"
+        raise ValueError(
+            f"task {describe(cg.plan.names[t])} {what}, which one dask graph cannot express "
+            "(the client must drive it); use dagexec.dask.run_on(client, graph)"
+        )
+    dsk, _ = cg.first_graph()
+    return dsk, [cg.keys[t] for t in cg.plan.targets]
+
+
+def _driven_tasks(cg: ClusterGraph) -> set[int]:
+    plan = cg.plan
+    driven = set(plan.maps or ())
+    if plan.policy is not None:
+        driven.update(t for t, p in enumerate(plan.policy) if p is not None and p.cleanup)
+    return driven
 
 
 def run_on(
     client: Any,
     graph: Graph,
     targets: Iterable[Hashable] | None = None,
-    **kwargs: Any,
+    *,
+    on_error: OnError = "raise",
+    client_kwargs: Mapping[str, Any] | None = None,
+    **run_options: Any,
 ) -> RunResult:
     """Run ``targets`` (every sink if None) of ``graph`` on a ``distributed.Client``.
 
-    The same graph runs unchanged on threads (:func:`dagexec.run`) or here. It is
-    validated before anything is sent, and the result maps each target to its
-    value like a :class:`dagexec.RunResult`. The cluster's scheduler enforces its
-    own limits, so the dagexec bounds in ``result.stats`` (``queue_cap``,
-    ``max_in_flight``, ``effective_cap``, the peaks) are 0: not observed;
-    ``workers`` is the cluster's thread count. ``kwargs`` go to ``client.get``
-    (``retries``, ``resources``, ``workers``...).
+    Everything the graph asks for is carried to the cluster or refused before
+    anything is sent (``docs/dask-cluster.md`` has the table): keys unique to
+    the run, mapped back to task names; ``priority``, ``resources`` (only those
+    the workers declare) and ``retries`` (on any Exception, no delay) as dask
+    annotations; ``g.map`` and ``run_if="all_done"`` driven from the client.
+    ``on_error="continue"`` returns what succeeded, with ``errors`` and
+    ``status`` as after a local run. The dagexec bounds in ``result.stats``
+    (``queue_cap``, ``max_in_flight``, ``effective_cap``, the peaks) are 0: the
+    cluster's scheduler has its own; ``workers`` is the cluster's thread count.
+
+    Args:
+        client_kwargs: passed to ``Client.get`` for the graph (``workers=``,
+            ``allow_other_workers=``...). Breaking change: these used to be
+            ``run_on``'s own keyword arguments.
+        run_options: ``dagexec.run``'s other options. None is supported on a
+            cluster (``callbacks``, ``trace``, ``progress``, ``timeout``,
+            ``checkpoint``, ``resources``): each raises a TypeError saying what
+            to use instead, as does any unknown one.
 
     Raises:
+        TypeError: a run option the cluster cannot honour, or an unknown one.
+        ValueError: a task option the cluster cannot honour (a timeout, a retry
+            delay, an undeclared resource, ``current_task()``), naming the task.
         CycleError, MissingDependencyError: the graph is invalid.
         UnknownTargetError: a target is not a task of the graph.
-        BaseException: a task's exception, as the cluster reports it.
+        BaseException: with ``on_error="raise"``, the first failing task's
+            exception, as the cluster reports it, with a note naming the task.
     """
-    dsk, keys, plan = to_dask_graph(graph, targets)
-    names = [plan.names[t] for t in plan.targets]
-    started = perf_counter()
-    values = client.get(dsk, keys, **kwargs) if keys else []
-    wall = perf_counter() - started
-    threads = sum(client.nthreads().values())
-    status = dict.fromkeys(plan.names, TaskState.DONE)
-    stats = RunStats(
-        tasks_planned=len(status),
-        tasks_run=len(status),
-        wall_seconds=wall,
-        workers=threads,
-        queue_cap=0,
-        max_in_flight=0,
-        effective_cap=0,
-        peak_in_flight=0,
-        peak_queue_depth=(),
-        tasks_per_worker=(),
-    )
-    return RunResult(dict(zip(names, values, strict=True)), status, {}, stats)
+    return _cluster_run(client, graph, targets, on_error, client_kwargs, run_options).result()
+
+
+def submit_on(
+    client: Any,
+    graph: Graph,
+    targets: Iterable[Hashable] | None = None,
+    *,
+    on_error: OnError = "raise",
+    client_kwargs: Mapping[str, Any] | None = None,
+    **run_options: Any,
+) -> ClusterRun:
+    """:func:`run_on` without waiting: the run, started; ``run.result()`` waits for it.
+
+    ``distributed.progress(run)`` follows its targets (and their ancestors);
+    ``run.cancel()`` stops it. Maps and cleanup tasks are driven from a thread of
+    the run's own. Raises what :func:`run_on` raises before anything is sent.
+    """
+    return _cluster_run(client, graph, targets, on_error, client_kwargs, run_options).start()
+
+
+def _cluster_run(
+    client: Any,
+    graph: Graph,
+    targets: Iterable[Hashable] | None,
+    on_error: object,
+    client_kwargs: object,
+    run_options: Mapping[str, Any],
+) -> ClusterRun:
+    """Check everything, then send the first graph; the run, not yet driven."""
+    check_run_options(run_options)
+    if on_error not in ("raise", "continue"):
+        raise ValueError(f"on_error must be 'raise' or 'continue', got {on_error!r}")
+    if client_kwargs is not None and not isinstance(client_kwargs, Mapping):
+        raise TypeError(
+            "client_kwargs must be a dict of Client.get options, got "
+            f"{type(client_kwargs).__name__}"
+        )
+    cg = translate(graph, targets, declared_resources(client))
+    return ClusterRun(client, cg, str(on_error), client_kwargs)

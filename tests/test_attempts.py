@@ -113,7 +113,9 @@ def test_a_late_value_is_never_used_even_when_the_start_is_heard_late(clock: Fak
     g.add("hold", wait_for_driver)
     g.add("slow", slow, timeout=1.0)
     g.add("use", lambda s: s.upper(), deps=["slow"])
-    result = dagexec.run(g, workers=1, on_error="continue", callbacks=[HoldDriver()])
+    # queue_cap: all three go into the one inbox at once (the memory-aware default
+    # would hand out one at a time, and 'slow' would wait behind the held driver).
+    result = dagexec.run(g, workers=1, queue_cap=16, on_error="continue", callbacks=[HoldDriver()])
     assert isinstance(result.errors["slow"], TaskTimeout)
     assert result.status["use"] is TaskState.SKIPPED
     assert result.stats.abandoned == 0  # it returned before the run ended

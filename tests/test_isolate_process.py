@@ -39,7 +39,9 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def ex() -> Iterator[dagexec.Executor]:
-    with dagexec.Executor(workers=2) as executor:
+    # An explicit queue_cap: the bounds tests below fill the inboxes, which the
+    # memory-aware default (no bound given) would keep shallower.
+    with dagexec.Executor(workers=2, queue_cap=8) as executor:
         # Start its scheduler thread (submit's) and both children now, outside any
         # test: the no-leaked-threads check compares each test's threads.
         executor.submit(_pid_graph()).result()

@@ -29,6 +29,7 @@ from .._state.runstate import RunState
 from . import clock
 from .attempts import LiveAttempt, Overran
 from .balance import Balance
+from .depth import Depth
 from .inbox import Inbox
 from .items import chained_jobs, head, log_dispatch, plain_jobs, special_items, take_back
 from .outcome import log_interrupted
@@ -76,7 +77,9 @@ class Driver:
     stop: threading.Event  # no item carrying it starts once it is set (see abort)
     hard_stop: threading.Event  # what cleanup tasks' items carry instead (see abort)
     cancelled: threading.Event  # nothing queued will start any more
-    cap: int
+    cap: int  # the current limit on items in flight
+    bound: int  # the most it can be (RunStats.effective_cap)
+    depth: Depth | None  # the memory-aware cap, when no bound was given
     flags: int
     context: contextvars.Context | None
     abort_requested: bool
@@ -241,6 +244,8 @@ class Driver:
         state machine together, in runs between the other messages.
         """
         state, timers, now = self.state, self.timers, self.now
+        if self.depth is not None:
+            self.cap = self.depth.after(batch)
         held, last_seen = self.balance.held, self.balance.last_seen
         returned: list[Any] = []
         for msg in batch:

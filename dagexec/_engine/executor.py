@@ -233,6 +233,11 @@ class Executor:
         max_in_flight: most tasks queued or running at once across all workers;
             default ``workers * (queue_cap + 1)``, all the inboxes can hold. Set it
             lower to bound how many tasks' arguments are alive at once.
+
+            When neither is given, the depth is memory-aware instead: as deep as
+            that for tasks returning small values, one task per worker for tasks
+            returning megabytes (see ``docs/dask-memory.md``). Passing either
+            bound fixes the depth at ``min(max_in_flight, workers * (queue_cap + 1))``.
         resources: capacities, ``{"gpu": 2, "mem": 8e9}``: the tasks out at once
             never hold more than these (see ``Graph.add(resources=...)``); the
             default for every run, which ``run(resources=...)`` overrides by name.
@@ -252,13 +257,17 @@ class Executor:
         self,
         workers: int | None = None,
         *,
-        queue_cap: int = DEFAULT_QUEUE_CAP,
+        queue_cap: int | None = None,
         max_in_flight: int | None = None,
         resources: Mapping[str, float] | None = None,
     ) -> None:
         if workers is None:
             workers = os.cpu_count() or 1
         self.workers = _check_int("workers", workers, 1)
+        # No bound given: each run's depth follows the size of its values (_engine/depth.py).
+        self.memory_aware = queue_cap is None and max_in_flight is None
+        if queue_cap is None:
+            queue_cap = DEFAULT_QUEUE_CAP
         self.queue_cap = _check_int("queue_cap", queue_cap, 1)
         if max_in_flight is None:
             max_in_flight = self.workers * (self.queue_cap + 1)
@@ -457,6 +466,7 @@ class Executor:
             book=self._book,
             queue_cap=self.queue_cap,
             max_in_flight=self.max_in_flight,
+            adaptive=self.memory_aware,
             on_error=job.on_error,
             hooks=job.hooks,
             trace=job.trace,
@@ -1033,7 +1043,7 @@ def run(
     targets: Iterable[Hashable] | None = None,
     *,
     workers: int | None = None,
-    queue_cap: int = DEFAULT_QUEUE_CAP,
+    queue_cap: int | None = None,
     max_in_flight: int | None = None,
     on_error: OnError = "raise",
     callbacks: Iterable[object] = (),

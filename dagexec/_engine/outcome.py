@@ -40,7 +40,7 @@ def announce(run: Run) -> None:
         len(plan),
         len(plan.targets),
         workers,
-        run.cap,
+        run.bound,
     )
     if run.hooks.run_start:
         info = PlanInfo(
@@ -49,7 +49,7 @@ def announce(run: Run) -> None:
             workers=workers,
             queue_cap=run.queue_cap,
             max_in_flight=run.max_in_flight,
-            effective_cap=run.cap,
+            effective_cap=run.bound,
             _plan=plan,
         )
         run.observer.call(run.hooks.run_start, info)
@@ -75,7 +75,7 @@ def conclude(run: Run, wall: float) -> Outcome:
             ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
             result.stats.wall_seconds,
             run.state.peak_in_flight,
-            run.cap,
+            run.bound,
         )
     if run.hooks.run_end:
         run.observer.call(run.hooks.run_end, result)
@@ -112,7 +112,7 @@ def build_result(run: Run, wall: float) -> RunResult:
         workers=len(run.inboxes),
         queue_cap=run.queue_cap,
         max_in_flight=run.max_in_flight,
-        effective_cap=run.cap,
+        effective_cap=run.bound,
         peak_in_flight=state.peak_in_flight,
         peak_queue_depth=tuple(run.balance.peak_depth),
         tasks_per_worker=tuple(state.ran_on),

@@ -91,6 +91,7 @@ from .._state.runstate import RunState
 from .attempts import AttemptBook, LiveAttempt
 from .balance import Balance
 from .crew import Crew
+from .depth import Depth
 from .driver import ABORT, Driver
 from .inbox import Inbox
 from .outcome import Outcome, announce, conclude
@@ -138,6 +139,7 @@ class Run(Driver):
         context: contextvars.Context | None = None,
         crew: Crew | None = None,
         book: AttemptBook | None = None,
+        adaptive: bool = False,
     ) -> None:
         self.plan, self.inboxes, self.hooks = plan, inboxes, hooks
         self.crew = crew  # replaces a worker blocked by a timed-out attempt
@@ -146,7 +148,13 @@ class Run(Driver):
         self.abandoned = 0  # attempts still running when the run ended (RunStats)
         self.abandoned_attempts: set[tuple[int, int]] = set()  # (task, attempt), for the trace
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
-        self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
+        # The most ever in flight (RunStats.effective_cap); ``cap`` is the current
+        # limit, below it while the memory-aware depth says so.
+        self.bound = self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
+        # No bound given: the cap follows the size of the values made (_engine/depth.py).
+        self.depth = Depth(len(inboxes), self.cap) if adaptive else None
+        if self.depth is not None:
+            self.cap = self.depth.start
         self.capacity = dict(capacity or {})
         self.context = context  # the caller's contextvars, copied per task (None: empty)
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()

@@ -149,9 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--queue-cap",
         type=_positive_int,
-        default=DEFAULT_QUEUE_CAP,
         metavar="N",
-        help=f"most tasks waiting in one worker's inbox (default: {DEFAULT_QUEUE_CAP})",
+        help=(
+            f"most tasks waiting in one worker's inbox (default: {DEFAULT_QUEUE_CAP}; "
+            "without this and --max-in-flight the depth follows the size of the values)"
+        ),
     )
     run.add_argument(
         "--max-in-flight",

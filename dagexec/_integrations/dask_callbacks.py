@@ -29,7 +29,6 @@ from typing import Any
 from dask._task_spec import GraphNode
 from dask.callbacks import unpack_callbacks
 
-from .._core.graph import Graph
 from .._core.result import TaskState
 from .dask_graph import Built
 
@@ -90,7 +89,6 @@ class Bridge:
         self._done: dict[Hashable, tuple[Any, int]] = {}
         self.closed = False  # set by finish(): later hooks leave the state alone
         self.state = self._initial_state(built, cache)
-        self._wrap(built)
 
     def _initial_state(
         self, built: Built, cache: MutableMapping[Hashable, Any] | None
@@ -121,12 +119,11 @@ class Bridge:
             "released": set(),
         }
 
-    def _wrap(self, built: Built) -> None:
-        """Rebuild the graph with each function leaving its result for ``posttask``."""
-        old = built.graph
-        built.graph = Graph()
-        for key, task in old.tasks.items():
-            built.graph.add(key, _Report(task.fn, key, self._done), deps=task.deps)
+    def wrap(self, key: Hashable, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (task ``key``'s function) leaving its result for ``posttask``; given to
+        :func:`~dagexec._integrations.dask_graph.assemble`, so the task keeps its
+        annotations (resources, priority, retries) whatever callbacks are active."""
+        return _Report(fn, key, self._done)
 
     def start(self) -> None:
         for cb in self.callbacks:

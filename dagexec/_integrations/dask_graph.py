@@ -16,23 +16,21 @@ references and literals, is called directly with its arguments in place, so it
 costs no more than dask's own ``Task.__call__``; anything else is called the
 way dask calls it, with a dict of its dependencies' values.
 
-The other direction, :func:`to_dask_graph`, keeps dagexec task names as dask
-keys whenever dask accepts them.
+The other direction (dagexec graphs on a cluster) is
+:mod:`dagexec._integrations.dask_cluster`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef
-from dask.core import validate_key
 
 from .._core.errors import MissingDependencyError, describe
 from .._core.graph import Graph
-from .._core.plan import Plan, plan_run
 
-__all__ = ["Built", "build", "flatten_keys", "nest", "to_dask_graph"]
+__all__ = ["Annotations", "Built", "assemble", "build", "flatten_keys", "nest"]
 
 # --------------------------------------------------------------------------------------
 # dask graph -> dagexec graph
@@ -64,15 +62,73 @@ def nest(keys: Any, values: Mapping[Hashable, Any]) -> Any:
 
 
 class Built:
-    """A dask graph in dagexec form, plus what the run needs to answer dask."""
+    """A dask graph in dagexec form, plus what the run needs to answer dask.
 
-    __slots__ = ("consts", "deps", "graph", "targets")
+    :func:`build` finds the tasks (``fns``, ``deps``); :func:`assemble` then adds
+    them to ``graph`` in the order they should run, with their annotations.
+    """
+
+    __slots__ = ("consts", "deps", "fns", "graph", "targets")
 
     def __init__(self) -> None:
         self.graph = Graph()
         self.consts: dict[Hashable, Any] = {}  # data nodes and cache values used
         self.deps: dict[Hashable, tuple[Hashable, ...]] = {}  # task key -> task deps
+        self.fns: dict[Hashable, Callable[..., Any]] = {}  # task key -> what computes it
         self.targets: list[Hashable] = []  # requested keys that are tasks
+
+
+class Annotations:
+    """What ``dask.annotate`` asked of each task, among what dagexec can honour."""
+
+    __slots__ = ("priority", "resources", "retries")
+
+    def __init__(self) -> None:
+        self.priority: dict[Hashable, int] = {}
+        self.resources: dict[Hashable, Mapping[str, float]] = {}
+        self.retries: dict[Hashable, int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.priority or self.resources or self.retries)
+
+
+def assemble(
+    built: Built,
+    ranks: Mapping[Hashable, int],
+    annotations: Annotations,
+    wrap: Callable[[Hashable, Callable[..., Any]], Callable[..., Any]] | None = None,
+) -> None:
+    """Add the built tasks to ``built.graph`` in ``dask.order``'s order (``ranks``).
+
+    Why the order of insertion: dagexec's ready set is a stack (the task that
+    became ready last goes first), roots are taken in insertion order, and the
+    dependents one task makes ready are taken in insertion order too. Adding
+    tasks in rank order therefore gives exactly ``dask.local``'s policy, most
+    recently readied first with the rank breaking ties, at no cost per task (no
+    priority heap). A rank is a topological order, so every task still comes
+    after its dependencies. ``wrap(key, fn)``, if given, replaces each function
+    (the callback bridge's reporting wrapper). Annotated priorities, resources
+    and retries become the task's own options.
+    """
+    keys = list(built.deps)
+    if ranks:
+        last = len(ranks)
+        keys.sort(key=lambda k: ranks.get(k, last))
+    add, fns, deps = built.graph.add, built.fns, built.deps
+    priority, resources, retries = annotations.priority, annotations.resources, annotations.retries
+    for key in keys:
+        fn = fns[key] if wrap is None else wrap(key, fns[key])
+        if annotations and (key in priority or key in resources or key in retries):
+            add(
+                key,
+                fn,
+                deps=deps[key],
+                priority=priority.get(key, 0),
+                resources=resources.get(key) or None,
+                retries=retries.get(key, 0),
+            )
+        else:
+            add(key, fn, deps=deps[key])
 
 
 def build(
@@ -86,8 +142,7 @@ def build(
     dependencies, which validation then reports as a ``CycleError``.
     """
     built = Built()
-    consts, task_deps = built.consts, built.deps
-    graph_add = built.graph.add
+    consts, task_deps, fns = built.consts, built.deps, built.fns
     visiting: set[Hashable] = set()
     for root in dict.fromkeys(keys):
         if root in task_deps or root in consts:
@@ -116,7 +171,7 @@ def build(
                 visiting.discard(key)
                 fn, fn_deps = _compile(nodes[key], consts)
                 task_deps[key] = fn_deps
-                graph_add(key, fn, deps=fn_deps)
+                fns[key] = fn
     built.targets = [k for k in dict.fromkeys(keys) if k in task_deps]
     return built
 
@@ -283,53 +338,3 @@ class _CallNode:
         if self.known:
             data.update(self.known)
         return self.node(data)
-
-
-# --------------------------------------------------------------------------------------
-# dagexec graph -> dask graph
-# --------------------------------------------------------------------------------------
-
-
-def to_dask_graph(
-    graph: Graph, targets: Iterable[Hashable] | None
-) -> tuple[dict[Hashable, Task], list[Hashable], Plan]:
-    """The dask graph for ``targets``, its keys, and the plan it was made from.
-
-    The plan is the one a threaded run would execute (the core planner validates
-    the graph and the targets, and prunes to their ancestors), so both engines
-    run exactly the same tasks; ``run_on`` reads target and task names from it.
-    Raises as ``to_dask`` documents.
-    """
-    if not isinstance(graph, Graph):
-        raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
-    plan = plan_run(graph._compile(), targets)
-    key_of = _dask_keys(list(plan.names))
-    keys = [key_of[name] for name in plan.names]
-    dsk = {
-        keys[i]: Task(keys[i], plan.fns[i], *[TaskRef(keys[d]) for d in plan.deps[i]])
-        for i in range(len(plan))
-    }
-    return dsk, [keys[t] for t in plan.targets], plan
-
-
-def _dask_keys(names: list[Hashable]) -> dict[Hashable, Any]:
-    """A unique, valid dask key for each name: the name itself whenever it can be."""
-    key_of: dict[Hashable, Any] = {}
-    taken: set[Hashable] = set()
-    renamed: list[Hashable] = []
-    for name in names:
-        try:
-            validate_key(name)
-        except TypeError:
-            renamed.append(name)
-        else:
-            key_of[name] = name
-            taken.add(name)
-    n = 0
-    for name in renamed:
-        while f"dagexec-{n}" in taken:
-            n += 1
-        key_of[name] = f"dagexec-{n}"
-        taken.add(key_of[name])
-        n += 1
-    return key_of

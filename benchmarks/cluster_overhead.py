@@ -1,0 +1,88 @@
+"""Per-task overhead of ``dagexec.dask.run_on`` vs a hand-built dask graph with string keys.
+
+``python benchmarks/cluster_overhead.py [--tasks 2000] [--runs 5]``
+
+Both run the same no-op work on one ``distributed.LocalCluster(processes=True,
+n_workers=2, threads_per_worker=1)``: a layered graph of ``--tasks`` tasks
+(20 per layer, each needing 1-2 of the layer before) as a ``dagexec.Graph``
+through ``run_on``, and as a dict of string keys and tuples through
+``client.get``. Alternating, median of ``--runs``; per task = wall time / tasks.
+Issue 22's target: run_on within 1.2x of the hand-built graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import dagexec
+import dagexec.dask as dd
+
+
+def step(*args: int) -> int:
+    return len(args)
+
+
+def shape(n: int, width: int = 20, seed: int = 5) -> list[tuple[str, list[str]]]:
+    rng = random.Random(seed)
+    tasks: list[tuple[str, list[str]]] = []
+    prev: list[str] = []
+    for layer in range(n // width):
+        cur = [f"t{layer}_{i}" for i in range(width)]
+        for name in cur:
+            tasks.append((name, rng.sample(prev, rng.randint(1, 2)) if prev else []))
+        prev = cur
+    return tasks
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--tasks", type=int, default=2000)
+    p.add_argument("--runs", type=int, default=5)
+    args = p.parse_args()
+    from distributed import Client, LocalCluster
+
+    tasks = shape(args.tasks)
+    sinks = sorted({n for n, _ in tasks} - {d for _, deps in tasks for d in deps})
+    g = dagexec.Graph()
+    for name, deps in tasks:
+        g.add(name, step, deps=deps)
+    dsk: dict[str, Any] = {name: (step, *deps) for name, deps in tasks}
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            silence_logs=logging.CRITICAL,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        ours = dd.run_on(client, g, sinks)
+        assert list(client.get(dsk, sinks)) == [ours[s] for s in sinks]
+        times: dict[str, list[float]] = {"hand-built dask graph": [], "run_on": []}
+        for _ in range(args.runs):
+            started = time.perf_counter()
+            client.get(dsk, sinks)
+            times["hand-built dask graph"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            dd.run_on(client, g, sinks)
+            times["run_on"].append(time.perf_counter() - started)
+    per_task = {k: statistics.median(v) / len(tasks) * 1e3 for k, v in times.items()}
+    for k, ms in per_task.items():
+        print(f"{k:22s} {ms:.3f} ms/task")
+    ratio = per_task["run_on"] / per_task["hand-built dask graph"]
+    print(f"run_on / hand-built: {ratio:.2f}x (target <= 1.2x)")
+
+
+if __name__ == "__main__":
+    main()

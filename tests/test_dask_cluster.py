@@ -1,0 +1,253 @@
+"""dagexec graphs on a dask cluster: run_on / submit_on / to_dask carry every option a
+cluster can honour and refuse the rest before anything is sent (docs/dask-cluster.md)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dagexec
+
+dask = pytest.importorskip(
+    "dask", reason="needs the dask extra: pip install -e '.[dask]' from a clone"
+)
+distributed = pytest.importorskip("distributed", reason="needs the dask extra")
+
+import dagexec.dask as dd  # noqa: E402
+
+pytestmark = pytest.mark.dask
+
+
+class RecordingClient:
+    """Stands in for a Client: declares one GPU, and proves nothing was sent."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(args)
+        raise AssertionError("nothing should be sent")
+
+    submit = get
+
+    def nthreads(self) -> dict[str, int]:
+        return {"tcp://w1": 1}
+
+    def scheduler_info(self) -> dict[str, Any]:
+        return {"workers": {"tcp://w1": {"resources": {"gpu": 1}}}}
+
+
+@pytest.fixture(scope="module")
+def offload_thread() -> None:
+    from distributed.utils import _offload_executor
+
+    _offload_executor.submit(int).result(timeout=30)
+
+
+@pytest.fixture
+def client(offload_thread: None) -> Iterator[Any]:
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=False,
+            dashboard_address=None,
+            host="127.0.0.1",
+            protocol="tcp://",
+            silence_logs=logging.CRITICAL,
+            resources={"gpu": 1},
+        ) as cluster,
+        Client(cluster, timeout=30) as c,
+    ):
+        yield c
+
+
+def _bump(path: Path) -> int:
+    """Count a call in a file: observable whatever process the task ran in."""
+    n = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(n))
+    return n
+
+
+# ------------------------------------------------------------------ keys
+def test_two_graphs_on_one_client_never_share_a_key(client: Any) -> None:
+    """Today both used the key "total": the second got the first one's value."""
+    first, second = dagexec.Graph(), dagexec.Graph()
+    first.add("total", lambda: 1)
+    second.add("total", lambda: 2)
+    dsk, keys = dd.to_dask(first)
+    held = client.get(dsk, keys, sync=False)  # the first graph's value stays on the cluster
+    assert dd.run_on(client, second)["total"] == 2
+    assert held[0].result() == 1
+    assert dd.to_dask(first)[1] != keys  # a new token per call
+
+
+# ------------------------------------------------------------ what carries over
+def _mapped() -> dagexec.Graph:
+    g = dagexec.Graph()
+    g.add("xs", lambda: [1, 2, 3])
+    g.map("sq", lambda x: x * x, over="xs")
+    g.map("plus", lambda x, k: x + k, over="sq", deps=["k"])
+    g.add("k", lambda: 10)
+    g.add("total", sum, deps=["plus"])
+    return g
+
+
+def test_maps_give_the_values_of_a_local_run(client: Any) -> None:
+    """Today the mapped function got the whole list (28 instead of 3 items' sum)."""
+    on_cluster, local = dd.run_on(client, _mapped()), dagexec.run(_mapped())
+    assert dict(on_cluster) == dict(local) == {"total": 44}
+    assert dict(on_cluster.status) == dict(local.status)
+
+
+def _with_cleanup() -> dagexec.Graph:
+    g = dagexec.Graph()
+    g.add("ok", lambda: 1)
+    g.add("bad", lambda: 1 / 0)
+    g.add("after_bad", lambda b: b, deps=["bad"])
+    g.add(
+        "cleanup",
+        lambda *args: [type(a).__name__ for a in args],
+        deps=["ok", "bad", "after_bad"],
+        run_if="all_done",
+    )
+    g.add("fine", lambda: 3)
+    return g
+
+
+def test_on_error_continue_and_cleanup_tasks_end_as_in_a_local_run(client: Any) -> None:
+    on_cluster = dd.run_on(client, _with_cleanup(), on_error="continue")
+    local = dagexec.run(_with_cleanup(), on_error="continue")
+    assert dict(on_cluster) == dict(local)
+    assert on_cluster["cleanup"] == ["int", "ZeroDivisionError", "Missing"]
+    assert dict(on_cluster.status) == dict(local.status)
+    assert set(on_cluster.errors) == {"bad"}
+    assert isinstance(on_cluster.errors["bad"], ZeroDivisionError)
+
+
+def test_a_failure_reaches_the_caller_naming_its_task(client: Any) -> None:
+    with pytest.raises(ZeroDivisionError) as info:
+        dd.run_on(client, _with_cleanup(), ["after_bad"])
+    assert "dagexec: raised by task 'bad'" in info.value.__notes__
+
+
+def test_retries_on_any_exception_carry_over(client: Any, tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+
+    def flaky() -> int:
+        if _bump(calls) < 3:
+            raise OSError("transient")
+        return 7
+
+    g = dagexec.Graph()
+    g.add("flaky", flaky, retries=2)
+    assert dd.run_on(client, g)["flaky"] == 7
+    assert calls.read_text() == "3"
+
+
+def test_priority_resources_and_retries_become_dask_annotations() -> None:
+    g = dagexec.Graph()
+    g.add("plain", lambda: 1)
+    g.add("urgent", lambda: 2, priority=5, resources={"gpu": 1}, retries=2)
+    dsk, _ = dd.to_dask(g, ["plain", "urgent"])
+    annotated = {k: layer.annotations for layer in dsk.layers.values() for k in layer}
+    [urgent] = [k for k in annotated if str(k).startswith("urgent-")]
+    [plain] = [k for k in annotated if str(k).startswith("plain-")]
+    assert annotated[urgent] == {"priority": 5, "resources": {"gpu": 1}, "retries": 2}
+    assert not annotated[plain]
+
+
+def test_declared_resources_run(client: Any) -> None:
+    g = dagexec.Graph()
+    for i in range(3):
+        g.add(f"gpu{i}", lambda i=i: i, resources={"gpu": 1})
+    g.add("total", lambda *xs: sum(xs), deps=[f"gpu{i}" for i in range(3)])
+    assert dd.run_on(client, g)["total"] == 3
+
+
+def test_client_kwargs_reach_client_get(client: Any) -> None:
+    [worker] = client.nthreads()
+    g = dagexec.Graph()
+    g.add("here", lambda: 1)
+    assert dd.run_on(client, g, client_kwargs={"workers": [worker]})["here"] == 1
+
+
+def test_submit_on_returns_a_run_that_distributed_progress_follows(client: Any) -> None:
+    run = dd.submit_on(client, _mapped())
+    distributed.progress(run, notebook=False)  # finds the run's futures; waits for them
+    assert dict(run.result(timeout=60)) == {"total": 44}
+    assert run.done()
+
+
+# ---------------------------------------------------------------- what is refused
+@pytest.mark.parametrize(
+    ("option", "value", "hint"),
+    [
+        ("trace", True, "task stream"),
+        ("progress", True, "distributed.progress"),
+        ("timeout", 5.0, "run.result"),
+        ("checkpoint", "run.db", "local files"),
+        ("callbacks", [object()], "diagnostics"),
+        ("resources", {"gpu": 1}, "--resources"),
+    ],
+)
+def test_run_options_a_cluster_cannot_honour_are_type_errors(
+    option: str, value: object, hint: str
+) -> None:
+    client = RecordingClient()
+    g = dagexec.Graph()
+    g.add("a", lambda: 1)
+    with pytest.raises(TypeError, match=f"{option}=.*{hint}"):
+        dd.run_on(client, g, **{option: value})
+    assert client.calls == []
+
+
+def test_client_get_options_moved_to_client_kwargs() -> None:
+    client = RecordingClient()
+    g = dagexec.Graph()
+    g.add("a", lambda: 1)
+    with pytest.raises(TypeError, match=r"'workers'.*client_kwargs=\{'workers': \.\.\.\}"):
+        dd.run_on(client, g, workers=["tcp://w1"])
+    assert client.calls == []
+
+
+def _current(x: int) -> Any:
+    return dagexec.current_task().name
+
+
+@pytest.mark.parametrize(
+    ("options", "fn", "message"),
+    [
+        ({"timeout": 1.0}, abs, r"task 'x' has timeout=1\.0"),
+        ({"retries": 1, "retry_delay": 0.5}, abs, r"task 'x' has retries with retry_delay=0\.5"),
+        ({"retries": 1, "retry_on": OSError}, abs, r"task 'x' has retries .*retry_on="),
+        ({"resources": {"tpu": 1}}, abs, r"task 'x' needs resources=\{'tpu': 1\}.*--resources"),
+        ({"resources": {"gpu": 2}}, abs, r"task 'x' needs resources=\{'gpu': 2\}"),
+        ({}, _current, r"task 'x' calls dagexec\.current_task\(\)"),
+    ],
+)
+def test_task_options_a_cluster_cannot_honour_are_refused_before_sending(
+    options: dict[str, Any], fn: Any, message: str
+) -> None:
+    client = RecordingClient()
+    g = dagexec.Graph()
+    g.add("one", lambda: -1)
+    g.add("x", fn, deps=["one"], **options)
+    with pytest.raises(ValueError, match=message):
+        dd.run_on(client, g)
+    with pytest.raises(ValueError, match=message):
+        dd.submit_on(client, g)
+    assert client.calls == []
+
+
+def test_to_dask_refuses_what_only_the_client_can_drive() -> None:
+    with pytest.raises(ValueError, match=r"task 'sq' is a g\.map.*run_on"):
+        dd.to_dask(_mapped())
+    with pytest.raises(ValueError, match=r"task 'cleanup' has run_if='all_done'"):
+        dd.to_dask(_with_cleanup())
