@@ -3,6 +3,7 @@ errors for damaged, foreign and read-only files (issue 19)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import stat
@@ -76,14 +77,17 @@ def test_a_file_of_another_user_is_refused(tmp_path: Path) -> None:
 
 def test_a_sqlite_file_of_something_else_is_refused_and_left_alone(tmp_path: Path) -> None:
     path = tmp_path / "app.db"
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("CREATE TABLE users (name TEXT)")
     os.chmod(path, 0o600)
     with pytest.raises(
         dagexec.CheckpointError, match=r"SQLite database of something else \(tables: users\)"
     ):
         dagexec.run(_graph(), checkpoint=path)
-    with sqlite3.connect(path) as conn:  # today: our tables are added to it
+    with (
+        contextlib.closing(sqlite3.connect(path)) as conn,
+        conn,
+    ):  # today: our tables are added to it
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master")]
     assert tables == ["users"]
 
@@ -122,7 +126,10 @@ def test_a_damaged_file_is_a_checkpoint_error_naming_it(tmp_path: Path) -> None:
 def test_an_unreadable_row_is_a_checkpoint_error(tmp_path: Path) -> None:
     path = tmp_path / "c.sqlite"
     dagexec.run(_graph(), checkpoint=path)
-    with sqlite3.connect(path) as conn:  # something other than dagexec edited it
+    with (
+        contextlib.closing(sqlite3.connect(path)) as conn,
+        conn,
+    ):  # something other than dagexec edited it
         conn.execute("UPDATE dagexec_values SET value = 'text', digest = 'x'")
     with pytest.raises(dagexec.CheckpointError, match=r"the row of task 'b' is unreadable"):
         dagexec.run(_graph(), checkpoint=path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sqlite3
@@ -103,7 +104,7 @@ def test_every_reason_in_its_precedence(tmp_path: Path) -> None:
     rewired = dagexec.explain(_diamond(d_deps=("c", "b")), checkpoint=path)
     assert _reasons(rewired) == {"d": "upstream changed"}
 
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("DELETE FROM dagexec_values WHERE name = ?", ("'d'",))
         conn.execute(
             "UPDATE dagexec_values SET value = CAST(X'00' || value AS BLOB) WHERE name = ?",
@@ -173,7 +174,7 @@ def test_command_line_explain(tmp_path: Path) -> None:
     missing = cli("explain", f"{source}:graph")
     assert missing.returncode == 2 and "--checkpoint" in missing.stderr
     foreign = tmp_path / "app.db"
-    with sqlite3.connect(foreign) as conn:
+    with contextlib.closing(sqlite3.connect(foreign)) as conn, conn:
         conn.execute("CREATE TABLE users (name TEXT)")
     os.chmod(foreign, 0o600)
     refused = cli("explain", f"{source}:graph", "--checkpoint", str(foreign))
@@ -235,7 +236,7 @@ def _edit(spec: dict[str, Any], rng: random.Random) -> dict[str, Any]:
 
 
 def _damage(path: str, rng: random.Random) -> None:
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         for (identity,) in conn.execute("SELECT identity FROM dagexec_values").fetchall():
             roll = rng.random()
             if roll < 0.2:
