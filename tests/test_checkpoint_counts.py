@@ -19,9 +19,11 @@ from dagexec.testing import InFlightRecorder, assert_within_bounds
 
 
 def _job(calls: list[Any], lock: threading.Lock) -> dagexec.Graph:
-    def called(name: Any) -> None:
+    def called(name: Any) -> bool:
+        """Record ``name``; False, so that ``called(name) or value`` is the value."""
         with lock:
             calls.append(name)
+        return False
 
     g = dagexec.Graph()
     g.add("xs", lambda: called("xs") or [1, 2, 3], checkpoint=False)  # runs every time
