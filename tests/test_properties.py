@@ -4,14 +4,18 @@ DAGs are drawn with edges only from a lower index to a higher one, so they are
 acyclic by construction; names are then shuffled so insertion order carries no
 hint. For every draw: each task runs at most once and only after all its deps;
 exactly the right tasks run; values equal a serial reference; concurrency never
-exceeds the caps; every thread is joined at the end.
+exceeds the caps; every thread is joined at the end. Also with timeouts that
+overrun, cancels at random moments, and checkpointed runs cancelled after a random
+number of tasks ended and then resumed (stored tasks load, never run again).
 """
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -400,3 +404,94 @@ def test_random_cancels_end_every_task_start_nothing_after_and_run_cleanups_last
         assert name in log.started, (name, log.ends[name])
         assert log.ends[name][0] in (TaskState.DONE, TaskState.FAILED)
     assert log.unsettled == []
+
+
+# -- stopped at a random moment, then resumed from the checkpoint ------------------------
+
+
+PROBE_RESUMES: list[tuple[int, int, int]] | None = None  # set by hand to see what ran
+
+
+@dataclass
+class ResumeLog:
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    calls: list[Hashable] = field(default_factory=list)  # every call of a task's function
+    done: list[Hashable] = field(default_factory=list)  # ended DONE, as the scheduler heard
+    # Ended DONE before cancel() was called: their value was stored before any stop.
+    done_before_cancel: set[Hashable] = field(default_factory=set)
+
+
+class _DoneEnds(dagexec.Callback):
+    def __init__(self, log: ResumeLog) -> None:
+        self.log = log
+
+    def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
+        if state is TaskState.DONE:
+            with self.log.cond:
+                self.log.done.append(name)
+                self.log.cond.notify_all()
+
+
+def build_resumable(case: Case, log: ResumeLog) -> dagexec.Graph:
+    g = dagexec.Graph()
+    for name, task_deps in case.deps.items():
+
+        def task(*values: object, name: Hashable = name) -> object:
+            with log.cond:
+                log.calls.append(name)
+            return (name, values)
+
+        g.add(name, task, deps=task_deps)
+    return g
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_tasks=30), st.data())
+def test_random_dags_stopped_at_a_random_moment_then_resumed(
+    case: Case, data: st.DataObject
+) -> None:
+    stop_after = data.draw(st.integers(0, len(case.deps)), label="cancel after k tasks ended")
+    log = ResumeLog()
+    g = build_resumable(case, log)
+    reference = serial_reference(case)
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        no_leaked_threads(),
+        dagexec.Executor(
+            case.workers, queue_cap=case.queue_cap, max_in_flight=case.max_in_flight
+        ) as ex,
+    ):
+        path = Path(tmp) / "c.sqlite"
+        future = ex.submit(g, case.targets, checkpoint=path, callbacks=[_DoneEnds(log)])
+
+        def wake(_: object) -> None:
+            with log.cond:
+                log.cond.notify_all()
+
+        future.add_done_callback(wake)
+        with log.cond:  # gated on the ends the scheduler reports: no sleep
+            assert log.cond.wait_for(lambda: len(log.done) >= stop_after or future.done(), 30)
+            log.done_before_cancel = set(log.done)
+        future.cancel()
+        # Runs on one executor go one at a time: the next starts once the first is over.
+        with log.cond:
+            log.calls.clear()
+        again = ex.submit(g, case.targets, checkpoint=path, callbacks=[_DoneEnds(log)]).result(30)
+
+    # The resumed run's values are the serial reference's.
+    used = {d for deps in case.deps.values() for d in deps}
+    expected = case.targets if case.targets is not None else [n for n in case.deps if n not in used]
+    assert {n: again[n] for n in expected} == {n: reference[n] for n in expected}
+    # A task that ended DONE before the stop was stored: loaded (or spared), never run again.
+    rerun = set(log.calls)
+    assert not rerun & log.done_before_cancel, (rerun & log.done_before_cancel, stop_after)
+    # Each function ran at most once in the resumed run, and it counts the loaded ones
+    # as loaded, the rest as run.
+    assert len(log.calls) == len(rerun)
+    assert again.stats.tasks_run == len(rerun), again.stats
+    loaded = [n for n, state in again.status.items() if state is TaskState.DONE and n not in rerun]
+    assert again.stats.tasks_loaded == len(loaded), (again.stats, loaded)
+    if PROBE_RESUMES is not None:
+        PROBE_RESUMES.append((len(log.done_before_cancel), len(loaded), len(rerun)))
+    assert_within_bounds(again)
