@@ -11,7 +11,8 @@ timeout blocks on an Event, past its timeout; a ``total``; and a ``cleanup``
 (run_if="all_done") that deletes the scratch directory. Each line is flushed at
 once so the parent sees how far the job got:
 
-* ``ITEM START <file>`` / ``ITEM END <file>``: an upload attempt began / returned;
+* ``ITEM START <file>`` / ``ITEM END <file>``: an upload attempt began / ended
+  (returned or raised); ``ITEM RETURNED <file>`` just before one returns a value;
 * ``ITEM ENDED <file> DONE``: the scheduler heard that the item ended DONE (an
   ``on_task_end`` callback), so its checkpoint wrapper had already decided
   whether to store its value;
@@ -78,6 +79,7 @@ def build(data: Path, scratch: Path, hang_seconds: float) -> dagexec.Graph:
             # Made here, not by list_files, which runs every time anyway.
             scratch.mkdir(exist_ok=True)
             (scratch / name).write_text("uploaded")
+            say(f"ITEM RETURNED {name}")
             return len(name)
         finally:
             with _count:

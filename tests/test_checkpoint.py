@@ -423,6 +423,33 @@ def test_a_store_left_open_at_exit_writes_what_was_queued(tmp_path: Path) -> Non
         assert len(store) == 50
 
 
+def test_a_store_closing_on_a_daemon_thread_at_exit_writes_what_was_queued(
+    tmp_path: Path,
+) -> None:
+    # A run's driver closes its store on a daemon thread; after Ctrl-C the caller
+    # may raise and the process exit while that close() waits for the writer.
+    # Today close() detached the exit-time finalizer first, so the interpreter
+    # killed the daemon writer mid-way and values of finished tasks were lost
+    # (the nightly job's rerun ran items that had ended DONE before the Ctrl-C).
+    path = tmp_path / "c.sqlite"
+    code = (
+        "import threading\n"
+        "from dagexec._persist.checkpoint import CheckpointStore\n"
+        f"s = CheckpointStore({str(path)!r})\n"
+        "big = bytes(256 * 1024)\n"
+        "for i in range(200): s.save_nowait(i.to_bytes(16, 'big'), big, name=i)\n"
+        "threading.Thread(target=s.close, daemon=True).start()\n"
+        "w = s._writer\n"
+        "while True:\n"  # gated on the store's own flag, not a sleep
+        "    with w.lock:\n"
+        "        if w.closed: break\n"
+        "# exits now, with close() still waiting for the writer\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+    with CheckpointStore(path) as store:
+        assert len(store) == 200
+
+
 # -- crash safety: SIGKILL at many points, then resume ----------------------------------
 
 
