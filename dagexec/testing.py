@@ -202,7 +202,10 @@ class InFlightRecorder:
     dispatched once, by its first task), -1 at its ``on_attempt_release``. So it
     stays exact with retries, with a timed-out attempt that holds its slot until
     its function returns, and with one abandoned at the run's end (the run lets
-    go of its slot then): ``in_flight`` is 0 once a run is over.
+    go of its slot then): ``in_flight`` is 0 once a run is over. A task a
+    checkpoint loads is dispatched too (a worker hands back its stored value),
+    so it shows here, as in ``RunStats.tasks_per_worker``; ``tasks_loaded``, not
+    ``tasks_run``, counts it (see docs/checkpoints.md).
     """
 
     def __init__(self) -> None:
