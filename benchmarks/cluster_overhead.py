@@ -62,7 +62,7 @@ def main() -> None:
             threads_per_worker=1,
             processes=True,
             host="127.0.0.1",
-            dashboard_address=None,
+            dashboard_address=":0",  # a free port: None still binds 8787
             silence_logs=logging.CRITICAL,
         ) as cluster,
         Client(cluster) as client,

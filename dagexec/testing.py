@@ -202,7 +202,10 @@ class InFlightRecorder:
     dispatched once, by its first task), -1 at its ``on_attempt_release``. So it
     stays exact with retries, with a timed-out attempt that holds its slot until
     its function returns, and with one abandoned at the run's end (the run lets
-    go of its slot then): ``in_flight`` is 0 once a run is over.
+    go of its slot then): ``in_flight`` is 0 once a run is over. A task a
+    checkpoint loads is dispatched too (a worker hands back its stored value),
+    so it shows here, as in ``RunStats.tasks_per_worker``; ``tasks_loaded``, not
+    ``tasks_run``, counts it (see docs/checkpoints.md).
     """
 
     def __init__(self) -> None:
@@ -323,7 +326,12 @@ def assert_resource_reached(result: RunResult, resource: str) -> None:
 
 
 def assert_within_bounds(result: RunResult) -> None:
-    """Assert the bounds a run observed hold: in-flight cap, inbox cap, accounting."""
+    """Assert the bounds a run observed hold: in-flight cap, inbox cap, accounting.
+
+    Holds on a resumed run: a task a checkpoint supplied counts in
+    ``tasks_loaded`` and in ``tasks_per_worker`` (a worker handed its stored
+    value back), never in ``tasks_run``.
+    """
     s = result.stats
     expected_cap = min(s.max_in_flight, s.workers * (s.queue_cap + 1))
     assert s.effective_cap == expected_cap, f"effective_cap {s.effective_cap} != {expected_cap}"
@@ -332,8 +340,11 @@ def assert_within_bounds(result: RunResult) -> None:
     )
     deepest = max(s.peak_queue_depth, default=0)
     assert deepest <= s.queue_cap, f"an inbox held {deepest} tasks; queue_cap is {s.queue_cap}"
-    assert sum(s.tasks_per_worker) == s.tasks_run, (
-        f"tasks_per_worker {s.tasks_per_worker} does not add up to tasks_run {s.tasks_run}"
+    # A worker hands back a loaded task too (its stored value): tasks_per_worker
+    # counts it, tasks_run does not (see docs/checkpoints.md).
+    assert sum(s.tasks_per_worker) == s.tasks_run + s.tasks_loaded, (
+        f"tasks_per_worker {s.tasks_per_worker} does not add up to tasks_run "
+        f"{s.tasks_run} + tasks_loaded {s.tasks_loaded}"
     )
     for r, peak in s.peak_resources.items():
         assert peak <= s.resources[r], (

@@ -11,11 +11,16 @@ timeout blocks on an Event, past its timeout; a ``total``; and a ``cleanup``
 (run_if="all_done") that deletes the scratch directory. Each line is flushed at
 once so the parent sees how far the job got:
 
-* ``ITEM START <file>`` / ``ITEM END <file>``: an upload attempt began / returned;
+* ``ITEM START <file>`` / ``ITEM END <file>``: an upload attempt began / ended
+  (returned or raised); ``ITEM RETURNED <file>`` just before one returns a value;
+* ``ITEM ENDED <file> DONE``: the scheduler heard that the item ended DONE (an
+  ``on_task_end`` callback), so its checkpoint wrapper had already decided
+  whether to store its value;
 * ``HANG START``: the hanging step runs;
 * ``CLEANUP running=<n>``: the cleanup started, with n uploads still running;
-* ``RAISED <exception>`` or ``RAISED nothing``, then ``PEAK DB <n>`` (most uploads
-  inside at once), ``TOTAL <n>`` when the run returned a total.
+* ``RAISED <exception>`` or ``RAISED nothing``, then ``TOTAL <n>`` when the run
+  returned a total, ``RETURNED <seconds>`` (from the hang's start to the caller's
+  return), and last ``PEAK DB <n>`` (most uploads inside at once).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from __future__ import annotations
 import shutil
 import sys
 import threading
+import time
+from collections.abc import Hashable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -34,6 +41,7 @@ _out = threading.Lock()
 _count = threading.Lock()
 running = 0
 peak = 0
+hang_started: list[float] = []  # when the hanging step began (monotonic)
 NEVER = threading.Event()  # what the hanging step waits for
 WAIT = 30.0  # bounds every wait; never reached when the parent does its part
 
@@ -44,7 +52,13 @@ def say(line: str) -> None:
         sys.stdout.flush()
 
 
-def build(data: Path, scratch: Path, first: bool, hang_seconds: float) -> dagexec.Graph:
+def first_run() -> bool:
+    """Read at run time, not captured: a captured flag would be part of the upload's
+    checkpoint identity, and no item of the first run would load in the second."""
+    return sys.argv[3] == "first"
+
+
+def build(data: Path, scratch: Path, hang_seconds: float) -> dagexec.Graph:
     g = dagexec.Graph()
 
     def list_files() -> list[str]:
@@ -60,11 +74,12 @@ def build(data: Path, scratch: Path, first: bool, hang_seconds: float) -> dagexe
         try:
             if name.startswith("flaky") and me.attempt == 1:
                 raise OSError(f"{name}: connection reset")
-            if name == "slow.txt" and first:
+            if name == "slow.txt" and first_run():
                 me.cancelled.wait(WAIT)  # still running when the Ctrl-C comes
-            # Made here, not by list_files: a rerun may load the list.
+            # Made here, not by list_files, which runs every time anyway.
             scratch.mkdir(exist_ok=True)
             (scratch / name).write_text("uploaded")
+            say(f"ITEM RETURNED {name}")
             return len(name)
         finally:
             with _count:
@@ -72,6 +87,7 @@ def build(data: Path, scratch: Path, first: bool, hang_seconds: float) -> dagexe
             say(f"ITEM END {name}")
 
     def hang() -> None:
+        hang_started.append(time.monotonic())
         say("HANG START")
         NEVER.wait(hang_seconds)  # ignores its token: an overrun, as in real life
 
@@ -82,7 +98,7 @@ def build(data: Path, scratch: Path, first: bool, hang_seconds: float) -> dagexe
         shutil.rmtree(scratch, ignore_errors=True)
         return "clean"
 
-    g.add("list_files", list_files)
+    g.add("list_files", list_files, checkpoint=False)  # today's files, every run
     g.map("upload", upload, over="list_files", resources={"db": 1}, retries=1)
     g.add("hang", hang, timeout=0.3)
     g.add("total", lambda sizes: sum(sizes), deps=["upload"])
@@ -90,12 +106,23 @@ def build(data: Path, scratch: Path, first: bool, hang_seconds: float) -> dagexe
     return g
 
 
+class ItemEnds:
+    """Says which upload items ended DONE, once the scheduler has heard so."""
+
+    def __init__(self, files: list[str]) -> None:
+        self.files = files
+
+    def on_task_end(self, name: Hashable, state: dagexec.TaskState, seconds: float) -> None:
+        if isinstance(name, tuple) and name[0] == "upload" and state is dagexec.TaskState.DONE:
+            say(f"ITEM ENDED {self.files[name[1]]} DONE")
+
+
 if __name__ == "__main__":
-    data, checkpoint, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-    first = mode == "first"
-    # The first run is interrupted long before its hang returns; the resumed one
-    # lets the hanging step overrun its timeout by a little (see the test).
-    graph = build(data, data.parent / "scratch", first, WAIT if first else 1.0)
+    data, checkpoint = Path(sys.argv[1]), sys.argv[2]
+    # The first run is interrupted long before its hang returns; in the resumed
+    # one the hang overruns its timeout (0.3 s) by far more than the 2 s the
+    # caller may take: it is abandoned, and released at the end so the process exits.
+    graph = build(data, data.parent / "scratch", WAIT)
     try:
         result = dagexec.run(
             graph,
@@ -103,11 +130,15 @@ if __name__ == "__main__":
             resources={"db": 2},
             on_error="continue",
             checkpoint=checkpoint,
+            callbacks=[ItemEnds(sorted(p.name for p in data.iterdir()))],
         )
+        returned = time.monotonic()
         say("RAISED nothing")
         say(f"TOTAL {result['total']}")
         say(f"HANG {result.status['hang'].name}")
         say(f"PEAK RESOURCE DB {result.stats.peak_resources['db']}")
+        say(f"RETURNED {returned - hang_started[0]:.3f}")
     except BaseException as exc:
         say(f"RAISED {type(exc).__name__}")
+    NEVER.set()
     say(f"PEAK DB {peak}")

@@ -423,14 +423,47 @@ def test_a_store_left_open_at_exit_writes_what_was_queued(tmp_path: Path) -> Non
         assert len(store) == 50
 
 
+def test_a_store_closing_on_a_daemon_thread_at_exit_writes_what_was_queued(
+    tmp_path: Path,
+) -> None:
+    # A run's driver closes its store on a daemon thread; after Ctrl-C the caller
+    # may raise and the process exit while that close() waits for the writer.
+    # Today close() detached the exit-time finalizer first, so the interpreter
+    # killed the daemon writer mid-way and values of finished tasks were lost
+    # (the nightly job's rerun ran items that had ended DONE before the Ctrl-C).
+    path = tmp_path / "c.sqlite"
+    code = (
+        "import threading\n"
+        "from dagexec._persist.checkpoint import CheckpointStore\n"
+        f"s = CheckpointStore({str(path)!r})\n"
+        "big = bytes(256 * 1024)\n"
+        "for i in range(200): s.save_nowait(i.to_bytes(16, 'big'), big, name=i)\n"
+        "threading.Thread(target=s.close, daemon=True).start()\n"
+        "w = s._writer\n"
+        "while True:\n"  # gated on the store's own flag, not a sleep
+        "    with w.lock:\n"
+        "        if w.closed: break\n"
+        "# exits now, with close() still waiting for the writer\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+    with CheckpointStore(path) as store:
+        assert len(store) == 200
+
+
 # -- crash safety: SIGKILL at many points, then resume ----------------------------------
 
 
-def _kill_after(path: Path, count: int, commits: int, durable: bool) -> tuple[list[str], bool]:
+def _kill_after(
+    path: Path, count: int, commits: int, durable: bool, *, kill_late: bool = False
+) -> tuple[list[str], bool]:
     """Run the child until it reported ``commits`` commits (or ended), SIGKILL it.
 
     Returns the lines it printed and whether it ended on its own. Its progress is
-    read from its output, never guessed with a sleep.
+    read from its output, never guessed with a sleep. The kill can come too late:
+    after its last commit the child may close the store, print END and exit before
+    the signal lands (``kill_late`` makes that happen, for the test of this
+    helper). So the rest of its output is read after the kill: a child that exit
+    cleanly must have printed END, otherwise it must have died of the SIGKILL.
     """
     proc = subprocess.Popen(
         [sys.executable, str(CHILD), str(path), str(count), "1" if durable else "0"],
@@ -447,12 +480,27 @@ def _kill_after(path: Path, count: int, commits: int, durable: bool) -> tuple[li
             seen.append(line.strip())
             left -= line.startswith("COMMITTED")
             if left <= 0:
-                proc.send_signal(signal.SIGKILL)
+                if kill_late:
+                    proc.wait(timeout=60)
+                proc.send_signal(signal.SIGKILL)  # a no-op once it has exited
                 break
+        # What it printed before the signal landed (EOF at once after a kill).
+        seen.extend(line.strip() for line in proc.stdout)
         proc.wait(timeout=60)
     ended = bool(seen) and seen[-1] == "END"
-    assert ended or proc.returncode == -signal.SIGKILL, (proc.returncode, seen[-3:])
+    if proc.returncode == 0:
+        assert ended, ("a clean exit without END", seen[-3:])
+    else:
+        assert proc.returncode == -signal.SIGKILL, (proc.returncode, seen[-3:])
     return seen, ended
+
+
+def test_a_kill_that_comes_after_the_child_exited_is_an_end(tmp_path: Path) -> None:
+    # Today _kill_after stopped reading at the last COMMITTED line, so a child that
+    # had already exited cleanly was neither "ended" nor killed, and the test failed.
+    lines, ended = _kill_after(tmp_path / "c.sqlite", 4, 4, False, kill_late=True)
+    assert ended, lines
+    assert sum(line.startswith("COMMITTED") for line in lines) == 4, lines
 
 
 def _check_file(path: Path, expected: dict[bytes, bytes], committed: set[bytes]) -> int:

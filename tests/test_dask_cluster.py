@@ -57,7 +57,7 @@ def client(offload_thread: None) -> Iterator[Any]:
             n_workers=1,
             threads_per_worker=2,
             processes=False,
-            dashboard_address=None,
+            dashboard_address=":0",  # a free port: None still binds 8787
             host="127.0.0.1",
             protocol="tcp://",
             silence_logs=logging.CRITICAL,

@@ -4,14 +4,18 @@ DAGs are drawn with edges only from a lower index to a higher one, so they are
 acyclic by construction; names are then shuffled so insertion order carries no
 hint. For every draw: each task runs at most once and only after all its deps;
 exactly the right tasks run; values equal a serial reference; concurrency never
-exceeds the caps; every thread is joined at the end.
+exceeds the caps; every thread is joined at the end. Also with timeouts that
+overrun, cancels at random moments, and checkpointed runs cancelled after a random
+number of tasks ended and then resumed (stored tasks load, never run again).
 """
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -400,3 +404,125 @@ def test_random_cancels_end_every_task_start_nothing_after_and_run_cleanups_last
         assert name in log.started, (name, log.ends[name])
         assert log.ends[name][0] in (TaskState.DONE, TaskState.FAILED)
     assert log.unsettled == []
+
+
+# -- stopped at a random moment, then resumed from the checkpoint ------------------------
+
+
+PROBE_RESUMES: list[tuple[int, int, int, int]] | None = None  # set by hand to see what ran
+
+
+@dataclass
+class ResumeLog:
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    calls: list[Hashable] = field(default_factory=list)  # every call of a task's function
+    done: list[Hashable] = field(default_factory=list)  # ended DONE, as the scheduler heard
+    # Ended DONE before cancel() was called: their value was stored before any stop.
+    done_before_cancel: set[Hashable] = field(default_factory=set)
+
+
+class _DoneEnds(dagexec.Callback):
+    def __init__(self, log: ResumeLog) -> None:
+        self.log = log
+
+    def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
+        if state is TaskState.DONE:
+            with self.log.cond:
+                self.log.done.append(name)
+                self.log.cond.notify_all()
+
+
+def build_resumable(case: Case, log: ResumeLog, fan: int, joined: Hashable | None) -> dagexec.Graph:
+    """The case's DAG, plus (when ``joined`` is a task) the nightly shape beside it:
+    ``src`` (checkpoint=False) lists ``fan`` elements, ``items`` maps over them and
+    ``agg`` joins the items with ``joined``: tasks decided during the run."""
+    g = dagexec.Graph()
+
+    def called(name: Hashable) -> bool:
+        with log.cond:
+            log.calls.append(name)
+        return False
+
+    for name, task_deps in case.deps.items():
+
+        def task(*values: object, name: Hashable = name) -> object:
+            return called(name) or (name, values)
+
+        g.add(name, task, deps=task_deps)
+    if joined is not None:
+        g.add("src", lambda: called("src") or list(range(fan)), checkpoint=False)
+        g.map("items", lambda x: called(("items", x)) or x * 2, over="src")
+        g.add("agg", lambda xs, v: called("agg") or (tuple(xs), v), deps=["items", joined])
+    return g
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(max_tasks=30), st.data())
+def test_random_dags_stopped_at_a_random_moment_then_resumed(
+    case: Case, data: st.DataObject
+) -> None:
+    joined = data.draw(st.none() | st.sampled_from(list(case.deps)), label="agg joins")
+    fan = data.draw(st.integers(0, 6), label="map items")
+    extra = 0 if joined is None else 3 + fan
+    stop_after = data.draw(st.integers(0, len(case.deps) + extra), label="cancel after k ended")
+    log = ResumeLog()
+    g = build_resumable(case, log, fan, joined)
+    reference: dict[Hashable, object] = dict(serial_reference(case))
+    targets = case.targets
+    if joined is not None:
+        reference["agg"] = (tuple(x * 2 for x in range(fan)), reference[joined])
+        targets = None if targets is None else [*targets, "agg"]
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        no_leaked_threads(),
+        dagexec.Executor(
+            case.workers, queue_cap=case.queue_cap, max_in_flight=case.max_in_flight
+        ) as ex,
+    ):
+        path = Path(tmp) / "c.sqlite"
+        future = ex.submit(g, targets, checkpoint=path, callbacks=[_DoneEnds(log)])
+
+        def wake(_: object) -> None:
+            with log.cond:
+                log.cond.notify_all()
+
+        future.add_done_callback(wake)
+        with log.cond:  # gated on the ends the scheduler reports: no sleep
+            assert log.cond.wait_for(lambda: len(log.done) >= stop_after or future.done(), 30)
+            log.done_before_cancel = set(log.done)
+        future.cancel()
+        # Runs on one executor go one at a time: once this one is over, so is the
+        # cancelled run, tasks still running then included.
+        nxt = dagexec.Graph()
+        nxt.add("next", lambda: "next")
+        assert ex.submit(nxt).result(30)["next"] == "next"
+        with log.cond:
+            log.calls.clear()
+        again = ex.submit(g, targets, checkpoint=path, callbacks=[_DoneEnds(log)]).result(30)
+
+    # The resumed run's values are the serial reference's.
+    used = {d for deps in case.deps.values() for d in deps} | {joined}
+    sinks = [n for n in case.deps if n not in used] + ([] if joined is None else ["agg"])
+    expected = targets if targets is not None else sinks
+    assert {n: again[n] for n in expected} == {n: reference[n] for n in expected}
+    # A task (or map item) that ended DONE before the stop was stored: loaded (or
+    # spared), never run again. src is checkpoint=False: it runs every time.
+    rerun = set(log.calls)
+    again_ran = rerun & log.done_before_cancel - {"src"}
+    assert not again_ran, (again_ran, stop_after)
+    # Each function ran at most once in the resumed run, and it counts the loaded
+    # ones as loaded (static or decided during the run), the rest as run. A map's
+    # own node is assembled by the scheduler: neither.
+    assert len(log.calls) == len(rerun)
+    assert again.stats.tasks_run == len(rerun), again.stats
+    loaded = [
+        n
+        for n, state in again.status.items()
+        if state is TaskState.DONE and n not in rerun and n != "items"
+    ]
+    assert again.stats.tasks_loaded == len(loaded), (again.stats, loaded)
+    if PROBE_RESUMES is not None:
+        dynamic = sum(isinstance(n, tuple) or n == "agg" for n in loaded)
+        PROBE_RESUMES.append((len(log.done_before_cancel), len(loaded), len(rerun), dynamic))
+    assert_within_bounds(again)

@@ -21,6 +21,7 @@ from typing import Any
 
 from .errors import UnknownTargetError, describe
 from .item_names import item_of, item_target_message
+from .loads import LoadedDuringRun
 from .policy import Policy
 from .validate import CompiledGraph
 
@@ -70,6 +71,9 @@ class Plan:
     target_mask: bytes = b""
     # Tasks whose value a checkpoint supplied (see restrict_plan), or None.
     loaded: frozenset[int] | None = None
+    # Tasks a checkpoint's wrappers loaded during the run (decided on their
+    # worker: see dagexec._core.loads), or None without a checkpoint.
+    loaded_during: LoadedDuringRun | None = None
     # Whether any task heads a chain: without chains (and policies) every item the
     # scheduler builds is a plain job. Derived from chain_next, once per plan.
     chained: bool = field(init=False, default=False)

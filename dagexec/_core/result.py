@@ -95,9 +95,11 @@ class RunStats:
     docs/attempts.md).
 
     With a checkpoint, ``tasks_loaded`` counts the tasks whose value came from
-    the file; they are in ``tasks_planned`` but not in ``tasks_run`` (each is
-    handed to a worker as a task that returns its stored value, so it does
-    count in ``tasks_per_worker``).
+    the file, whether loaded before the run or decided during it (downstream of
+    a map or a ``checkpoint=False`` task, and map items); they are in
+    ``tasks_planned`` but not in ``tasks_run`` (each is handed to a worker as a
+    task that returns its stored value, so it does count in
+    ``tasks_per_worker``: their sum is ``tasks_run + tasks_loaded``).
     """
 
     tasks_planned: int

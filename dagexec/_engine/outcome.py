@@ -105,6 +105,9 @@ def build_result(run: Run, wall: float) -> RunResult:
     loaded = 0
     if plan.loaded:
         loaded = sum(1 for t in plan.loaded if codes[t] == DONE)
+    if plan.loaded_during is not None:  # decided on their workers (dagexec._core.loads)
+        index = state.index
+        loaded += sum(1 for n in plan.loaded_during.names() if codes[index[n]] == DONE)
     stats = RunStats(
         tasks_planned=len(names),  # with the items of the maps that expanded
         tasks_run=sum(state.ran_on) - loaded,

@@ -586,10 +586,15 @@ class CheckpointStore:
             CheckpointError: the first write error, when no ``on_error`` was given.
         """
         if self._finalizer.alive:
-            self._finalizer.detach()
             try:
+                # Stopped before the finalizer is detached: if the interpreter exits
+                # while this waits (close() called on a daemon thread, as a run's
+                # driver does after Ctrl-C raised in the caller), the finalizer
+                # still runs at exit and waits for the writer, so values queued
+                # before are written, not lost with the daemon writer.
                 self._writer.stop()
             finally:
+                self._finalizer.detach()
                 with self._read_lock:
                     self._reader.close()
         with self._writer.lock:

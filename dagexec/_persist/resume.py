@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .._core.graph import Graph
@@ -245,7 +246,7 @@ def open_checkpoint(path: str, plan: Plan, ids: list[bytes | None]) -> tuple[Pla
                 return fn
             return static_saver(fn, store, identity, plan.names[i], table, i, policy)
 
-        restricted = restrict_plan(plan, to_run, loaded, wrap)
+        restricted = replace(restrict_plan(plan, to_run, loaded, wrap), loaded_during=table.loaded)
     except BaseException:
         store.close()
         raise

@@ -43,6 +43,7 @@ from time import monotonic
 from typing import Any
 
 from .._core.current import running_here
+from .._core.loads import LoadedDuringRun
 from .._core.policy import MISSING, Policy, current_task
 from .checkpoint import CheckpointStore, StoreClosedError, describe_safely, pickle_value
 from .identity import _digest, code_of, combine, constants_of, key_of, value_digest
@@ -91,6 +92,8 @@ class RunIdentities:
         )
         self._lock = threading.Lock()  # guards _known
         self._known: dict[Hashable, bytes | None] = {}
+        # What the wrappers loaded instead of running: counted as loaded, not run.
+        self.loaded = LoadedDuringRun()
 
     def record(self, name: Hashable, identity: bytes | None) -> None:
         with self._lock:
@@ -237,6 +240,7 @@ def dynamic_saver(
         if identity is not None:
             found = store.load_many((identity,))
             if identity in found:
+                table.loaded.add(name)
                 return found[identity]
         started = monotonic()
         value = fn(*args)
@@ -313,6 +317,7 @@ def item_saver(
         if identity is not None:
             found = store.load_many((identity,))
             if identity in found:
+                table.loaded.add(me)
                 return found[identity]
         started = monotonic()
         value = fn(*args)
