@@ -588,20 +588,77 @@ class RunState:
         return self.gate is not None and self.gate.pending()
 
     # ------------------------------------------------------------------ finish
-    def returned(self, reports: list[tuple[Any, ...]], release: bool = True) -> None:
-        """Tasks that returned a value, as workers report them: ``(worker, task, kind,
-        value, started, ended)``, in order. Each is DONE, its value kept if anyone
-        needs it, its dependents one dependency nearer to ready; with ``release``,
-        each was a job (one task, not a chain) and is off its worker as well.
+    def ended(
+        self, reports: list[tuple[Any, ...]], outcome: int = DONE, release: bool = True
+    ) -> None:
+        """Tasks ended as ``outcome``: the one place a task ends (the only writer of
+        a final state). ``reports`` are end records ``(worker, task, kind, payload,
+        started, ended)`` in order, as workers send them (``kind`` is the sender's
+        and not read here); ``payload`` is the value (DONE) or the exception
+        (FAILED). A DONE task keeps its value if anyone needs it and brings its
+        dependents one dependency nearer to ready; with ``release``, each was a job
+        (one task, not a chain) and is off its worker as well.
 
-        A batch in one call, not a call per task: on graphs of tiny tasks the
-        calls were a good part of the scheduler's time.
+        DONE comes in batches, a call per batch and not per task: on graphs of
+        tiny tasks the calls were a good part of the scheduler's time. Any other
+        outcome comes one task at a time (:meth:`finish`); with a retry policy a
+        failed attempt may instead send the task back to wait for its retry.
         """
+        state = self.state
+        if outcome != DONE:
+            ((worker, task, _, payload, started, ended_at),) = reports
+            if self.policy is not None and self.policy[task] is not None:
+                if outcome == FAILED and self._retry(task, payload, worker, started, ended_at):
+                    return
+                self.kept_args.pop(task, None)
+            state[task] = outcome
+            self.unfinished -= 1
+            self._ended_without_value(task, outcome, payload, worker, started, ended_at)
+            return
         if self.plain and not self.stopping:
-            self._returned_plain(reports)
+            # A plain run (see ``plain``) that is not stopping: the steps of
+            # _returned() without the tests such a run always passes (no policy,
+            # resources, maps or events; nothing to clean up after), inline.
+            ran_on, values, consumers = self.ran_on, self.values, self.consumers
+            chain_next, dependents, remaining = self.chain_next, self.dependents, self.remaining
+            ready, depth_first = self.ready, self.depth_first
+            push = ready.append
+            for worker, task, _, value, _, _ in reports:
+                state[task] = DONE
+                if worker >= 0:
+                    ran_on[worker] += 1
+                if consumers[task]:
+                    values[task] = value
+                follower = chain_next[task]
+                if follower >= 0:  # a chain member: the next one, on its worker, runs now
+                    state[follower] = IN_FLIGHT
+                    continue
+                pushed = 0
+                for d in dependents[task]:
+                    left = remaining[d] - 1
+                    remaining[d] = left
+                    if not left and state[d] == WAITING:
+                        state[d] = READY
+                        push(d)
+                        pushed += 1
+                if pushed > 1 and depth_first:
+                    # Last-first, as in _returned(), so that depth-first order takes
+                    # the first one first: the few just pushed are turned around in
+                    # place. Most tasks make at most one user ready, so this beats
+                    # reversing every task's users up front (a new tuple each: ~5%
+                    # of the scheduler's samples on the million-task graph).
+                    ready[-pushed:] = ready[: -pushed - 1 : -1]
+            self.unfinished -= len(reports)
             if release:
                 self.in_flight -= len(reports)
             return
+        for report in reports:
+            state[report[1]] = DONE
+        self._returned(reports, release)
+
+    def _returned(self, reports: list[tuple[Any, ...]], release: bool) -> None:
+        """What follows for tasks that :meth:`ended` DONE (their state is written),
+        in a run that is not plain or is stopping."""
         policy, kept, state, ran_on = self.policy, self.kept_args, self.state, self.ran_on
         values, consumers, events = self.values, self.consumers, self.events
         chain_next, dependents, remaining = self.chain_next, self.dependents, self.remaining
@@ -610,7 +667,6 @@ class RunState:
         for worker, task, _, value, started, ended in reports:
             if policy is not None and policy[task] is not None:
                 kept.pop(task, None)
-            state[task] = DONE
             if worker >= 0:  # not a map assembled by the scheduler
                 ran_on[worker] += 1
             if consumers[task]:
@@ -622,7 +678,8 @@ class RunState:
                 if self.cleanup is not None:
                     self._ended(task, values[task])
             elif follower >= 0:  # a chain member: the next one, on its worker, runs now
-                state[follower] = IN_FLIGHT
+                if state[follower] == HELD:  # not DONE in this same batch
+                    state[follower] = IN_FLIGHT
             else:
                 # Last-first, so that depth-first order takes the first one first.
                 users = dependents[task]
@@ -653,41 +710,6 @@ class RunState:
         if self.gate is not None:
             self.gate.recheck()
 
-    def _returned_plain(self, reports: list[tuple[Any, ...]]) -> None:
-        """:meth:`returned` in a plain run (see ``plain``) that is not stopping: the
-        same steps without the tests that such a run always passes (no policy,
-        resources, maps or events; nothing to clean up after)."""
-        state, ran_on, values, consumers = self.state, self.ran_on, self.values, self.consumers
-        chain_next, dependents, remaining = self.chain_next, self.dependents, self.remaining
-        ready, depth_first = self.ready, self.depth_first
-        push = ready.append
-        for worker, task, _, value, _, _ in reports:
-            state[task] = DONE
-            if worker >= 0:
-                ran_on[worker] += 1
-            if consumers[task]:
-                values[task] = value
-            follower = chain_next[task]
-            if follower >= 0:  # a chain member: the next one, on its worker, runs now
-                state[follower] = IN_FLIGHT
-                continue
-            pushed = 0
-            for d in dependents[task]:
-                left = remaining[d] - 1
-                remaining[d] = left
-                if not left and state[d] == WAITING:
-                    state[d] = READY
-                    push(d)
-                    pushed += 1
-            if pushed > 1 and depth_first:
-                # Last-first, as in returned(), so that depth-first order takes the
-                # first one first: the few just pushed are turned around in place.
-                # Most tasks make at most one user ready, so this beats reversing
-                # every task's users up front (a new tuple each: ~5% of the
-                # scheduler's samples on the million-task graph).
-                ready[-pushed:] = ready[: -pushed - 1 : -1]
-        self.unfinished -= len(reports)
-
     def finish(
         self,
         task: int,
@@ -697,24 +719,15 @@ class RunState:
         started: float = 0.0,
         ended: float = 0.0,
     ) -> None:
-        """``task`` ended as ``outcome`` (DONE, FAILED, SKIPPED or CANCELLED). The only
-        place a task ends (a DONE goes on to :meth:`returned`, which the driver also
-        calls directly for a batch of jobs that returned).
+        """``task`` ended as ``outcome`` (DONE, FAILED, SKIPPED or CANCELLED):
+        :meth:`ended` for one task. ``payload`` is the value (DONE) or the exception
+        (FAILED); ``worker`` and the stamps are the worker's, for tasks that ran."""
+        self.ended([(worker, task, outcome, payload, started, ended)], outcome, False)
 
-        ``payload`` is the value (DONE) or the exception (FAILED). ``worker`` and
-        the stamps are the worker's, for tasks that ran. With a retry policy, a
-        failed attempt may instead send the task back to wait for its retry.
-        """
-        if outcome == DONE:
-            self.returned([(worker, task, outcome, payload, started, ended)], release=False)
-            return
-        if self.policy is not None and self.policy[task] is not None:
-            if outcome == FAILED and self._retry(task, payload, worker, started, ended):
-                return
-            self.kept_args.pop(task, None)
-        self.state[task] = outcome
-        self.unfinished -= 1
-        events = self.events
+    def _ended_without_value(
+        self, task: int, outcome: int, payload: Any, worker: int, started: float, ended: float
+    ) -> None:
+        """What follows for a task that :meth:`ended` FAILED, SKIPPED or CANCELLED."""
         if outcome == FAILED:
             if worker >= 0:
                 self.ran_on[worker] += 1
@@ -728,8 +741,8 @@ class RunState:
                     consumers[p] -= 1
                     if not consumers[p]:
                         values[p] = None
-            if events is not None:
-                events.append(Event(END, task, -1, outcome))
+            if self.events is not None:
+                self.events.append(Event(END, task, -1, outcome))
             if self.cleanup is not None:
                 self._ended(task, MISSING)
         if self.gate is not None:
@@ -845,20 +858,6 @@ class RunState:
         reported yet (a timed chain reports members as they end), then release it."""
         done, ok, outcome, times = end
         last = len(members) - 1
-        if done > last and times is None and self.plain and not self.stopping:
-            # The usual chain in a plain run: every member returned, and reports
-            # only now (untimed). What returned() would do, less the per-member
-            # steps that change nothing here: a member before the last passed its
-            # value on, on the worker, so it keeps none and readies nobody. No
-            # resources to free, no member left to cancel.
-            state = self.state
-            for member in members[:last]:
-                state[member] = DONE
-            self.ran_on[worker] += last
-            self.unfinished -= last
-            self._returned_plain([(worker, members[last], DONE, outcome, 0.0, 0.0)])
-            self.in_flight -= 1  # released
-            return
         returned = []  # one batch for the members that returned, as for jobs
         for k in range(done):
             member = members[k]
@@ -867,7 +866,7 @@ class RunState:
             t0, t1 = (times[2 * k], times[2 * k + 1]) if times is not None else (0.0, 0.0)
             returned.append((worker, member, DONE, outcome if k == last else None, t0, t1))
         if returned:
-            self.returned(returned, release=False)
+            self.ended(returned, DONE, release=False)
         if not ok:
             t0, t1 = (times[2 * done], times[2 * done + 1]) if times is not None else (0.0, 0.0)
             self.finish(members[done], FAILED, outcome, worker, t0, t1)
