@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from dagexec import MISSING, Graph
 from dagexec._core.plan import Plan, plan_run
 from dagexec._core.result import CANCELLED, DONE, FAILED, SKIPPED
-from dagexec._state.events import ChainEnd
+from dagexec._state.events import END, LET_GO, RELEASE, RETURNED, TAKEN_BACK, ChainEnd
 from dagexec._state.runstate import RunState
 
 
@@ -277,3 +277,124 @@ def test_a_stop_midway_ends_every_task_either_way(general: bool) -> None:
     state = world(plan_of(g), general=general, stop_after=1)
     assert all(s in (DONE, CANCELLED) for s in state.state)
     assert CANCELLED in state.state
+
+
+# ------------------------------------------- the engine's other calls, one by one
+def test_a_taken_back_item_is_cancelled_and_a_cleanup_task_is_put_back() -> None:
+    g = Graph()
+    g.add("a", lambda: 1)
+    g.add("tidy", lambda: 2, run_if="all_done")
+    state = RunState(plan_of(g), on_error="continue", observed=True)
+    state.tell_release = True
+    tasks, arguments = state.hand_out(2, 0)
+    assert sorted(state.names[t] for t in tasks) == ["a", "tidy"]
+    state.stop()
+    for task, args in zip(tasks, arguments, strict=True):
+        if not state.put_back(task, args):
+            state.take_back(task)
+    a, tidy = state.index["a"], state.index["tidy"]
+    assert state.state[a] == CANCELLED and state.cleanup_pending()
+    ((task,), (args,)) = state.hand_out(1, 0)
+    assert task == tidy and args == ()
+    state.finish(tidy, DONE, 2, 0)
+    state.release(tidy)
+    assert not state.cleanup_pending() and state.unfinished == 0 and state.in_flight == 0
+    releases = [e for e in state.events or () if e.kind == RELEASE]
+    # The cleanup task's first attempt is off its worker when it is put back.
+    expected = [(a, TAKEN_BACK), (tidy, RETURNED), (tidy, RETURNED)]
+    assert [(e.task, e.state) for e in releases] == expected
+
+
+def test_a_let_go_attempt_holds_its_cleanup_task_until_it_returns() -> None:
+    g = Graph()
+    g.add("slow", lambda: 1, timeout=1.0)
+    g.add("tidy", lambda x: x, deps=["slow"], run_if="all_done")
+    state = RunState(plan_of(g), on_error="continue")
+    slow, tidy = state.index["slow"], state.index["tidy"]
+    state.hand_out(1, 0)
+    state.finish(slow, FAILED, TimeoutError("slow"), 0)  # its thread runs on
+    state.release(slow, how=LET_GO)
+    assert not state.has_ready()  # the cleanup task waits for the attempt
+    state.let_go_returned(slow)
+    assert state.has_ready() and state.take() == tidy
+
+
+def test_resources_lent_to_an_earlier_run_are_not_free_until_given_back() -> None:
+    g = Graph()
+    g.add("a", lambda: 1, resources={"gpu": 0.5})
+    plan = plan_of(g)
+    state = RunState(plan, capacity={"gpu": 0.75})
+    lent = state.lend([("gpu", 0.5), ("other", 1.0)])
+    assert state.hand_out(1, 0) == ([], [])  # 0.25 free: 'a' waits
+    state.give_back(lent)
+    assert state.hand_out(1, 0)[0] == [0]
+    assert RunState(plan_of(Graph())).lend([("gpu", 1.0)]) == ()
+
+
+def test_a_stuck_run_is_named_with_what_each_task_waits_for() -> None:
+    g = Graph()
+    for i in range(7):
+        g.add(i, lambda: 1, resources={"gpu": 2})
+    state = RunState(plan_of(g), capacity={"gpu": 1})
+    assert state.take() == -1  # nothing fits: the world would be stuck
+    message = str(state.stuck_error())
+    assert "7 tasks can never start" in message and "and 2 more" in message
+    assert "waits for 2 of resource 'gpu', 1 free of 1" in message
+
+
+def test_a_timed_chain_reports_members_as_they_end_and_the_rest_at_its_end() -> None:
+    g = Graph()
+    g.add(0, lambda: 1)
+    g.add(1, lambda x: x + 1, deps=[0])
+    g.add(2, lambda x: x + 1, deps=[1])
+    plan = plan_of(g)
+    state = RunState(plan, observed=True)
+    (head,), _ = state.hand_out(1, 0)
+    members = tuple(members_of(state, head))
+    assert len(members) == 3
+    state.finish(members[0], DONE, None, 0, 1.0, 2.0)  # reported as it ended
+    state.chain_ended(members, ChainEnd(3, True, 3, [1.0, 2.0, 2.0, 3.0, 3.0, 4.0]), 0)
+    assert list(state.state) == [DONE] * 3 and state.values[2] == 3
+    ends = [(e.task, e.started) for e in state.events or () if e.kind == END]
+    assert ends == [(0, 1.0), (1, 2.0), (2, 3.0)]
+
+
+def test_log_lines_name_the_failed_and_the_retried_task() -> None:
+    g = Graph()
+    g.add("a", lambda: 1, retries=1)
+    lines: list[str] = []
+    state = RunState(plan_of(g), log=lambda fmt, *args: lines.append(fmt % args))
+    a = state.index["a"]
+    for _ in range(2):
+        state.hand_out(1, 0)
+        state.finish(a, FAILED, OSError("disk"), 0)
+        state.release(a)
+        state.wake(state.timers[0][0] if state.timers else 0.0)
+    assert "task 'a' failed (attempt 1 of 2: OSError: disk); retrying" in lines[0]
+    assert lines[1] == "task 'a' failed: OSError: disk"
+
+
+def test_fractional_resources_add_up_exactly() -> None:
+    g = Graph()
+    for i in range(3):
+        g.add(i, lambda: 1, resources={"mem": 0.1})
+    state = RunState(plan_of(g), capacity={"mem": 0.3})
+    taken = [state.hand_out(1, 0)[0] for _ in range(3)]
+    assert all(len(t) == 1 for t in taken)  # three of 0.1 fit in 0.3
+    assert state.peak_resources({"mem": 0.3}) == {"mem": 0.3}
+
+
+def test_a_map_of_resource_needing_items_keeps_to_the_capacity() -> None:
+    g = Graph()
+    g.add("src", lambda: [1, 2, 3])
+    g.map("m", lambda x: x, over="src", resources={"gpu": 1})
+    g.map("m2", lambda x: x, over="m")
+    state = RunState(plan_of(g), capacity={"gpu": 1})
+    order = []
+    while state.unfinished:
+        tasks, arguments = state.hand_out(3, 0)
+        assert len(tasks) <= 1
+        for task, args in zip(tasks, arguments, strict=True):
+            order.append(state.names[task])
+            state.ended([(0, task, 0, state.fns[task](*args), 0.0, 0.0)])
+    assert state.values[state.index["m2"]] == [1, 2, 3]
