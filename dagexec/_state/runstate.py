@@ -222,11 +222,11 @@ class RunState:
         if plan.maps is not None:
             self.fanout = Fanout(self, plan.maps)
             self.became_ready = self.fanout.ready
-        # With nothing to rank, expand or tell, a task that became ready is only
-        # pushed: returned() then does it inline instead of calling became_ready.
-        self.plain_ready = self.fanout is None and not self.keyed and self.events is None
-        # ...and with no task policy either, returned() takes its plain path.
-        self.plain = self.plain_ready and self.policy is None
+        # With nothing to rank, expand, tell or retry, ended() takes its plain
+        # path: a task that became ready is only pushed, inline.
+        self.plain = (
+            self.fanout is None and not self.keyed and self.events is None and self.policy is None
+        )
         # Pushed last-first: with depth-first order the first root is taken first.
         for r in reversed(plan.roots) if self.depth_first else plan.roots:
             self._make_ready(r)
@@ -259,12 +259,16 @@ class RunState:
         if gate is not None and gate.holds(task):
             return  # a cleanup task whose ancestors still run: it waits, WAITING
         self.state[task] = READY
+        self._push_ready(task)
+        if self.events is not None:
+            self.events.append(Event(E_READY, task))
+
+    def _push_ready(self, task: int) -> None:
+        """Put a READY ``task`` into the ready set, where its rank says."""
         if self.keyed:
             heapq.heappush(self.ready, self._order_key(task))
         else:
             self.ready.append(task)
-        if self.events is not None:
-            self.events.append(Event(E_READY, task))
 
     def _order_key(self, task: int) -> tuple[int, int, int]:
         """Higher priority first; among equals, the task that became ready last
@@ -445,11 +449,44 @@ class RunState:
         return tasks, self.dispatch_all(tasks, worker)
 
     def dispatch_all(self, tasks: list[int], worker: int) -> list[tuple[Any, ...]]:
-        """:meth:`dispatch` for several tasks at once (one call for a worker's batch)."""
-        if self.policy is None and self.items is None:
-            out = self._arguments_plain(tasks)
-        else:
-            out = self._arguments(tasks)
+        """:meth:`dispatch` for several tasks at once (one call for a worker's batch):
+        mark them handed out, and return their arguments in order."""
+        values, deps, state, chain_next = self.values, self.deps, self.state, self.chain_next
+        items, policy, kept = self.items, self.policy, self.kept_args
+        out: list[tuple[Any, ...]] = []
+        used: list[int] = []  # each dependency once per task handed its value
+        for task in tasks:
+            state[task] = IN_FLIGHT
+            follower = chain_next[task]
+            while follower >= 0:
+                state[follower] = HELD
+                follower = chain_next[follower]
+            if policy is not None and task in kept:  # a retry: the same arguments again
+                out.append(kept[task])
+                continue
+            task_deps = deps[task]
+            # One or two dependencies are the commonest cases: a loop costs an
+            # iterator and a comprehension a frame (3.11); measured ~3% of the
+            # instructions per task on the layered scale graph.
+            args: tuple[Any, ...]
+            if len(task_deps) == 1:
+                d = task_deps[0]
+                args = (values[d],)
+                used.append(d)
+            else:
+                if len(task_deps) == 2:
+                    args = (values[task_deps[0]], values[task_deps[1]])
+                else:
+                    args = tuple([values[d] for d in task_deps])
+                used += task_deps
+            if items is not None and task in items:  # a map's item: element first
+                args = (items.pop(task), *args)
+            if policy is not None:
+                task_policy = policy[task]
+                if task_policy is not None and task_policy.retries:
+                    kept[task] = args  # a retry needs them again
+            out.append(args)
+        self._let_go(used)
         self.in_flight += len(tasks)
         if self.in_flight > self.peak_in_flight:
             self.peak_in_flight = self.in_flight
@@ -463,82 +500,17 @@ class RunState:
             )
         return out
 
-    def _arguments_plain(self, tasks: list[int]) -> list[tuple[Any, ...]]:
-        """:meth:`_arguments` with no task policy and no map items (the usual run):
-        the same steps without the tests for them."""
+    def _let_go(self, used: Sequence[int]) -> None:
+        """Each of ``used`` (a task, once per user done with its value) has one
+        consumer fewer; a value nobody else needs is dropped. The one place a value
+        is released: at dispatch (the caller's argument tuple holds it now), and
+        for users that will never read it (skipped, or a map that expanded)."""
         values, consumers = self.values, self.consumers
-        deps, state, chain_next = self.deps, self.state, self.chain_next
-        out: list[tuple[Any, ...]] = []
-        append = out.append
-        for task in tasks:
-            task_deps = deps[task]
-            if len(task_deps) == 1:
-                # The commonest case, written out: a loop over one dependency costs
-                # an iterator and its steps (measured: ~3% of instructions per task
-                # on the layered scale graph).
-                d = task_deps[0]
-                append((values[d],))
-                left = consumers[d] - 1
-                consumers[d] = left
-                if not left:
-                    values[d] = None
-            else:
-                if len(task_deps) == 2:  # a comprehension costs a frame (3.11)
-                    append((values[task_deps[0]], values[task_deps[1]]))
-                else:
-                    append(tuple([values[d] for d in task_deps]))
-                for d in task_deps:
-                    left = consumers[d] - 1
-                    consumers[d] = left
-                    if not left:
-                        values[d] = None
-            state[task] = IN_FLIGHT
-            follower = chain_next[task]
-            while follower >= 0:
-                state[follower] = HELD
-                follower = chain_next[follower]
-        return out
-
-    def _arguments(self, tasks: list[int]) -> list[tuple[Any, ...]]:
-        """Mark ``tasks`` handed out; their arguments, in order (see :meth:`dispatch`)."""
-        values, consumers = self.values, self.consumers
-        deps, state, chain_next = self.deps, self.state, self.chain_next
-        items, policy, kept = self.items, self.policy, self.kept_args
-        out: list[tuple[Any, ...]] = []
-        for task in tasks:
-            if policy is not None and task in kept:  # a retry: the same arguments again
-                state[task] = IN_FLIGHT
-                out.append(kept[task])
-                continue
-            task_deps = deps[task]
-            # One or two dependencies are the commonest cases: a comprehension costs
-            # a frame (3.11).
-            n_deps = len(task_deps)
-            args: tuple[Any, ...]
-            if n_deps == 1:
-                args = (values[task_deps[0]],)
-            elif n_deps == 2:
-                args = (values[task_deps[0]], values[task_deps[1]])
-            else:
-                args = tuple([values[d] for d in task_deps])
-            if items is not None and task in items:  # a map's item: element first
-                args = (items.pop(task), *args)
-            for d in task_deps:
-                left = consumers[d] - 1
-                consumers[d] = left
-                if not left:
-                    values[d] = None
-            state[task] = IN_FLIGHT
-            follower = chain_next[task]
-            while follower >= 0:
-                state[follower] = HELD
-                follower = chain_next[follower]
-            if policy is not None:
-                task_policy = policy[task]
-                if task_policy is not None and task_policy.retries:
-                    kept[task] = args  # a retry needs them again
-            out.append(args)
-        return out
+        for d in used:
+            left = consumers[d] - 1
+            consumers[d] = left
+            if not left:
+                values[d] = None
 
     def release(self, task: int, attempt: int = 0, how: int = RETURNED) -> None:
         """The item headed by ``task`` is off its worker: free its slot and resources.
@@ -678,7 +650,6 @@ class RunState:
         values, consumers, events = self.values, self.consumers, self.events
         chain_next, dependents, remaining = self.chain_next, self.dependents, self.remaining
         needs, became_ready, depth_first = self.needs, self.became_ready, self.depth_first
-        plain, push = self.plain_ready, self.ready.append
         for worker, task, _, value, started, ended in reports:
             if policy is not None and policy[task] is not None:
                 kept.pop(task, None)
@@ -704,11 +675,7 @@ class RunState:
                     left = remaining[d] - 1
                     remaining[d] = left
                     if not left and state[d] == WAITING:
-                        if plain:
-                            state[d] = READY
-                            push(d)
-                        else:
-                            became_ready(d)
+                        became_ready(d)
             if release and needs is not None and needs[task]:
                 self._unhold(needs[task])
             if release and self.gate is not None:
@@ -751,11 +718,7 @@ class RunState:
             # A skipped task will never consume its dependencies' values (an
             # expanded map let go of them when it expanded: see Fanout.skipped).
             if outcome == SKIPPED and (self.fanout is None or not self.fanout.skipped(task)):
-                consumers, values = self.consumers, self.values
-                for p in self.deps[task]:
-                    consumers[p] -= 1
-                    if not consumers[p]:
-                        values[p] = None
+                self._let_go(self.deps[task])
             if self.events is not None:
                 self.events.append(Event(END, task, -1, outcome))
             if self.cleanup is not None:
@@ -944,10 +907,7 @@ class RunState:
             self.timers = [t for t in self.timers if state[t[2]] == WAITING]
             heapq.heapify(self.timers)
         for task in keep:  # ready before the stop: still ready
-            if self.keyed:
-                heapq.heappush(self.ready, self._order_key(task))
-            else:
-                self.ready.append(task)
+            self._push_ready(task)
 
     def stuck_error(self) -> RuntimeError:
         """The error for a run with unfinished tasks, none in flight and none that
