@@ -3,9 +3,13 @@
 Think :class:`graphlib.TopologicalSorter` with states. A driver (the scheduler
 thread, or a plain loop in a test) asks ``RunState.take`` for the next task
 to hand out, marks it handed out with :meth:`RunState.dispatch`, and tells the
-machine how each task ended with :meth:`RunState.finish`, the one place a task
-ends. When a dispatched item (a task, or a chain of them) is off the worker,
-:meth:`RunState.release` frees its in-flight slot and its resources.
+machine how tasks ended with :meth:`RunState.ended` (a batch of jobs that
+returned; :meth:`RunState.finish` for one task, :meth:`RunState.chain_ended`
+for a chain), the one place a task ends. When a dispatched item (a task, or a
+chain of them) is off the worker, :meth:`RunState.release` frees its in-flight
+slot and its resources. Each rule has one place (docs/design.md, "One place
+per rule"): a value is let go of in :meth:`RunState._let_go`, a task becomes
+ready in :meth:`RunState._make_ready`, the order is :meth:`RunState._push_ready`'s.
 
 States only move forward::
 
@@ -33,7 +37,7 @@ Policies, each written once:
 * Values: dropped as soon as the last task that needs them was handed its
   arguments (or skipped); targets are kept.
 * A stop (failure with on_error="raise", a fatal exception, an abort) cancels
-  everything not yet handed out; what is on workers ends through ``finish``.
+  everything not yet handed out; what is on workers ends through ``ended``.
   Cleanup tasks (run_if="all_done") are kept, and become due once every
   dependency ended in any state (:meth:`RunState._ended`), unless the stop is
   a hard one (a second Ctrl-C); a due one waits in the cleanup gate
@@ -125,7 +129,7 @@ class RunState:
     Args:
         plan: the tasks of the run.
         on_error: "raise" stops at the first failure, "continue" skips downstream.
-        workers: how many worker ids :meth:`finish` may be given (for counts).
+        workers: how many worker ids :meth:`ended` may be given (for counts).
         observed: emit :class:`~dagexec._state.events.Event` s into ``events``.
         capacity: resource name -> capacity; tasks' needs are checked against it
             by the caller before the run (see ``_plan.check_resources``).
