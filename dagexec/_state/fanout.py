@@ -171,8 +171,7 @@ class Fanout:
             if not run.remaining[b] and run.state[b] == WAITING:
                 self._expand(b)
         if source is None:
-            # Last-first under depth-first order, so that item 0 is taken first.
-            for t in reversed(span) if run.depth_first else span:
+            for t in run._push_order(span):  # so that item 0 is taken first
                 run._make_ready(t)
         else:
             for i, t in enumerate(span):
