@@ -9,6 +9,7 @@ import pytest
 
 import dagexec
 from dagexec import Graph
+from dagexec._core.result import DONE as S_DONE
 from dagexec._state.runstate import RunState
 from dagexec.testing import Gate, run_in_thread
 
@@ -60,14 +61,18 @@ def test_an_internal_error_returns_only_after_the_runs_tasks_drained(
     g.add("slow", lambda: (slow_started.set(), gate.wait(), ended.set()))
     # 'a' ends only once 'slow' runs, so 'slow' cannot be taken back from its inbox.
     g.add("a", lambda: (slow_started.wait(10), a_ran.set(), 1)[-1])
-    real = RunState.returned
+    real = RunState.ended
 
-    def broken(self: RunState, reports: list[tuple[Any, ...]], release: bool = True) -> None:
-        if any(self.names[report[1]] == "a" for report in reports):  # 'a' returned
+    def broken(
+        self: RunState, reports: list[tuple[Any, ...]], outcome: int = S_DONE, release: bool = True
+    ) -> None:
+        if outcome == S_DONE and any(
+            self.names[report[1]] == "a" for report in reports
+        ):  # 'a' returned
             raise RuntimeError("engine bug")
-        real(self, reports, release)
+        real(self, reports, outcome, release)
 
-    monkeypatch.setattr(RunState, "returned", broken)
+    monkeypatch.setattr(RunState, "ended", broken)
     with dagexec.Executor(workers=2) as ex:
         future = run_in_thread(ex.run, g)
         assert gate.wait_for_waiting(1)
@@ -77,7 +82,7 @@ def test_an_internal_error_returns_only_after_the_runs_tasks_drained(
             future.result(timeout=30)
         assert ended.is_set()  # the caller got the error only after 'slow' ended
         assert "dagexec: internal error in the scheduler" in info.value.__notes__[0]
-        monkeypatch.setattr(RunState, "returned", real)
+        monkeypatch.setattr(RunState, "ended", real)
         assert ex.run(g)["a"] == 1
 
 

@@ -14,6 +14,7 @@ from common import diamond
 
 import dagexec
 from dagexec import Graph, TaskState
+from dagexec._core.result import DONE as S_DONE
 from dagexec.testing import (
     ConcurrencyProbe,
     Gate,
@@ -120,16 +121,18 @@ def test_an_internal_scheduler_error_returns_only_after_the_run_drained(
     go, failed, returned = threading.Event(), threading.Event(), threading.Event()
     started_after_return: list[str] = []
     active_at_return: list[int] = []
-    real_returned = RunState.returned
+    real_returned = RunState.ended
 
-    def failing_done(self: RunState, reports: list[tuple[Any, ...]], release: bool = True) -> None:
+    def failing_done(
+        self: RunState, reports: list[tuple[Any, ...]], outcome: int = S_DONE, release: bool = True
+    ) -> None:
         # The engine fails where a task ends DONE, when 'trigger' does.
-        if any(self.names[report[1]] == "trigger" for report in reports):
+        if outcome == S_DONE and any(self.names[report[1]] == "trigger" for report in reports):
             failed.set()
             raise RuntimeError("injected scheduler bug")
-        real_returned(self, reports, release)
+        real_returned(self, reports, outcome, release)
 
-    monkeypatch.setattr(RunState, "returned", failing_done)
+    monkeypatch.setattr(RunState, "ended", failing_done)
 
     def queued(name: str) -> Callable[[], None]:
         def task() -> None:
@@ -183,16 +186,18 @@ def test_an_internal_error_in_an_interrupted_run_still_waits_for_its_running_tas
 
     gate_x, gate_y = Gate(), Gate()
     failed, y_started, y_ended = threading.Event(), threading.Event(), threading.Event()
-    real_returned = RunState.returned
+    real_returned = RunState.ended
 
-    def failing_done(self: RunState, reports: list[tuple[Any, ...]], release: bool = True) -> None:
+    def failing_done(
+        self: RunState, reports: list[tuple[Any, ...]], outcome: int = S_DONE, release: bool = True
+    ) -> None:
         # The engine fails where a task ends DONE, when 'x' does.
-        if any(self.names[report[1]] == "x" for report in reports):
+        if outcome == S_DONE and any(self.names[report[1]] == "x" for report in reports):
             failed.set()
             raise RuntimeError("injected scheduler bug")
-        real_returned(self, reports, release)
+        real_returned(self, reports, outcome, release)
 
-    monkeypatch.setattr(RunState, "returned", failing_done)
+    monkeypatch.setattr(RunState, "ended", failing_done)
 
     def x() -> None:
         assert y_started.wait(10)  # running, so the interrupt cannot cancel it

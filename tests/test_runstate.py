@@ -128,7 +128,7 @@ def drive(
                 reports.append((0, member, DONE, value_of(member, args), 0.0, 0.0))
                 for name, amount in plan.needs[member] if plan.needs else ():
                     holding[name] -= amount
-            state.returned(reports)  # each DONE, and off its worker
+            state.ended(reports)  # each DONE, and off its worker
             continue
         members, args = running.pop(rng.randrange(len(running)))
         for k, member in enumerate(members):
@@ -301,7 +301,7 @@ def test_an_empty_batch_of_returned_jobs_changes_nothing() -> None:
     plan = flat_plan(3, ())
     state = RunState(plan)
     before = (bytes(state.state), state.unfinished, state.in_flight)
-    state.returned([])
+    state.ended([])
     assert (bytes(state.state), state.unfinished, state.in_flight) == before
 
 
@@ -319,11 +319,11 @@ def test_users_one_return_makes_ready_go_out_first_user_first() -> None:
     a, b = plan.index["a"], plan.index["b"]
     roots, _ = state.hand_out(2, 0)
     assert roots == [a, b]
-    state.returned([(0, a, DONE, 1, 0.0, 0.0)])
+    state.ended([(0, a, DONE, 1, 0.0, 0.0)])
     taken, arguments = state.hand_out(10, 0)
     assert [plan.names[t] for t in taken] == ["u1", "u3", "u4"]
     assert arguments == [(1,), (1,), (1,)]
-    state.returned([(0, b, DONE, 2, 0.0, 0.0)])
+    state.ended([(0, b, DONE, 2, 0.0, 0.0)])
     taken, arguments = state.hand_out(10, 0)
     assert [plan.names[t] for t in taken] == ["u2"]
     assert arguments == [(1, 2)]
@@ -340,9 +340,9 @@ def test_a_target_keeps_its_value_after_its_users_took_it_and_others_do_not() ->
     state = RunState(plan)
     a, b, c = plan.index["a"], plan.index["b"], plan.index["c"]
     state.hand_out(2, 0)
-    state.returned([(0, a, DONE, 1, 0.0, 0.0), (0, b, DONE, 2, 0.0, 0.0)])
+    state.ended([(0, a, DONE, 1, 0.0, 0.0), (0, b, DONE, 2, 0.0, 0.0)])
     assert state.hand_out(1, 0) == ([c], [(1, 2)])
     assert state.values[a] == 1  # a target: kept for the caller
     assert state.values[b] is None  # its one user has it
-    state.returned([(0, c, DONE, 3, 0.0, 0.0)])
+    state.ended([(0, c, DONE, 3, 0.0, 0.0)])
     assert (state.values[a], state.values[c], state.unfinished) == (1, 3, 0)

@@ -255,7 +255,7 @@ class Driver:
                 returned.append(msg)
                 continue
             if returned:  # the ones before this message come first
-                state.returned(returned)
+                state.ended(returned)
                 returned.clear()
             if msg is ABORT:
                 self._abort()
@@ -307,7 +307,7 @@ class Driver:
                     state.finish(task, outcome, payload, worker, started, ended)
                     state.release(task, number)
         if returned:
-            state.returned(returned)
+            state.ended(returned)
         batch.clear()
 
     def _abort(self) -> None:

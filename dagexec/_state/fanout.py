@@ -160,10 +160,7 @@ class Fanout:
             consumers[d] += count
         # The map itself consumed what it was counted for: over's value (now
         # items, or over's items one by one) and its extras (now counted per item).
-        for d in run.deps[m]:
-            consumers[d] -= 1
-            if not consumers[d]:
-                run.values[d] = None
+        run._let_go(run.deps[m])
         run.remaining[m] = count
         for b in chained:  # its items will read ours
             if run.state[b] != WAITING:
@@ -174,8 +171,7 @@ class Fanout:
             if not run.remaining[b] and run.state[b] == WAITING:
                 self._expand(b)
         if source is None:
-            # Last-first under depth-first order, so that item 0 is taken first.
-            for t in reversed(span) if run.depth_first else span:
+            for t in run._push_order(span):  # so that item 0 is taken first
                 run._make_ready(t)
         else:
             for i, t in enumerate(span):
@@ -195,12 +191,9 @@ class Fanout:
         span = self.span[m]
         value = None
         if m in self.keep:
-            values, consumers = run.values, run.consumers
+            values = run.values
             value = [values[t] for t in span]
-            for t in span:
-                consumers[t] -= 1
-                if not consumers[t]:
-                    values[t] = None
+            run._let_go(span)
         run.finish(m, DONE, value)
 
     def skipped(self, task: int) -> bool:
@@ -213,19 +206,12 @@ class Fanout:
         """
         if task not in self.maps:
             return False
-        values, consumers = self.run.values, self.run.consumers
         span = self.span.get(task)
         if span is not None:
             if task in self.keep:
-                for t in span:
-                    consumers[t] -= 1
-                    if not consumers[t]:
-                        values[t] = None
+                self.run._let_go(span)
             return True
         source = self.span.get(self.run.deps[task][0])
         if source is not None:
-            for t in source:
-                consumers[t] -= 1
-                if not consumers[t]:
-                    values[t] = None
+            self.run._let_go(source)
         return False
