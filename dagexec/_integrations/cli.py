@@ -311,7 +311,7 @@ def _write_pictures(result: Any, trace: str | None, gantt: str | None) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .._engine.executor import run
+    from .._engine.oneshot import run
 
     for option, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--json", args.json)):
         check_output(option, path)
