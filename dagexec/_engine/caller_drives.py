@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .._core.result import RunResult
 from .._core.safe import add_note
-from .run_checks import _Job
+from .run_checks import Job
 from .scheduler import Run
 from .sigint import SigintToAbort, sigint_stops_runs
 from .submission import _INTERRUPT_POLL_SECONDS
@@ -24,7 +24,7 @@ _ESCAPED_NOTE = (
 )
 
 
-def _plain(job: _Job) -> bool:
+def _plain(job: Job) -> bool:
     """Whether the caller may drive this run itself (see caller_drives.run_here)."""
     return job.timeout is None and job.checkpoint is None and not job.hooks and sigint_stops_runs()
 
@@ -37,7 +37,7 @@ def _take_over(run: Run, slot: threading.Lock) -> None:
         slot.release()
 
 
-def run_here(executor: Executor, job: _Job, capacity: Mapping[str, float]) -> RunResult | None:
+def run_here(executor: Executor, job: Job, capacity: Mapping[str, float]) -> RunResult | None:
     """Drive a plain run on the calling thread; None if it must be queued instead.
 
     A run handed to the scheduler thread costs two thread hand-offs more

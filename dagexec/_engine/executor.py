@@ -34,6 +34,7 @@ import time
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from types import TracebackType
+from typing import Any
 
 from .._core.graph import Graph
 from .._core.plan import Plan, check_resources
@@ -43,13 +44,12 @@ from .caller_drives import _plain, run_here
 from .crew import Crew
 from .future import RunFuture
 from .run_checks import (
-    _RUN_DEFAULTS,
-    _RUN_OPTIONS,
+    Job,
     OnError,
-    _check_capacity,
-    _check_int,
-    _Job,
-    _prepare,
+    RunOptions,
+    check_capacity,
+    check_int,
+    prepare,
 )
 from .scheduler import Run
 from .stopper import _Stopper
@@ -121,17 +121,17 @@ class Executor:
     ) -> None:
         if workers is None:
             workers = os.cpu_count() or 1
-        self.workers = _check_int("workers", workers, 1)
+        self.workers = check_int("workers", workers, 1)
         # No bound given: each run's depth follows the size of its values (_engine/depth.py).
         self.memory_aware = queue_cap is None and max_in_flight is None
         if queue_cap is None:
             queue_cap = DEFAULT_QUEUE_CAP
-        self.queue_cap = _check_int("queue_cap", queue_cap, 1)
+        self.queue_cap = check_int("queue_cap", queue_cap, 1)
         if max_in_flight is None:
             max_in_flight = self.workers * (self.queue_cap + 1)
-        self.max_in_flight = _check_int("max_in_flight", max_in_flight, 1)
+        self.max_in_flight = check_int("max_in_flight", max_in_flight, 1)
         self.effective_cap = min(self.max_in_flight, self.workers * (self.queue_cap + 1))
-        self.resources = _check_capacity("resources", resources)
+        self.resources = check_capacity("resources", resources)
         # The workers and their inboxes, by slot; a slot whose thread hangs in a
         # timed-out attempt gets a new one (see _crew.py). The lists change in place.
         self._crew = Crew(self.workers, self.queue_cap)
@@ -250,15 +250,16 @@ class Executor:
                 is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is
                 raised in either mode.
         """
-        job = _prepare(graph, targets, on_error, callbacks, trace, progress, timeout, checkpoint)
-        capacity = self._capacity(job.plan, resources)
+        options = RunOptions(on_error, callbacks, trace, progress, resources, timeout, checkpoint)
+        job = prepare(graph, targets, options)
+        capacity = self._capacity(job.plan, options.resources)
         return self._run_prepared(job, capacity)
 
     def submit(
         self,
         graph: Graph,
         targets: Iterable[Hashable] | None = None,
-        **run_options: object,
+        **run_options: Any,
     ) -> RunFuture:
         """Queue a run and return at once with a :class:`RunFuture` for it.
 
@@ -274,24 +275,15 @@ class Executor:
                 before running anything.
             RuntimeError: the executor is shut down.
         """
-        unknown = sorted(set(run_options) - set(_RUN_OPTIONS))
+        unknown = sorted(set(run_options) - set(RunOptions._fields))
         if unknown:
             raise TypeError(
                 f"submit() got unknown run options {unknown}; the options are those of "
-                f"Executor.run: {', '.join(_RUN_OPTIONS)}"
+                f"Executor.run: {', '.join(RunOptions._fields)}"
             )
-        options: dict[str, object] = {**_RUN_DEFAULTS, **run_options}
-        job = _prepare(
-            graph,
-            targets,
-            options["on_error"],
-            options["callbacks"],
-            options["trace"],
-            options["progress"],
-            options["timeout"],
-            options["checkpoint"],
-        )
-        capacity = self._capacity(job.plan, options["resources"])
+        options = RunOptions(**run_options)  # unchecked yet: prepare() checks each
+        job = prepare(graph, targets, options)
+        capacity = self._capacity(job.plan, options.resources)
         holder: list[tuple[_Submission, Run]] = []
         submission = self._enqueue(job, capacity, holder)
         if job.timeout is not None:
@@ -306,13 +298,13 @@ class Executor:
     def _capacity(self, plan: Plan, resources: object) -> dict[str, float]:
         capacity = self.resources
         if resources is not None:
-            capacity = {**capacity, **_check_capacity("resources", resources)}
+            capacity = {**capacity, **check_capacity("resources", resources)}
         check_resources(plan, capacity)
         return capacity
 
     def _new_run(
         self,
-        job: _Job,
+        job: Job,
         plan: Plan,
         capacity: Mapping[str, float],
         context: contextvars.Context,
@@ -333,7 +325,7 @@ class Executor:
         )
 
     def _enqueue(
-        self, job: _Job, capacity: Mapping[str, float], holder: list[tuple[_Submission, Run]]
+        self, job: Job, capacity: Mapping[str, float], holder: list[tuple[_Submission, Run]]
     ) -> _Submission:
         """Make the run and hand it to the scheduler thread; ``holder`` gets it before.
 
@@ -374,7 +366,7 @@ class Executor:
             raise
         return submission
 
-    def _run_prepared(self, job: _Job, capacity: Mapping[str, float]) -> RunResult:
+    def _run_prepared(self, job: Job, capacity: Mapping[str, float]) -> RunResult:
         """Run a checked job and wait for it: :meth:`submit` then ``result()``, with
         Ctrl-C stopping the run and the run's own ``timeout`` waited for here."""
         if self._on_own_thread():

@@ -10,7 +10,7 @@ from .._core.plan import check_resources
 from .._core.result import RunResult
 from .executor import Executor
 from .future import _TIMED_OUT
-from .run_checks import OnError, _check_capacity, _prepare
+from .run_checks import OnError, RunOptions, check_capacity, prepare
 
 
 def run(
@@ -33,11 +33,24 @@ def run(
     Arguments are those of :class:`Executor` and :meth:`Executor.run`. The graph
     and the parameters are all checked before any thread starts.
     """
+    options = RunOptions(on_error, callbacks, trace, progress, resources, timeout, checkpoint)
+    return run_with(graph, targets, options, workers, queue_cap, max_in_flight)
+
+
+def run_with(
+    graph: Graph,
+    targets: Iterable[Hashable] | None,
+    options: RunOptions,
+    workers: int | None = None,
+    queue_cap: int | None = None,
+    max_in_flight: int | None = None,
+) -> RunResult:
+    """:func:`run` with its run options as one record (the command line builds one)."""
     # Everything is checked, and targets are read (once), before any thread
     # starts: a bad graph or parameter costs no thread. Executor() checks the
     # bounds before it starts its workers.
-    job = _prepare(graph, targets, on_error, callbacks, trace, progress, timeout, checkpoint)
-    capacity = _check_capacity("resources", resources)
+    job = prepare(graph, targets, options)
+    capacity = check_capacity("resources", options.resources)
     check_resources(job.plan, capacity)
     ex: Executor | None = None
     try:

@@ -7,28 +7,45 @@ so that all three accept and refuse the same things.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 from collections.abc import Hashable, Iterable, Mapping
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from .._core.graph import Graph
 from .._core.hooks import Hooks, callback_list
 from .._core.options import check_checkpoint_path
 from .._core.plan import Plan, plan_run
 
-if TYPE_CHECKING:
-    pass
-
-
 OnError = Literal["raise", "continue"]
+
+
+class RunOptions(NamedTuple):
+    """The options of one run, with their defaults: the one list of them.
+
+    :func:`dagexec.run` and :meth:`Executor.run` take them as keyword
+    parameters (a test checks their names and defaults against this record),
+    :meth:`Executor.submit` as ``**run_options``, the command line builds one;
+    all hand it to :func:`prepare`, which checks every field. A new run option
+    is added here, to those two signatures and to :func:`prepare`.
+    """
+
+    on_error: OnError = "raise"
+    callbacks: Iterable[object] = ()
+    trace: bool = False
+    progress: bool = False
+    resources: Mapping[str, float] | None = None
+    timeout: float | None = None
+    checkpoint: str | os.PathLike[str] | None = None
+
 
 # Ints above this cannot become a float (10**400): refused as capacities, not
 # left to overflow in the scheduler's sums mid-run.
 _LARGEST_EXACT = int(sys.float_info.max)
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
+def check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value < minimum:
@@ -53,7 +70,7 @@ def _check_flag(name: str, value: object) -> bool:
     return value
 
 
-def _check_capacity(name: str, resources: object) -> dict[str, float]:
+def check_capacity(name: str, resources: object) -> dict[str, float]:
     """Capacities as a fresh dict; each a number >= 0 (``math.inf``: unlimited)."""
     if resources is None:
         return {}
@@ -105,7 +122,7 @@ def _check_timeout(timeout: object) -> float | None:
     return None if timeout > threading.TIMEOUT_MAX else float(timeout)
 
 
-class _Job(NamedTuple):
+class Job(NamedTuple):
     """A run's checked parameters: everything needed to queue it."""
 
     plan: Plan
@@ -117,16 +134,7 @@ class _Job(NamedTuple):
     identities: list[bytes | None] | None
 
 
-def _prepare(
-    graph: object,
-    targets: Iterable[Hashable] | None,
-    on_error: object,
-    callbacks: object,
-    trace: object,
-    progress: object,
-    timeout: object = None,
-    checkpoint: object = None,
-) -> _Job:
+def prepare(graph: object, targets: Iterable[Hashable] | None, options: RunOptions) -> Job:
     """Check a run's parameters and plan it; starts no thread, reads targets once.
 
     Shared by :func:`run`, :meth:`Executor.run` and :meth:`Executor.submit`, so
@@ -136,12 +144,12 @@ def _prepare(
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
-    checked_on_error = _check_on_error(on_error)
-    checked_trace = _check_flag("trace", trace)
-    checked_timeout = _check_timeout(timeout)
-    path = check_checkpoint_path(checkpoint)
-    callback_objects = callback_list(callbacks)
-    if _check_flag("progress", progress):
+    on_error = _check_on_error(options.on_error)
+    trace = _check_flag("trace", options.trace)
+    timeout = _check_timeout(options.timeout)
+    path = check_checkpoint_path(options.checkpoint)
+    callback_objects = callback_list(options.callbacks)
+    if _check_flag("progress", options.progress):
         from .._observation.progress import ProgressBar
 
         callback_objects.append(ProgressBar())
@@ -152,16 +160,4 @@ def _prepare(
         from .._persist.resume import checkpoint_identities
 
         identities = checkpoint_identities(graph, plan)
-    return _Job(plan, hooks, checked_on_error, checked_trace, checked_timeout, path, identities)
-
-
-_RUN_DEFAULTS: dict[str, object] = {
-    "on_error": "raise",
-    "callbacks": (),
-    "trace": False,
-    "progress": False,
-    "resources": None,
-    "timeout": None,
-    "checkpoint": None,
-}
-_RUN_OPTIONS = tuple(_RUN_DEFAULTS)
+    return Job(plan, hooks, on_error, trace, timeout, path, identities)

@@ -311,7 +311,8 @@ def _write_pictures(result: Any, trace: str | None, gantt: str | None) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .._engine.oneshot import run
+    from .._engine.oneshot import run_with
+    from .._engine.run_checks import RunOptions
 
     for option, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--json", args.json)):
         check_output(option, path)
@@ -329,12 +330,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         bar = ProgressBar()
         callbacks.append(bar)
     try:
-        run(
-            graph,
-            targets,
-            workers=args.workers,
-            queue_cap=args.queue_cap,
-            max_in_flight=args.max_in_flight,
+        options = RunOptions(
             on_error=args.on_error,
             callbacks=callbacks,
             trace=bool(args.trace or args.gantt),
@@ -342,6 +338,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             resources=args.resources,
             timeout=args.timeout,
         )
+        run_with(graph, targets, options, args.workers, args.queue_cap, args.max_in_flight)
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()  # no run end comes after Ctrl-C: show it, give the streams back
