@@ -131,7 +131,13 @@ class _Encoder:
                 self.value(key, out)
                 self.value(item, out)
             out.append(b"}")
-        elif t is set or t is frozenset:
+        else:
+            self._uncommon(obj, t, out)
+
+    def _uncommon(self, obj: Any, t: type, out: list[bytes]) -> None:
+        """:meth:`value` for the types past the plain ones: sets, buffers, complex,
+        code, classes, functions and, last, anything pickle could reduce."""
+        if t is set or t is frozenset:
             parts = []
             for item in obj:
                 part: list[bytes] = []
@@ -284,32 +290,7 @@ class _Encoder:
                     out.append(b"E")
                 else:
                     self.lenient(contents, out)
-            namespace = fn.__globals__
-            for name in names:
-                found = namespace.get(name, namespace)  # namespace: "not there"
-                if found is namespace:
-                    continue  # a builtin, or not defined (yet)
-                kind = type(found)
-                if isinstance(found, (types.FunctionType, type)):
-                    # Its module's functions and classes (a class: its methods' code).
-                    if getattr(found, "__module__", None) == fn.__module__:
-                        self.value(name, out)
-                        out.append(self.function(found))
-                elif kind in _SIMPLE_GLOBALS:
-                    self.value(name, out)
-                    self.value(found, out)
-                elif (
-                    kind in _FROZEN_CONTAINERS
-                    or kind in copyreg.dispatch_table
-                    or (kind in _CONTAINERS and name.isupper())
-                ):
-                    # Constants that decide the value: EXTENSIONS = (".csv", ".tsv"),
-                    # PATTERN = re.compile(...), LIMITS = {...}. A mutable container
-                    # counts only under a constant's name (PEP 8: upper case): a
-                    # lower-case list is usually state the task appends to (a log
-                    # of calls), which would make it run again every time.
-                    self.value(name, out)
-                    self.lenient(found, out)
+            self._globals_parts(fn, names, out)
         elif isinstance(fn, functools.partial):
             out += [b"partial", self.function(fn.func)]
             out.append(self.strict(fn.args, "its partial's bound arguments", self.task))
@@ -327,13 +308,7 @@ class _Encoder:
             # edit to a helper method that __call__ or __init__ uses is seen too.
             out.append(b"class")
             self.value(fn, out)
-            for klass in fn.__mro__:
-                if not klass.__flags__ & _HEAPTYPE:
-                    continue  # a class written in C (object, dict): no Python code
-                for attr, member in sorted(vars(klass).items()):
-                    for part in _functions_of(member):
-                        self.value(attr, out)
-                        out.append(self.function(part))
+            self._methods_parts(fn, out)
         elif isinstance(fn, types.BuiltinFunctionType):
             out.append(b"builtin")
             self.value(fn.__module__, out)
@@ -350,6 +325,48 @@ class _Encoder:
             out.append(b"other")
             out.append(self.strict(fn, "its function", self.task))
         return out
+
+    def _methods_parts(self, cls: type, out: list[bytes]) -> None:
+        """Every method written in Python of ``cls`` and of its bases."""
+        for klass in cls.__mro__:
+            if not klass.__flags__ & _HEAPTYPE:
+                continue  # a class written in C (object, dict): no Python code
+            for attr, member in sorted(vars(klass).items()):
+                for part in _functions_of(member):
+                    self.value(attr, out)
+                    out.append(self.function(part))
+
+    def _globals_parts(
+        self, fn: types.FunctionType, names: tuple[str, ...], out: list[bytes]
+    ) -> None:
+        """The globals ``fn``'s code reads that decide its value: its module's own
+        functions and classes, simple values, and constants."""
+        namespace = fn.__globals__
+        for name in names:
+            found = namespace.get(name, namespace)  # namespace: "not there"
+            if found is namespace:
+                continue  # a builtin, or not defined (yet)
+            kind = type(found)
+            if isinstance(found, (types.FunctionType, type)):
+                # Its module's functions and classes (a class: its methods' code).
+                if getattr(found, "__module__", None) == fn.__module__:
+                    self.value(name, out)
+                    out.append(self.function(found))
+            elif kind in _SIMPLE_GLOBALS:
+                self.value(name, out)
+                self.value(found, out)
+            elif (
+                kind in _FROZEN_CONTAINERS
+                or kind in copyreg.dispatch_table
+                or (kind in _CONTAINERS and name.isupper())
+            ):
+                # Constants that decide the value: EXTENSIONS = (".csv", ".tsv"),
+                # PATTERN = re.compile(...), LIMITS = {...}. A mutable container
+                # counts only under a constant's name (PEP 8: upper case): a
+                # lower-case list is usually state the task appends to (a log
+                # of calls), which would make it run again every time.
+                self.value(name, out)
+                self.lenient(found, out)
 
 
 def _functions_of(member: object) -> list[types.FunctionType]:
@@ -460,6 +477,22 @@ def task_identities(
     return task_parts(names, fns, deps, args, kwargs, only=only).ids
 
 
+def _constants(
+    strict: Callable[[object, str, Hashable], bytes],
+    name: Hashable,
+    args: tuple[Any, ...] | None,
+    kwargs: Mapping[str, Any] | None,
+) -> bytes:
+    """The digest of a task's constant arguments (some are given)."""
+    constants = [b"a"]
+    if args:
+        constants.append(strict(tuple(args), "its constant arguments", name))
+    if kwargs:
+        constants.append(b"k")
+        constants.append(strict(sorted(kwargs.items()), "its constant keyword arguments", name))
+    return _digest(b"".join(constants))
+
+
 def task_parts(
     names: Sequence[Hashable],
     fns: Sequence[Callable[..., Any]],
@@ -490,16 +523,7 @@ def task_parts(
         code = function(fns[i])
         a = args[i] if args is not None else None
         k = kwargs[i] if kwargs is not None else None
-        if a or k:
-            constants = [b"a"]
-            if a:
-                constants.append(strict(tuple(a), "its constant arguments", name))
-            if k:
-                constants.append(b"k")
-                constants.append(strict(sorted(k.items()), "its constant keyword arguments", name))
-            consts = digest(b"".join(constants))
-        else:
-            consts = _NO_CONSTANTS
+        consts = _constants(strict, name, a, k) if a or k else _NO_CONSTANTS
         prefix = prefixes[i] = b"".join((key, code, consts))
         task_deps = deps[i]
         if len(task_deps) == 1:  # the commonest shape, without a list
