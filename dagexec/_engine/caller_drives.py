@@ -64,25 +64,7 @@ def run_here(executor: Executor, job: Job, capacity: Mapping[str, float]) -> Run
         while not executor._run_lock.acquire(timeout=_INTERRUPT_POLL_SECONDS):
             if sigint.fired:
                 raise KeyboardInterrupt
-        try:
-            if executor._closed:
-                raise RuntimeError("this Executor is shut down; create a new one to run")
-            if (
-                executor._abandoned is not None
-                or not all(f.done() for f in executor._pending)
-                or not executor._slot.acquire(blocking=False)
-            ):
-                run = None  # a queued or interrupted run goes first: queue behind it
-            else:
-                try:
-                    run = executor._new_run(job, job.plan, capacity, contextvars.copy_context())
-                    executor._last = (threading.current_thread(), weakref.ref(run))
-                    executor._driver = threading.get_ident()
-                except BaseException:
-                    executor._slot.release()
-                    raise
-        finally:
-            executor._run_lock.release()
+        run = _take_slot(executor, job, capacity)
         if run is not None:
             try:
                 sigint.abort = run.request_abort
@@ -121,6 +103,31 @@ def run_here(executor: Executor, job: Job, capacity: Mapping[str, float]) -> Run
     result = outcome.result
     assert result is not None
     return result
+
+
+def _take_slot(executor: Executor, job: Job, capacity: Mapping[str, float]) -> Run | None:
+    """With ``_run_lock`` held: take ``_slot`` and make the run, recorded as the
+    executor's last; or None if a queued or interrupted run must go first.
+    Lets ``_run_lock`` go either way."""
+    try:
+        if executor._closed:
+            raise RuntimeError("this Executor is shut down; create a new one to run")
+        if (
+            executor._abandoned is not None
+            or not all(f.done() for f in executor._pending)
+            or not executor._slot.acquire(blocking=False)
+        ):
+            return None  # a queued or interrupted run goes first: queue behind it
+        try:
+            run = executor._new_run(job, job.plan, capacity, contextvars.copy_context())
+            executor._last = (threading.current_thread(), weakref.ref(run))
+            executor._driver = threading.get_ident()
+        except BaseException:
+            executor._slot.release()
+            raise
+        return run
+    finally:
+        executor._run_lock.release()
 
 
 def _finish_elsewhere(executor: Executor, run: Run) -> None:
