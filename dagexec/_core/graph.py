@@ -91,6 +91,108 @@ class Task(NamedTuple):
     dep_params: tuple[str, ...] = ()
 
 
+def _check_new(index: Mapping[Hashable, int], name: Hashable, fn: object) -> None:
+    """A new task's name is hashable and not taken, and its fn is callable."""
+    try:
+        known = name in index
+    except TypeError:
+        raise TypeError(
+            f"task name must be hashable, got {type(name).__name__} {safe_repr(name)}"
+        ) from None
+    if known:
+        raise DuplicateTaskError(name)
+    if not callable(fn):
+        raise TypeError(
+            f"task {describe(name)}: fn must be callable, got {type(fn).__name__} {safe_repr(fn)}"
+        )
+
+
+def _check_over(name: Hashable, over: object) -> None:
+    """A map's ``over``: the name of a task, not the map's own."""
+    if not _hashable(over):
+        raise TypeError(
+            f"map {describe(name)}: over must be the name of a task (hashable), "
+            f"got {type(over).__name__} {safe_repr(over)}"
+        )
+    if _same_name(over, name):
+        raise ValueError(
+            f"map {describe(name)}: over={describe(over)} names the map itself; "
+            "over is the task whose value (a list, or any iterable) the map runs over"
+        )
+
+
+def _dep_ids(
+    index: Mapping[Hashable, int], name: Hashable, dep_names: tuple[Hashable, ...]
+) -> tuple[int, ...] | None:
+    """The dependencies' positions, when all of them were added before this task
+    (the usual order); None if one is added later, or never.
+
+    Looked up now, while they are fresh in the cache, validate has nothing left
+    to resolve and knows that no cycle passes through this task. The look-ups
+    also hash every name.
+    """
+    try:
+        if len(dep_names) == 1:  # the commonest shape, without a map object
+            return (index[dep_names[0]],)
+        return tuple(map(index.__getitem__, dep_names))
+    except KeyError:  # one is added later, or never: validate resolves them
+        _check_hashable(name, dep_names)  # the look-up stopped at the first miss
+        return None
+    except TypeError:
+        _check_hashable(name, dep_names)
+        raise
+
+
+def _bound_call(
+    name: Hashable,
+    fn: Callable[..., Any],
+    dep_names: tuple[Hashable, ...],
+    kw_deps: dict[str, Hashable] | None,
+    constants: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+    is_map: bool,
+) -> tuple[Callable[..., Any], Task]:
+    """A task with constants or keyword dependencies: what the worker calls
+    (checked against fn's signature now), and the task as the user wrote it."""
+    keywords = dict(kwargs or {})
+    kw_deps = kw_deps or {}
+    positional = dep_names[:1] if kw_deps and is_map else () if kw_deps else dep_names
+    check_call(name, fn, positional, kw_deps, constants, keywords)
+    dep_params = tuple(kw_deps)
+    call: Callable[..., Any]
+    if dep_params:
+        call = (ItemKeywordCall if is_map else KeywordCall)(fn, constants, keywords, dep_params)
+    else:
+        call = BoundCall(fn, constants, keywords)
+    return call, Task(name, fn, dep_names, constants, FrozenKwargs(keywords), dep_params)
+
+
+def _isolated(
+    name: Hashable,
+    fn: Callable[..., Any],
+    call: Callable[..., Any],
+    checked: CheckedOptions,
+    dep_names: tuple[Hashable, ...],
+    kw_deps: dict[str, Hashable] | None,
+) -> tuple[CheckedOptions, Callable[..., Any]]:
+    """An ``isolate=`` task: the worker thread hands the call to a child process
+    (isolate.py); the child must find fn by module and name, and the policy says
+    how it ran."""
+    policy = (checked.policy or Policy())._replace(
+        isolate=check_isolate(name, checked.given.isolate, fn)
+    )
+    checked = checked._replace(policy=policy)
+    isolated = IsolatedCall(
+        call,
+        name,
+        policy.isolate or "",
+        policy.timeout,
+        policy.cleanup,
+        dep_labels(fn, dep_names, kw_deps),
+    )
+    return checked, isolated
+
+
 class Graph:
     """A set of named tasks, each a function of the results of the tasks it depends on.
 
@@ -272,52 +374,16 @@ class Graph:
         """
         is_map = over is not _NO_OVER
         index = self._index
-        try:
-            known = name in index
-        except TypeError:
-            raise TypeError(
-                f"task name must be hashable, got {type(name).__name__} {safe_repr(name)}"
-            ) from None
-        if known:
-            raise DuplicateTaskError(name)
-        if not callable(fn):
-            raise TypeError(
-                f"task {describe(name)}: fn must be callable, got {type(fn).__name__} "
-                f"{safe_repr(fn)}"
-            )
+        _check_new(index, name, fn)
         kw_deps: dict[str, Hashable] | None = None
         if type(deps) is tuple:
             dep_names: tuple[Hashable, ...] = deps
         else:
             dep_names, kw_deps = check_deps(name, deps)
         if is_map:
-            if not _hashable(over):
-                raise TypeError(
-                    f"map {describe(name)}: over must be the name of a task (hashable), "
-                    f"got {type(over).__name__} {safe_repr(over)}"
-                )
-            if _same_name(over, name):
-                raise ValueError(
-                    f"map {describe(name)}: over={describe(over)} names the map itself; "
-                    "over is the task whose value (a list, or any iterable) the map runs over"
-                )
+            _check_over(name, over)
             dep_names = (over, *dep_names)
-        ids: tuple[int, ...] | None
-        try:
-            # The dependencies' positions, when all of them were added before this
-            # task (the usual order): looked up now, while they are fresh in the
-            # cache, validate has nothing left to resolve and knows that no cycle
-            # passes through this task. The look-ups also hash every name.
-            if len(dep_names) == 1:  # the commonest shape, without a map object
-                ids = (index[dep_names[0]],)
-            else:
-                ids = tuple(map(index.__getitem__, dep_names))
-        except KeyError:  # one is added later, or never: validate resolves them
-            _check_hashable(name, dep_names)  # the look-up stopped at the first miss
-            ids = None
-        except TypeError:
-            _check_hashable(name, dep_names)
-            raise
+        ids = _dep_ids(index, name, dep_names)
         constants = args if type(args) is tuple else check_args(name, args)
         if kwargs is not None:
             kwargs = check_kwargs(name, kwargs, kw_deps)
@@ -330,34 +396,10 @@ class Graph:
                 check_plain_call(name, fn, dep_names)
                 learned = counts | 1 << len(dep_names)
         else:
-            keywords = dict(kwargs or {})
-            kw_deps = kw_deps or {}
-            positional = dep_names[:1] if kw_deps and is_map else () if kw_deps else dep_names
-            check_call(name, fn, positional, kw_deps, constants, keywords)
-            dep_params = tuple(kw_deps)
-            if dep_params:
-                call = (ItemKeywordCall if is_map else KeywordCall)(
-                    fn, constants, keywords, dep_params
-                )
-            else:
-                call = BoundCall(fn, constants, keywords)
-            original = Task(name, fn, dep_names, constants, FrozenKwargs(keywords), dep_params)
+            call, original = _bound_call(name, fn, dep_names, kw_deps, constants, kwargs, is_map)
         checked = check_task_options(name, options, caller) if options else None
         if checked is not None and checked.given.isolate is not None:
-            # The worker thread hands the call to a child process (isolate.py): the
-            # child must find fn by module and name, and the policy says how it ran.
-            policy = (checked.policy or Policy())._replace(
-                isolate=check_isolate(name, checked.given.isolate, fn)
-            )
-            checked = checked._replace(policy=policy)
-            call = IsolatedCall(
-                call,
-                name,
-                policy.isolate or "",
-                policy.timeout,
-                policy.cleanup,
-                dep_labels(fn, dep_names, kw_deps),
-            )
+            checked, call = _isolated(name, fn, call, checked, dep_names, kw_deps)
             if original is None:  # graph[name].fn (and checkpoint identity): the user's fn
                 original = Task(name, fn, dep_names)
         watched = watch(fn, self._last_watch)
@@ -387,10 +429,8 @@ class Graph:
         # function watched for the loop-closure trap takes the second fast path,
         # which records what it reads.
         if learned:
-            if watched is None:
-                self._plain_calls[id(fn)] = learned
-            else:
-                self._watched_calls[id(fn)] = learned
+            calls = self._plain_calls if watched is None else self._watched_calls
+            calls[id(fn)] = learned
         self._compiled = None
         return name
 

@@ -79,13 +79,9 @@ class Balance:
         """
         # Plain loops, no comprehensions: each of those is a frame of its own (3.11),
         # and this runs once per dispatch round (it was ~2% of a no-op run's time).
-        held, queues, queue_cap, avoid = self.held, self.queues, self.queue_cap, self.avoid
+        held, avoid = self.held, self.avoid
         counts = [0] * len(held)
-        room = [queue_cap] * len(queues)
-        for w, q in enumerate(queues):
-            room[w] -= len(q)
-        for w in self.dead:
-            room[w] = 0
+        room = self._rooms()
         groups: tuple[Sequence[int], ...] = (self.workers,)
         if avoid:  # stalled workers last
             groups = ([w for w in self.workers if w not in avoid], sorted(avoid))
@@ -121,6 +117,16 @@ class Balance:
                         del load[w]
                 n -= step * len(lowest)
         return counts
+
+    def _rooms(self) -> list[int]:
+        """How many more tasks each inbox takes now (none for a dead worker)."""
+        queue_cap = self.queue_cap
+        room = [queue_cap] * len(self.queues)
+        for w, q in enumerate(self.queues):
+            room[w] -= len(q)
+        for w in self.dead:
+            room[w] = 0
+        return room
 
     def dispatched(self, worker: int, now: float, count: int = 1) -> None:
         """Note ``count`` tasks just put into ``worker``'s inbox."""
