@@ -588,7 +588,7 @@ class RunState:
         return self.gate is not None and self.gate.pending()
 
     # ------------------------------------------------------------------ finish
-    def returned(self, reports: list[tuple[Any, ...]], release: bool = True) -> None:
+    def returned(self, reports: list[tuple[Any, ...]], release: bool = True) -> None:  # noqa: C901  # issue 20 step 2 splits it (branch state)
         """Tasks that returned a value, as workers report them: ``(worker, task, kind,
         value, started, ended)``, in order. Each is DONE, its value kept if anyone
         needs it, its dependents one dependency nearer to ready; with ``release``,
