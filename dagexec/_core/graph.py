@@ -28,23 +28,24 @@ again, and checked for cycles, by validation.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
 
 from .bind import (
-    BoundCall,
-    ItemKeywordCall,
-    KeywordCall,
     callable_name,
-    check_call,
     check_plain_call,
 )
 from .closures import Snapshot, warn_loop_closures, watch
-from .errors import DuplicateTaskError, MissingDependencyError, describe
-from .isolate import IsolatedCall, check_isolate, dep_labels
+from .errors import DuplicateTaskError, MissingDependencyError
 from .item_names import item_dep_message, item_of, item_task_message
+from .new_task import (
+    Task,
+    bound_call,
+    check_new,
+    check_over,
+    dep_ids,
+    isolated_call,
+)
 from .options import (
-    NO_KWARGS,
-    FrozenKwargs,
     check_args,
     check_deps,
     check_kwargs,
@@ -65,132 +66,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Markers for "not given": g.map's name (decorator form) and a task's over (not a map).
 _NO_NAME: Any = object()
 _NO_OVER: Any = object()
-
-
-class Task(NamedTuple):
-    """One node: ``fn(*results_of(deps), *args, **kwargs)`` produces the value ``name``.
-
-    When ``deps`` was given as a mapping, ``dep_params`` holds the parameter each
-    dependency's value is passed to (``dep_params[i]`` receives ``deps[i]``), and
-    the call is ``fn(*args, **{dep_params[i]: result_of(deps[i])}, **kwargs)``.
-    ``fn``, ``args`` and ``kwargs`` are what you passed: constants stay inspectable.
-    For a map, ``deps[0]`` is ``over`` and the rest are its deps: ``dep_params``
-    then name ``deps[1:]``, and each item is called as ``fn(item, *args,
-    **{dep_params[i]: result_of(deps[i + 1])}, **kwargs)``.
-
-    A named tuple rather than a frozen dataclass: a million-task graph must build
-    in about a second (a frozen dataclass's ``__init__`` alone costs three times
-    as much).
-    """
-
-    name: Hashable
-    fn: Callable[..., Any]
-    deps: tuple[Hashable, ...]
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = NO_KWARGS
-    dep_params: tuple[str, ...] = ()
-
-
-def _check_new(index: Mapping[Hashable, int], name: Hashable, fn: object) -> None:
-    """A new task's name is hashable and not taken, and its fn is callable."""
-    try:
-        known = name in index
-    except TypeError:
-        raise TypeError(
-            f"task name must be hashable, got {type(name).__name__} {safe_repr(name)}"
-        ) from None
-    if known:
-        raise DuplicateTaskError(name)
-    if not callable(fn):
-        raise TypeError(
-            f"task {describe(name)}: fn must be callable, got {type(fn).__name__} {safe_repr(fn)}"
-        )
-
-
-def _check_over(name: Hashable, over: object) -> None:
-    """A map's ``over``: the name of a task, not the map's own."""
-    if not _hashable(over):
-        raise TypeError(
-            f"map {describe(name)}: over must be the name of a task (hashable), "
-            f"got {type(over).__name__} {safe_repr(over)}"
-        )
-    if _same_name(over, name):
-        raise ValueError(
-            f"map {describe(name)}: over={describe(over)} names the map itself; "
-            "over is the task whose value (a list, or any iterable) the map runs over"
-        )
-
-
-def _dep_ids(
-    index: Mapping[Hashable, int], name: Hashable, dep_names: tuple[Hashable, ...]
-) -> tuple[int, ...] | None:
-    """The dependencies' positions, when all of them were added before this task
-    (the usual order); None if one is added later, or never.
-
-    Looked up now, while they are fresh in the cache, validate has nothing left
-    to resolve and knows that no cycle passes through this task. The look-ups
-    also hash every name.
-    """
-    try:
-        if len(dep_names) == 1:  # the commonest shape, without a map object
-            return (index[dep_names[0]],)
-        return tuple(map(index.__getitem__, dep_names))
-    except KeyError:  # one is added later, or never: validate resolves them
-        _check_hashable(name, dep_names)  # the look-up stopped at the first miss
-        return None
-    except TypeError:
-        _check_hashable(name, dep_names)
-        raise
-
-
-def _bound_call(
-    name: Hashable,
-    fn: Callable[..., Any],
-    dep_names: tuple[Hashable, ...],
-    kw_deps: dict[str, Hashable] | None,
-    constants: tuple[Any, ...],
-    kwargs: Mapping[str, Any] | None,
-    is_map: bool,
-) -> tuple[Callable[..., Any], Task]:
-    """A task with constants or keyword dependencies: what the worker calls
-    (checked against fn's signature now), and the task as the user wrote it."""
-    keywords = dict(kwargs or {})
-    kw_deps = kw_deps or {}
-    positional = dep_names[:1] if kw_deps and is_map else () if kw_deps else dep_names
-    check_call(name, fn, positional, kw_deps, constants, keywords)
-    dep_params = tuple(kw_deps)
-    call: Callable[..., Any]
-    if dep_params:
-        call = (ItemKeywordCall if is_map else KeywordCall)(fn, constants, keywords, dep_params)
-    else:
-        call = BoundCall(fn, constants, keywords)
-    return call, Task(name, fn, dep_names, constants, FrozenKwargs(keywords), dep_params)
-
-
-def _isolated(
-    name: Hashable,
-    fn: Callable[..., Any],
-    call: Callable[..., Any],
-    checked: CheckedOptions,
-    dep_names: tuple[Hashable, ...],
-    kw_deps: dict[str, Hashable] | None,
-) -> tuple[CheckedOptions, Callable[..., Any]]:
-    """An ``isolate=`` task: the worker thread hands the call to a child process
-    (isolate.py); the child must find fn by module and name, and the policy says
-    how it ran."""
-    policy = (checked.policy or Policy())._replace(
-        isolate=check_isolate(name, checked.given.isolate, fn)
-    )
-    checked = checked._replace(policy=policy)
-    isolated = IsolatedCall(
-        call,
-        name,
-        policy.isolate or "",
-        policy.timeout,
-        policy.cleanup,
-        dep_labels(fn, dep_names, kw_deps),
-    )
-    return checked, isolated
 
 
 class Graph:
@@ -374,16 +249,16 @@ class Graph:
         """
         is_map = over is not _NO_OVER
         index = self._index
-        _check_new(index, name, fn)
+        check_new(index, name, fn)
         kw_deps: dict[str, Hashable] | None = None
         if type(deps) is tuple:
             dep_names: tuple[Hashable, ...] = deps
         else:
             dep_names, kw_deps = check_deps(name, deps)
         if is_map:
-            _check_over(name, over)
+            check_over(name, over)
             dep_names = (over, *dep_names)
-        ids = _dep_ids(index, name, dep_names)
+        ids = dep_ids(index, name, dep_names)
         constants = args if type(args) is tuple else check_args(name, args)
         if kwargs is not None:
             kwargs = check_kwargs(name, kwargs, kw_deps)
@@ -396,10 +271,10 @@ class Graph:
                 check_plain_call(name, fn, dep_names)
                 learned = counts | 1 << len(dep_names)
         else:
-            call, original = _bound_call(name, fn, dep_names, kw_deps, constants, kwargs, is_map)
+            call, original = bound_call(name, fn, dep_names, kw_deps, constants, kwargs, is_map)
         checked = check_task_options(name, options, caller) if options else None
         if checked is not None and checked.given.isolate is not None:
-            checked, call = _isolated(name, fn, call, checked, dep_names, kw_deps)
+            checked, call = isolated_call(name, fn, call, checked, dep_names, kw_deps)
             if original is None:  # graph[name].fn (and checkpoint identity): the user's fn
                 original = Task(name, fn, dep_names)
         watched = watch(fn, self._last_watch)
@@ -772,32 +647,3 @@ def _hash_keeping_dict() -> dict[Hashable, int]:
     index: dict[Hashable, int] = {marker: 0}
     del index[marker]
     return index
-
-
-def _same_name(a: object, b: object) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # a hostile name: the graph's own checks report it
-        return False
-
-
-def _check_hashable(task: Hashable, dep_names: tuple[Hashable, ...]) -> None:
-    """Raise the add-time ``TypeError`` naming the first unhashable dependency name."""
-    try:
-        hash(dep_names)  # one C call checks every dependency name
-    except TypeError:
-        bad = next((d for d in dep_names if not _hashable(d)), None)
-        if bad is None:  # a name whose hash fails only sometimes: its own error
-            raise
-        raise TypeError(
-            f"task {describe(task)}: dependency names must be hashable, got "
-            f"{type(bad).__name__} {safe_repr(bad)}"
-        ) from None
-
-
-def _hashable(value: object) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
