@@ -5,23 +5,10 @@ waits until the first run has finished. The bounds are a property of the
 executor's workers and inboxes, so letting two runs share them would make the
 bounds of each meaningless. Whoever drives a run holds ``_slot``.
 
-Who drives a run:
-
-* A plain :meth:`Executor.run` (no callbacks, no ``timeout``, no checkpoint,
-  nothing queued before it) is driven by the calling thread itself: handing the
-  run to another thread and waiting for it cost two thread hand-offs, about a
-  third of a small run. Ctrl-C must not raise inside the driver, so on the main
-  thread SIGINT is turned into a stop request meanwhile (:mod:`dagexec._engine.sigint`);
-  after one, the caller raises ``KeyboardInterrupt`` at once (once the run's
-  cleanup tasks have run, if it has any: a second Ctrl-C abandons them) and a
-  thread of the run's own waits for the tasks still running.
-* Every other run is handed to the executor's scheduler thread (one per
-  executor, started with the first such run, reused by every later one) and
-  the caller waits for it with a timeout, so a ``KeyboardInterrupt`` is seen
-  within :data:`_INTERRUPT_POLL_SECONDS` even when it was raised with
-  ``_thread.interrupt_main()``, which does not wake a thread blocked on a lock.
-  There the scheduler thread stays free of the caller: a callback that blocks
-  it cannot delay the caller's Ctrl-C.
+Who drives a run: a plain :meth:`Executor.run` is driven by the calling
+thread itself (:mod:`.caller_drives`); every other run is handed to the
+executor's scheduler thread (:mod:`.submission`). The run's parameters are
+checked in :mod:`.run_checks`, the workers ended by :mod:`.stopper`.
 """
 
 from __future__ import annotations
@@ -54,11 +41,10 @@ from .run_checks import (
 from .scheduler import Run
 from .stopper import _Stopper
 from .submission import (
-    _CANCEL_WAIT_SECONDS,
     _INTERRUPT_POLL_SECONDS,
     _Ending,
     _scheduler_loop,
-    _stay_for_cleanup,
+    _stop_interrupted,
     _Submission,
     _time_out,
     _wait_unless_never_started,
@@ -409,17 +395,7 @@ class Executor:
             # start beside this one.
             submission, run = holder[0]
             self._abandoned = (self._scheduler, submission)
-            started = submission.future._cancel()
-            # The interrupt may have come before the put: queue it again (a
-            # submission that already began ignores the second call), so that
-            # it surely ends, cancelling everything at once.
-            self._runs.put(submission)
-            if started:  # else it never starts: nothing to wait for (say, behind
-                # another thread's run)
-                if isinstance(exc, KeyboardInterrupt) and run.state.cleanup is not None:
-                    _stay_for_cleanup(run)
-                else:
-                    run.cancelled.wait(_CANCEL_WAIT_SECONDS)
+            _stop_interrupted(submission, run, self._runs, exc)
             raise
         del submission, holder, done, run
         try:

@@ -1,8 +1,15 @@
 """A run handed to the executor's scheduler thread, and the waits around it.
 
-The scheduler thread takes queued runs one at a time (:func:`_scheduler_loop`);
-a run's ``timeout`` and a caller's Ctrl-C stop it from outside (:func:`_time_out`,
-:func:`_stay_for_cleanup`).
+Every run that its caller does not drive itself (see :mod:`.caller_drives`) is
+handed to the executor's scheduler thread (one per executor, started with the
+first such run, reused by every later one), which takes them one at a time
+(:func:`_scheduler_loop`). The caller waits for it with a timeout, so a
+``KeyboardInterrupt`` is seen within :data:`_INTERRUPT_POLL_SECONDS` even when
+it was raised with ``_thread.interrupt_main()``, which does not wake a thread
+blocked on a lock. There the scheduler thread stays free of the caller: a
+callback that blocks it cannot delay the caller's Ctrl-C. A run's ``timeout``
+and a caller's Ctrl-C stop it from outside (:func:`_time_out`,
+:func:`_stop_interrupted`).
 """
 
 from __future__ import annotations
@@ -122,6 +129,28 @@ class _Submission:
                 future._finish(None, RuntimeError("dagexec: the run ended without an outcome"))
             self.finished.set()
             del future, self
+
+
+def _stop_interrupted(
+    submission: _Submission,
+    run: Run,
+    runs: queue.SimpleQueue[_Submission | None],
+    exc: BaseException,
+) -> None:
+    """A caller waiting for its queued run was interrupted by ``exc``: cancel what
+    is queued and wait until nothing of it will start (or, after a Ctrl-C, for
+    its cleanup tasks); the tasks running finish in the background."""
+    started = submission.future._cancel()
+    # The interrupt may have come before the put: queue it again (a submission
+    # that already began ignores the second call), so that it surely ends,
+    # cancelling everything at once.
+    runs.put(submission)
+    if started:  # else it never starts: nothing to wait for (say, behind another
+        # thread's run)
+        if isinstance(exc, KeyboardInterrupt) and run.state.cleanup is not None:
+            _stay_for_cleanup(run)
+        else:
+            run.cancelled.wait(_CANCEL_WAIT_SECONDS)
 
 
 def _stay_for_cleanup(run: Run) -> None:
