@@ -81,7 +81,10 @@ class Balance:
         # and this runs once per dispatch round (it was ~2% of a no-op run's time).
         held, avoid = self.held, self.avoid
         counts = [0] * len(held)
-        room = self._rooms()
+        # Each inbox's room, in two C-level passes (no frame, no call per worker).
+        room = list(map(self.queue_cap.__sub__, map(len, self.queues)))
+        for w in self.dead:
+            room[w] = 0
         groups: tuple[Sequence[int], ...] = (self.workers,)
         if avoid:  # stalled workers last
             groups = ([w for w in self.workers if w not in avoid], sorted(avoid))
@@ -117,16 +120,6 @@ class Balance:
                         del load[w]
                 n -= step * len(lowest)
         return counts
-
-    def _rooms(self) -> list[int]:
-        """How many more tasks each inbox takes now (none for a dead worker)."""
-        queue_cap = self.queue_cap
-        room = [queue_cap] * len(self.queues)
-        for w, q in enumerate(self.queues):
-            room[w] -= len(q)
-        for w in self.dead:
-            room[w] = 0
-        return room
 
     def dispatched(self, worker: int, now: float, count: int = 1) -> None:
         """Note ``count`` tasks just put into ``worker``'s inbox."""
