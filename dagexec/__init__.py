@@ -27,8 +27,9 @@ from ._core.hooks import Callback, PlanInfo
 from ._core.policy import MISSING, CurrentTask, Missing, current_task
 from ._core.result import RunResult, RunStats, StatusMap, TaskState, TraceRecord
 from ._core.version import __version__ as __version__
-from ._engine.executor import Executor, run
+from ._engine.executor import Executor
 from ._engine.future import RunFuture
+from ._engine.oneshot import run
 from ._observation.progress import ProgressBar
 from ._persist.explain import explain
 

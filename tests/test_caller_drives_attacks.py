@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import dagexec
+import dagexec._engine.caller_drives as caller_drives_module
 import dagexec._engine.executor as executor_module
 from dagexec._engine.scheduler import Run
 from dagexec.testing import Gate
@@ -62,7 +63,7 @@ def test_ctrl_c_just_after_the_slot_is_taken_leaves_the_executor_usable(
         **{k: getattr(real, k) for k in dir(real) if not k.startswith("__")}
     )
     proxy.get_ident = get_ident
-    monkeypatch.setattr(executor_module, "threading", proxy)
+    monkeypatch.setattr(caller_drives_module, "threading", proxy)
     with pytest.raises(KeyboardInterrupt):
         ex.run(fan())
     monkeypatch.undo()

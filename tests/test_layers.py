@@ -57,6 +57,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("_state.cleanup_gate", "_state.runstate"): (
         "a CleanupGate is owned by one RunState and reads its columns (TYPE_CHECKING only)"
     ),
+    ("_engine.caller_drives", "_engine.executor"): (
+        "the caller-driven path is Executor.run's, moved out for size: it takes the "
+        "Executor whose locks and slot it holds (TYPE_CHECKING only)"
+    ),
     ("_engine.items", "_engine.driver"): (
         "the item builders take the Driver they fill (TYPE_CHECKING only)"
     ),

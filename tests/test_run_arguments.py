@@ -173,3 +173,26 @@ def test_a_callback_object_or_a_generator_of_them_is_accepted_in_a_list() -> Non
 
     dagexec.run(diamond(), workers=1, callbacks=(cb for cb in [Ends()]))
     assert sorted(ended, key=str) == ["norm", "raw", "report", "side"]
+
+
+def test_the_run_options_are_those_of_the_one_record() -> None:
+    """RunOptions is the one list of run options: dagexec.run and Executor.run
+    spell them as keyword parameters, and must not drift from it (a new option
+    added to the record but not to a signature, or a default changed in one
+    place, fails here); submit() accepts exactly its fields."""
+    import inspect
+
+    from dagexec._engine.run_checks import RunOptions
+
+    record = dict(RunOptions._field_defaults)
+    assert list(record) == list(RunOptions._fields)  # every field has its default
+    for function in (dagexec.run, dagexec.Executor.run):
+        parameters = inspect.signature(function).parameters
+        spelled = {
+            name: p.default
+            for name, p in parameters.items()
+            if p.kind is p.KEYWORD_ONLY and name not in ("workers", "queue_cap", "max_in_flight")
+        }
+        assert spelled == record, function.__qualname__
+    with dagexec.Executor(workers=1) as ex, pytest.raises(TypeError, match="unknown run options"):
+        ex.submit(diamond(), retries=2)

@@ -28,23 +28,24 @@ again, and checked for cycles, by validation.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
 
 from .bind import (
-    BoundCall,
-    ItemKeywordCall,
-    KeywordCall,
     callable_name,
-    check_call,
     check_plain_call,
 )
 from .closures import Snapshot, warn_loop_closures, watch
-from .errors import DuplicateTaskError, MissingDependencyError, describe
-from .isolate import IsolatedCall, check_isolate, dep_labels
+from .errors import DuplicateTaskError, MissingDependencyError
 from .item_names import item_dep_message, item_of, item_task_message
+from .new_task import (
+    Task,
+    bound_call,
+    check_new,
+    check_over,
+    dep_ids,
+    isolated_call,
+)
 from .options import (
-    NO_KWARGS,
-    FrozenKwargs,
     check_args,
     check_deps,
     check_kwargs,
@@ -65,30 +66,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Markers for "not given": g.map's name (decorator form) and a task's over (not a map).
 _NO_NAME: Any = object()
 _NO_OVER: Any = object()
-
-
-class Task(NamedTuple):
-    """One node: ``fn(*results_of(deps), *args, **kwargs)`` produces the value ``name``.
-
-    When ``deps`` was given as a mapping, ``dep_params`` holds the parameter each
-    dependency's value is passed to (``dep_params[i]`` receives ``deps[i]``), and
-    the call is ``fn(*args, **{dep_params[i]: result_of(deps[i])}, **kwargs)``.
-    ``fn``, ``args`` and ``kwargs`` are what you passed: constants stay inspectable.
-    For a map, ``deps[0]`` is ``over`` and the rest are its deps: ``dep_params``
-    then name ``deps[1:]``, and each item is called as ``fn(item, *args,
-    **{dep_params[i]: result_of(deps[i + 1])}, **kwargs)``.
-
-    A named tuple rather than a frozen dataclass: a million-task graph must build
-    in about a second (a frozen dataclass's ``__init__`` alone costs three times
-    as much).
-    """
-
-    name: Hashable
-    fn: Callable[..., Any]
-    deps: tuple[Hashable, ...]
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = NO_KWARGS
-    dep_params: tuple[str, ...] = ()
 
 
 class Graph:
@@ -272,52 +249,16 @@ class Graph:
         """
         is_map = over is not _NO_OVER
         index = self._index
-        try:
-            known = name in index
-        except TypeError:
-            raise TypeError(
-                f"task name must be hashable, got {type(name).__name__} {safe_repr(name)}"
-            ) from None
-        if known:
-            raise DuplicateTaskError(name)
-        if not callable(fn):
-            raise TypeError(
-                f"task {describe(name)}: fn must be callable, got {type(fn).__name__} "
-                f"{safe_repr(fn)}"
-            )
+        check_new(index, name, fn)
         kw_deps: dict[str, Hashable] | None = None
         if type(deps) is tuple:
             dep_names: tuple[Hashable, ...] = deps
         else:
             dep_names, kw_deps = check_deps(name, deps)
         if is_map:
-            if not _hashable(over):
-                raise TypeError(
-                    f"map {describe(name)}: over must be the name of a task (hashable), "
-                    f"got {type(over).__name__} {safe_repr(over)}"
-                )
-            if _same_name(over, name):
-                raise ValueError(
-                    f"map {describe(name)}: over={describe(over)} names the map itself; "
-                    "over is the task whose value (a list, or any iterable) the map runs over"
-                )
+            check_over(name, over)
             dep_names = (over, *dep_names)
-        ids: tuple[int, ...] | None
-        try:
-            # The dependencies' positions, when all of them were added before this
-            # task (the usual order): looked up now, while they are fresh in the
-            # cache, validate has nothing left to resolve and knows that no cycle
-            # passes through this task. The look-ups also hash every name.
-            if len(dep_names) == 1:  # the commonest shape, without a map object
-                ids = (index[dep_names[0]],)
-            else:
-                ids = tuple(map(index.__getitem__, dep_names))
-        except KeyError:  # one is added later, or never: validate resolves them
-            _check_hashable(name, dep_names)  # the look-up stopped at the first miss
-            ids = None
-        except TypeError:
-            _check_hashable(name, dep_names)
-            raise
+        ids = dep_ids(index, name, dep_names)
         constants = args if type(args) is tuple else check_args(name, args)
         if kwargs is not None:
             kwargs = check_kwargs(name, kwargs, kw_deps)
@@ -330,34 +271,10 @@ class Graph:
                 check_plain_call(name, fn, dep_names)
                 learned = counts | 1 << len(dep_names)
         else:
-            keywords = dict(kwargs or {})
-            kw_deps = kw_deps or {}
-            positional = dep_names[:1] if kw_deps and is_map else () if kw_deps else dep_names
-            check_call(name, fn, positional, kw_deps, constants, keywords)
-            dep_params = tuple(kw_deps)
-            if dep_params:
-                call = (ItemKeywordCall if is_map else KeywordCall)(
-                    fn, constants, keywords, dep_params
-                )
-            else:
-                call = BoundCall(fn, constants, keywords)
-            original = Task(name, fn, dep_names, constants, FrozenKwargs(keywords), dep_params)
+            call, original = bound_call(name, fn, dep_names, kw_deps, constants, kwargs, is_map)
         checked = check_task_options(name, options, caller) if options else None
         if checked is not None and checked.given.isolate is not None:
-            # The worker thread hands the call to a child process (isolate.py): the
-            # child must find fn by module and name, and the policy says how it ran.
-            policy = (checked.policy or Policy())._replace(
-                isolate=check_isolate(name, checked.given.isolate, fn)
-            )
-            checked = checked._replace(policy=policy)
-            call = IsolatedCall(
-                call,
-                name,
-                policy.isolate or "",
-                policy.timeout,
-                policy.cleanup,
-                dep_labels(fn, dep_names, kw_deps),
-            )
+            checked, call = isolated_call(name, fn, call, checked, dep_names, kw_deps)
             if original is None:  # graph[name].fn (and checkpoint identity): the user's fn
                 original = Task(name, fn, dep_names)
         watched = watch(fn, self._last_watch)
@@ -387,10 +304,8 @@ class Graph:
         # function watched for the loop-closure trap takes the second fast path,
         # which records what it reads.
         if learned:
-            if watched is None:
-                self._plain_calls[id(fn)] = learned
-            else:
-                self._watched_calls[id(fn)] = learned
+            calls = self._plain_calls if watched is None else self._watched_calls
+            calls[id(fn)] = learned
         self._compiled = None
         return name
 
@@ -732,32 +647,3 @@ def _hash_keeping_dict() -> dict[Hashable, int]:
     index: dict[Hashable, int] = {marker: 0}
     del index[marker]
     return index
-
-
-def _same_name(a: object, b: object) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # a hostile name: the graph's own checks report it
-        return False
-
-
-def _check_hashable(task: Hashable, dep_names: tuple[Hashable, ...]) -> None:
-    """Raise the add-time ``TypeError`` naming the first unhashable dependency name."""
-    try:
-        hash(dep_names)  # one C call checks every dependency name
-    except TypeError:
-        bad = next((d for d in dep_names if not _hashable(d)), None)
-        if bad is None:  # a name whose hash fails only sometimes: its own error
-            raise
-        raise TypeError(
-            f"task {describe(task)}: dependency names must be hashable, got "
-            f"{type(bad).__name__} {safe_repr(bad)}"
-        ) from None
-
-
-def _hashable(value: object) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True

@@ -204,15 +204,21 @@ class Hooks:
         self.map_expand = tuple(found["on_map_expand"])
         self.run_end = tuple(found["on_run_end"])
 
-    def __bool__(self) -> bool:
+    @property
+    def per_task(self) -> bool:
+        """Whether a hook called for each task (or map) is set: every hook but
+        ``on_run_start`` and ``on_run_end``. Only then must the run report each
+        task's events, so the list of such hooks lives here, next to them: a new
+        per-task hook added to this class is not silently left unobserved."""
         return bool(
-            self.run_start
-            or self.task_dispatch
+            self.task_dispatch
             or self.task_start
             or self.task_end
             or self.task_retry
             or self.task_timeout
             or self.attempt_release
             or self.map_expand
-            or self.run_end
         )
+
+    def __bool__(self) -> bool:
+        return bool(self.run_start or self.run_end) or self.per_task

@@ -242,6 +242,18 @@ def _chain_links(
             links[i] = users[0]
     for t in targets:  # a target's value is wanted: it must come back on its own
         links[t] = -1
+    _cut_links(links, needs, maps, policy, priority)
+    return tuple(links)
+
+
+def _cut_links(
+    links: list[int],
+    needs: tuple[tuple[tuple[str, float], ...], ...] | None,
+    maps: frozenset[int] | None,
+    policy: tuple[Policy | None, ...] | None,
+    priority: tuple[int, ...] | None,
+) -> None:
+    """Unlink, in place, the links that a task's own options forbid (see each)."""
     if maps is not None:
         # A map's value is assembled by the scheduler from its items: it is never
         # part of a chain, either end.
@@ -268,7 +280,6 @@ def _chain_links(
         for i, j in enumerate(links):
             if j >= 0 and (policy[i] is not None or policy[j] is not None):
                 links[i] = -1
-    return tuple(links)
 
 
 def _whole_plan(compiled: CompiledGraph) -> Plan:

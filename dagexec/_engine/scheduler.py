@@ -171,15 +171,7 @@ class Run(Driver):
         self.detachable = self.detached = False  # see main()
         self.escaped: BaseException | None = None  # see main()
         self.wake_every: float | None = None
-        observed = trace or bool(
-            hooks.task_end
-            or hooks.task_dispatch
-            or hooks.task_start
-            or hooks.map_expand
-            or hooks.task_retry
-            or hooks.task_timeout
-            or hooks.attempt_release
-        )
+        observed = trace or hooks.per_task
         self.state = state = RunState(
             plan,
             on_error=on_error,
@@ -278,7 +270,7 @@ class Run(Driver):
         self.cancelled.set()
         self.finished.set()
         # A queued run's caller is released by the run's future, once the
-        # scheduler thread has let go of the run (_executor._Submission.main).
+        # scheduler thread has let go of the run (submission._Submission.main).
 
     def _drain_after_error(self) -> None:
         """Stop the run without trusting its (possibly inconsistent) state; never raises.

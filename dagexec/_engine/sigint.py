@@ -35,7 +35,7 @@ _setsignal: Callable[[int, object], object] = _signal.signal
 # How long the driver may block before it looks for an interrupt. A real SIGINT
 # wakes its wait at once; ``_thread.interrupt_main()`` wakes nothing, so its
 # handler runs only when the wait times out. The same as Executor.run's
-# waiting caller (_executor._INTERRUPT_POLL_SECONDS).
+# waiting caller (submission._INTERRUPT_POLL_SECONDS).
 _WAKE_EVERY_SECONDS = 0.05
 
 

@@ -36,7 +36,7 @@ import argparse
 import json
 import sys
 from collections.abc import Hashable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._core.errors import DagexecError
 from .._core.graph import Graph
@@ -63,6 +63,9 @@ from .cli_options import (
     seconds,
 )
 from .cli_tally import RunTally, summary_table
+
+if TYPE_CHECKING:
+    from .._observation.progress import ProgressBar
 
 __all__ = ["main"]
 
@@ -311,8 +314,6 @@ def _write_pictures(result: Any, trace: str | None, gantt: str | None) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .._engine.executor import run
-
     for option, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--json", args.json)):
         check_output(option, path)
     graph = load_graph(*args.spec, full_traceback=args.traceback)
@@ -321,20 +322,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
     keep = _Keep()
     tally = RunTally()
     tally.checkpoint = bool(args.checkpoint)
-    callbacks: list[Any] = [keep, tally]
     bar = None
     if args.progress:
         from .._observation.progress import ProgressBar
 
         bar = ProgressBar()
-        callbacks.append(bar)
+    _run_reporting_failures(args, graph, targets, keep, tally, bar)
+    result = keep.result
+    print(summary_table(tally.freeze(), result))
+    _report(args, graph, targets, result)
+    return 0
+
+
+def _run_reporting_failures(
+    args: argparse.Namespace,
+    graph: Graph,
+    targets: list[Hashable] | None,
+    keep: _Keep,
+    tally: RunTally,
+    bar: ProgressBar | None,
+) -> None:
+    """Run the graph, its result kept by ``keep``, counted by ``tally``, shown by ``bar``.
+
+    A failure before any task ran, Ctrl-C or the run's timeout becomes the
+    summary so far and a :class:`Fail` naming the fix; a task's failure is
+    left in ``keep.result`` for the report.
+    """
+    callbacks: list[object] = [keep, tally] if bar is None else [keep, tally, bar]
+    from .._engine.oneshot import run_with
+    from .._engine.run_checks import RunOptions
+
     try:
-        run(
-            graph,
-            targets,
-            workers=args.workers,
-            queue_cap=args.queue_cap,
-            max_in_flight=args.max_in_flight,
+        options = RunOptions(
             on_error=args.on_error,
             callbacks=callbacks,
             trace=bool(args.trace or args.gantt),
@@ -342,6 +361,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             resources=args.resources,
             timeout=args.timeout,
         )
+        run_with(graph, targets, options, args.workers, args.queue_cap, args.max_in_flight)
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()  # no run end comes after Ctrl-C: show it, give the streams back
@@ -372,8 +392,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # end the command with the task's exit code, or silently with 0.
         if keep.result is None:
             raise Fail(f"{type(exc).__name__}: {safe_str(exc)}") from exc
-    result = keep.result
-    print(summary_table(tally.freeze(), result))
+
+
+def _report(
+    args: argparse.Namespace, graph: Graph, targets: list[Hashable] | None, result: Any
+) -> None:
+    """Print the values and pictures asked for; fail if a task failed."""
     wanted = graph.sinks() if targets is None else targets
     if args.print_values or args.print_full:
         print_values(result, wanted, full=args.print_full)
@@ -394,7 +418,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         write_tracebacks(dict(result.errors), args.traceback)
         raise Fail(failure_line(dict(result.errors), result.stats.tasks_planned))
-    return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:

@@ -73,19 +73,26 @@ class Observer:
             elif kind == START:
                 if hooks.task_start:
                     self.call(hooks.task_start, names[event.task], event.worker)
-            elif kind == RELEASE:
-                if hooks.attempt_release:
-                    how = RELEASE_HOW[event.state]
-                    self.call(hooks.attempt_release, names[event.task], event.attempt, how)
-            elif kind == EXPAND:
-                if hooks.map_expand:
-                    self.call(hooks.map_expand, names[event.task], event.state)
-            elif kind == RETRY:
-                if hooks.task_retry:
-                    self.call(hooks.task_retry, names[event.task], event.attempt)
-            elif kind == TIMEOUT and hooks.task_timeout:
-                self.call(hooks.task_timeout, names[event.task], event.attempt)
+            else:
+                self._other(event)
         events.clear()
+
+    def _other(self, event: Event) -> None:
+        """An event of the kinds not seen once per task: a release, a map's
+        expansion, a retry, a timeout (off the path of END, DISPATCH and START)."""
+        hooks, name, kind = self.hooks, self.names[event.task], event.kind
+        if kind == RELEASE:
+            if hooks.attempt_release:
+                how = RELEASE_HOW[event.state]
+                self.call(hooks.attempt_release, name, event.attempt, how)
+        elif kind == EXPAND:
+            if hooks.map_expand:
+                self.call(hooks.map_expand, name, event.state)
+        elif kind == RETRY:
+            if hooks.task_retry:
+                self.call(hooks.task_retry, name, event.attempt)
+        elif kind == TIMEOUT and hooks.task_timeout:
+            self.call(hooks.task_timeout, name, event.attempt)
 
     def call(self, hooks: tuple[Callable[..., Any], ...], *args: Any) -> None:
         """Call each hook; one that raises stops the run like a failing task."""

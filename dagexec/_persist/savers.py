@@ -46,7 +46,8 @@ from .._core.current import running_here
 from .._core.loads import LoadedDuringRun
 from .._core.policy import MISSING, Policy, current_task
 from .checkpoint import CheckpointStore, StoreClosedError, describe_safely, pickle_value
-from .identity import _digest, code_of, combine, constants_of, key_of, value_digest
+from .encoding import _digest
+from .identity import code_of, combine, constants_of, key_of, value_digest
 
 __all__ = [
     "MAP",

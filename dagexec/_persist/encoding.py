@@ -1,0 +1,344 @@
+"""Canonical bytes of a value or a function: what task identities are made of.
+
+The rules (what is covered, what is not, and why) are in :mod:`.identity`;
+this module encodes one value or function at a time, memoising functions and
+code objects for the graph being identified.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import functools
+import hashlib
+import pickle
+import struct
+import types
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+from .checkpoint import CheckpointError, describe_safely
+
+_PERSON = b"dagexec-task-2"  # bump when the encoding changes: old checkpoints then miss
+_PROTOCOL = 5
+# Bytes longer than this are encoded by their digest. Lower saves memory on more
+# values but hashes more small ones twice; higher copies large ones into the join.
+_LONG_BYTES = 4096
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set for classes created by a class statement
+_SIMPLE_GLOBALS = (type(None), bool, int, float, complex, str, bytes)
+_FROZEN_CONTAINERS = (tuple, frozenset)
+_CONTAINERS = (list, dict, set)
+_pack_d = struct.Struct("<d").pack
+_pack_dd = struct.Struct("<dd").pack
+
+
+class _Unencodable(Exception):
+    """An object that has no stable encoding; carries the reason."""
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16, person=_PERSON).digest()
+
+
+class _Encoder:
+    """Canonical bytes for values, functions and code, memoised for one computation.
+
+    Memo tables are keyed by ``id()`` but also hold the object, so an id is never
+    reused by another object while the table lives.
+    """
+
+    def __init__(self) -> None:
+        self.functions: dict[int, tuple[object, bytes]] = {}
+        self.codes: dict[int, tuple[types.CodeType, bytes, tuple[str, ...]]] = {}
+        self.active: set[int] = set()  # functions being fingerprinted (recursion)
+        self.cuts = 0  # recursion markers emitted; a digest with one is not memoised
+        self.task: Hashable = None  # the task being identified, for error messages
+
+    # -- values ---------------------------------------------------------------------
+
+    def value(self, obj: Any, out: list[bytes]) -> None:
+        """Append ``obj``'s canonical encoding to ``out``; raise _Unencodable if none."""
+        t = type(obj)
+        if t is str:
+            data = obj.encode("utf-8", "surrogatepass")
+            out.append(b"s%d:" % len(data))
+            out.append(data)
+        elif t is int:
+            out.append(b"i%x;" % obj)  # hex: not subject to int's str() digit limit
+        elif obj is None:
+            out.append(b"N")
+        elif t is bool:
+            out.append(b"T" if obj else b"F")
+        elif t is float:
+            out.append(b"f" + _pack_d(obj))
+        elif t is bytes:
+            if len(obj) > _LONG_BYTES:  # digest it now: joining a copy would double it
+                out.append(b"B" + hashlib.blake2b(obj, digest_size=32).digest())
+            else:
+                out.append(b"b%d:" % len(obj))
+                out.append(obj)
+        elif t is tuple or t is list:
+            out.append(b"(" if t is tuple else b"[")
+            for item in obj:
+                self.value(item, out)
+            out.append(b")")
+        elif t is dict:
+            out.append(b"{")
+            for key, item in obj.items():
+                self.value(key, out)
+                self.value(item, out)
+            out.append(b"}")
+        else:
+            self._uncommon(obj, t, out)
+
+    def _uncommon(self, obj: Any, t: type, out: list[bytes]) -> None:
+        """:meth:`value` for the types past the plain ones: sets, buffers, complex,
+        code, classes, functions and, last, anything pickle could reduce."""
+        if t is set or t is frozenset:
+            parts = []
+            for item in obj:
+                part: list[bytes] = []
+                self.value(item, part)
+                parts.append(b"".join(part))
+            parts.sort()  # iteration order follows str hashes, which vary per process
+            out.append(b"<%d:" % len(parts) if t is set else b">%d:" % len(parts))
+            out.extend(parts)
+        elif t is pickle.PickleBuffer:  # protocol 5 out-of-band data (numpy arrays)
+            try:
+                view = obj.raw()
+            except BufferError as exc:
+                raise _Unencodable(f"BufferError: {exc}") from exc
+            out.append(b"B" + hashlib.blake2b(view, digest_size=32).digest())
+        elif t is complex:
+            out.append(b"c" + _pack_dd(obj.real, obj.imag))
+        elif isinstance(obj, types.CodeType):
+            out.append(b"K" + self.code(obj)[0])
+        elif isinstance(obj, type):
+            out.append(b"C")
+            self.value(getattr(obj, "__module__", None), out)
+            self.value(obj.__qualname__, out)
+        elif callable(obj) and isinstance(obj, _FUNCTION_TYPES):
+            out.append(b"X" + self.function(obj))
+        else:
+            self._reduced(obj, out)
+
+    def _reduced(self, obj: object, out: list[bytes]) -> None:
+        # What pickle would save, but encoded canonically (sets sorted). Like
+        # pickle, a reducer registered with copyreg comes first: re.Pattern has
+        # no __reduce_ex__ of its own that works, only copyreg's.
+        try:
+            reducer = copyreg.dispatch_table.get(type(obj))
+            reduced = reducer(obj) if reducer is not None else obj.__reduce_ex__(_PROTOCOL)
+        except Exception as exc:
+            raise _Unencodable(f"{type(exc).__name__}: {exc}") from exc
+        if isinstance(reduced, str):  # a global, pickled by name
+            out.append(b"G")
+            self.value(getattr(obj, "__module__", None), out)
+            self.value(reduced, out)
+            return
+        out.append(b"R")
+        for part in reduced:
+            if isinstance(part, Iterable) and not isinstance(part, (str, bytes, tuple, dict)):
+                part = list(part)  # listitems / dictitems iterators
+            self.value(part, out)
+        out.append(b")")
+
+    def strict(self, obj: object, what: str, name: Hashable) -> bytes:
+        """Encoding of data that decides the value; CheckpointError if there is none."""
+        out: list[bytes] = []
+        try:
+            self.value(obj, out)
+        except RecursionError:
+            # A cycle of references (a node pointing at its parent): pickle copes.
+            try:
+                return b"P" + pickle.dumps(obj, protocol=_PROTOCOL)
+            except Exception as exc:
+                raise self._unpicklable(obj, what, name, exc) from exc
+        except (_Unencodable, ValueError, TypeError) as exc:
+            raise self._unpicklable(obj, what, name, exc) from exc
+        return b"".join(out)
+
+    def _unpicklable(
+        self, obj: object, what: str, name: Hashable, exc: Exception
+    ) -> CheckpointError:
+        return CheckpointError(
+            f"task {describe_safely(name)}: {what}, a {type(obj).__name__}, cannot be "
+            f"pickled ({exc}), so the checkpoint cannot tell whether it changed; make it "
+            "picklable, or run this graph without a checkpoint",
+            task=name,
+        )
+
+    def lenient(self, obj: object, out: list[bytes]) -> None:
+        """Encoding of a task's surroundings; falls back to the type's name."""
+        part: list[bytes] = []
+        try:
+            self.value(obj, part)
+        except (_Unencodable, CheckpointError, RecursionError, ValueError, TypeError):
+            part = [b"?"]
+            self.value(type(obj).__module__, part)
+            self.value(type(obj).__qualname__, part)
+        out.extend(part)
+
+    # -- code and functions ---------------------------------------------------------
+
+    def code(self, code: types.CodeType) -> tuple[bytes, tuple[str, ...]]:
+        """(digest of the code tree, global names it and its nested code use)."""
+        hit = self.codes.get(id(code))
+        if hit is not None:
+            return hit[1], hit[2]
+        out = [
+            b"%d,%d,%d,%d;"
+            % (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags),
+            b"%d:" % len(code.co_code),
+            code.co_code,
+        ]
+        names = set(code.co_names)
+        for group in (code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars):
+            self.value(group, out)
+        self.value(code.co_qualname, out)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                digest, inner = self.code(const)
+                out.append(b"K" + digest)
+                names.update(inner)
+            else:
+                self.lenient(const, out)
+        result = (_digest(b"".join(out)), tuple(sorted(names)))
+        self.codes[id(code)] = (code, *result)
+        return result
+
+    def function(self, fn: object) -> bytes:
+        """16-byte digest of a callable's behaviour; see the module docstring."""
+        key = id(fn)
+        hit = self.functions.get(key)
+        if hit is not None:
+            return hit[1]
+        if key in self.active:
+            # Recursion (a function naming itself, mutual helpers): a marker by name.
+            self.cuts += 1
+            out: list[bytes] = [b"@"]
+            self.lenient(getattr(fn, "__qualname__", None), out)
+            return _digest(b"".join(out))
+        self.active.add(key)
+        cuts = self.cuts
+        try:
+            digest = _digest(b"".join(self._function_parts(fn)))
+        finally:
+            self.active.discard(key)
+        if self.cuts == cuts:  # a digest with a marker depends on where we started
+            self.functions[key] = (fn, digest)
+        return digest
+
+    def _function_parts(self, fn: Any) -> list[bytes]:
+        out: list[bytes] = []
+        if isinstance(fn, types.FunctionType):
+            # Not __module__: the same file run as a script (__main__) and imported
+            # (the command line) must give the same identities.
+            out.append(b"function")
+            self.value(fn.__qualname__, out)
+            digest, names = self.code(fn.__code__)
+            out.append(digest)
+            self.lenient(fn.__defaults__, out)
+            self.lenient(sorted((fn.__kwdefaults__ or {}).items()), out)
+            for cell in fn.__closure__ or ():
+                try:
+                    contents = cell.cell_contents
+                except ValueError:  # a cell not filled yet
+                    out.append(b"E")
+                else:
+                    self.lenient(contents, out)
+            self._globals_parts(fn, names, out)
+        elif isinstance(fn, functools.partial):
+            out += [b"partial", self.function(fn.func)]
+            out.append(self.strict(fn.args, "its partial's bound arguments", self.task))
+            out.append(
+                self.strict(sorted(fn.keywords.items()), "its partial's keywords", self.task)
+            )
+        elif isinstance(fn, types.MethodType):
+            owner = fn.__self__
+            out += [b"method", self.function(fn.__func__)]
+            if not isinstance(owner, type):  # the rest of its class's code
+                out.append(self.function(type(owner)))
+            out.append(self.strict(owner, "the object its method is bound to", self.task))
+        elif isinstance(fn, type):
+            # A class: every method of it and of its bases written in Python, so an
+            # edit to a helper method that __call__ or __init__ uses is seen too.
+            out.append(b"class")
+            self.value(fn, out)
+            self._methods_parts(fn, out)
+        elif isinstance(fn, types.BuiltinFunctionType):
+            out.append(b"builtin")
+            self.value(fn.__module__, out)
+            self.value(fn.__qualname__, out)
+            owner = fn.__self__
+            if owner is not None and not isinstance(owner, types.ModuleType):
+                out.append(
+                    self.strict(owner, "the object its builtin method is bound to", self.task)
+                )
+        elif isinstance(getattr(type(fn), "__call__", None), types.FunctionType):  # noqa: B004
+            out += [b"object", self.function(type(fn))]
+            out.append(self.strict(fn, "its callable object", self.task))
+        else:
+            out.append(b"other")
+            out.append(self.strict(fn, "its function", self.task))
+        return out
+
+    def _methods_parts(self, cls: type, out: list[bytes]) -> None:
+        """Every method written in Python of ``cls`` and of its bases."""
+        for klass in cls.__mro__:
+            if not klass.__flags__ & _HEAPTYPE:
+                continue  # a class written in C (object, dict): no Python code
+            for attr, member in sorted(vars(klass).items()):
+                for part in _functions_of(member):
+                    self.value(attr, out)
+                    out.append(self.function(part))
+
+    def _globals_parts(
+        self, fn: types.FunctionType, names: tuple[str, ...], out: list[bytes]
+    ) -> None:
+        """The globals ``fn``'s code reads that decide its value: its module's own
+        functions and classes, simple values, and constants."""
+        namespace = fn.__globals__
+        for name in names:
+            found = namespace.get(name, namespace)  # namespace: "not there"
+            if found is namespace:
+                continue  # a builtin, or not defined (yet)
+            kind = type(found)
+            if isinstance(found, (types.FunctionType, type)):
+                # Its module's functions and classes (a class: its methods' code).
+                if getattr(found, "__module__", None) == fn.__module__:
+                    self.value(name, out)
+                    out.append(self.function(found))
+            elif kind in _SIMPLE_GLOBALS:
+                self.value(name, out)
+                self.value(found, out)
+            elif (
+                kind in _FROZEN_CONTAINERS
+                or kind in copyreg.dispatch_table
+                or (kind in _CONTAINERS and name.isupper())
+            ):
+                # Constants that decide the value: EXTENSIONS = (".csv", ".tsv"),
+                # PATTERN = re.compile(...), LIMITS = {...}. A mutable container
+                # counts only under a constant's name (PEP 8: upper case): a
+                # lower-case list is usually state the task appends to (a log
+                # of calls), which would make it run again every time.
+                self.value(name, out)
+                self.lenient(found, out)
+
+
+def _functions_of(member: object) -> list[types.FunctionType]:
+    """The Python functions behind a class attribute: method, static, class, property."""
+    if isinstance(member, (staticmethod, classmethod)):
+        member = member.__func__
+    if isinstance(member, property):
+        return [
+            f for f in (member.fget, member.fset, member.fdel) if isinstance(f, types.FunctionType)
+        ]
+    return [member] if isinstance(member, types.FunctionType) else []
+
+
+_FUNCTION_TYPES = (
+    types.FunctionType,
+    types.MethodType,
+    types.BuiltinFunctionType,
+    functools.partial,
+)
