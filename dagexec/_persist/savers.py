@@ -225,6 +225,30 @@ def static_saver(
     return checkpointed
 
 
+def _load_or_run(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    identity: bytes | None,
+    name: Hashable,
+    store: CheckpointStore,
+    table: RunIdentities,
+    policy: Policy | None,
+) -> Any:
+    """What a task decided during the run does on its worker: load its value if the
+    store has ``identity`` (counted as loaded), else run ``fn`` and save what it
+    returns unless :func:`may_save` says no. No identity: run, save nothing."""
+    if identity is not None:
+        found = store.load_many((identity,))
+        if identity in found:
+            table.loaded.add(name)
+            return found[identity]
+    started = monotonic()
+    value = fn(*args)
+    if identity is not None and may_save(name, started, policy, args):
+        _save(store, identity, value, name, b"")
+    return value
+
+
 def dynamic_saver(
     fn: Callable[..., Any],
     store: CheckpointStore,
@@ -238,16 +262,7 @@ def dynamic_saver(
     def checkpointed(*args: Any) -> Any:
         identity = table.combined(task, args)
         table.record(name, identity)
-        if identity is not None:
-            found = store.load_many((identity,))
-            if identity in found:
-                table.loaded.add(name)
-                return found[identity]
-        started = monotonic()
-        value = fn(*args)
-        if identity is not None and may_save(name, started, policy, args):
-            _save(store, identity, value, name, b"")
-        return value
+        return _load_or_run(fn, args, identity, name, store, table, policy)
 
     checkpointed.__wrapped__ = fn  # type: ignore[attr-defined]  # pictures group by fn
     return checkpointed
@@ -315,16 +330,7 @@ def item_saver(
             else:
                 identity = _digest(b"e" + own + element)
         table.record(me, identity)
-        if identity is not None:
-            found = store.load_many((identity,))
-            if identity in found:
-                table.loaded.add(me)
-                return found[identity]
-        started = monotonic()
-        value = fn(*args)
-        if identity is not None and may_save(me, started, policy, args):
-            _save(store, identity, value, me, b"")
-        return value
+        return _load_or_run(fn, args, identity, me, store, table, policy)
 
     item.__wrapped__ = fn  # type: ignore[attr-defined]  # pictures group by fn
     return item
