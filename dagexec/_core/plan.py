@@ -25,7 +25,14 @@ from .loads import LoadedDuringRun
 from .policy import Policy
 from .validate import CompiledGraph
 
-__all__ = ["Plan", "check_resources", "normalise_targets", "plan_run", "restrict_plan"]
+__all__ = [
+    "Plan",
+    "check_resources",
+    "normalise_targets",
+    "plan_run",
+    "restrict_plan",
+    "topological_order",
+]
 
 # Plans kept per compiled graph. Each costs memory proportional to its size; a
 # program alternating between more target sets than this just rebuilds some.
@@ -446,3 +453,16 @@ def _constant(value: Any) -> Callable[[], Any]:
         return value
 
     return loaded
+
+
+def topological_order(plan: Plan) -> list[int]:
+    """The plan's tasks, every one after its dependencies (Kahn's algorithm), for
+    code that walks a plan without running it (checkpoint identities, a cluster)."""
+    remaining = list(plan.dep_counts)
+    order = list(plan.roots)
+    for task in order:  # grows as it goes
+        for d in plan.dependents[task]:
+            remaining[d] -= 1
+            if not remaining[d]:
+                order.append(d)
+    return order

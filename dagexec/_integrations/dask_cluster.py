@@ -41,7 +41,7 @@ from dask.core import validate_key
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from .._core.graph import Graph
-from .._core.plan import Plan, plan_run
+from .._core.plan import Plan, plan_run, topological_order
 from .._core.policy import MISSING, Policy
 from .._core.result import RunResult, RunStats, TaskState
 from .._core.safe import add_note, task_for_message
@@ -117,7 +117,7 @@ class ClusterGraph:
         self.token = token
         self.keys = _unique_keys(plan.names, token)
         self.staged = _downstream(plan, _driven(plan))
-        self.order = _topological(plan)
+        self.order = topological_order(plan)
 
     def key(self, task: int) -> Any:
         return self.keys[task]
@@ -278,17 +278,6 @@ def _downstream(plan: Plan, start: set[int]) -> set[int]:
                 seen.add(d)
                 stack.append(d)
     return seen
-
-
-def _topological(plan: Plan) -> list[int]:
-    remaining = list(plan.dep_counts)
-    order = list(plan.roots)
-    for t in order:  # grows as it goes
-        for d in plan.dependents[t]:
-            remaining[d] -= 1
-            if not remaining[d]:
-                order.append(d)
-    return order
 
 
 class ClusterRun:

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._core.graph import Graph
-from .._core.plan import Plan, restrict_plan
+from .._core.plan import Plan, restrict_plan, topological_order
 from .checkpoint import CheckpointError, CheckpointStore
 from .identity import task_parts
 
@@ -179,25 +179,13 @@ def checkpoint_identities(graph: Graph, plan: Plan) -> CheckpointIdentities:
     for m in maps:
         kind[m] = MAP
     if off or maps:
-        for i in _topological(plan):
+        for i in topological_order(plan):
             if kind[i] == STATIC and any(kind[d] != STATIC for d in plan.deps[i]):
                 kind[i] = TABLE
     for i in range(count):
         if kind[i] != STATIC:
             result[i] = None
     return result
-
-
-def _topological(plan: Plan) -> list[int]:
-    """The plan's tasks, every one after its dependencies (Kahn's algorithm)."""
-    remaining = list(plan.dep_counts)
-    order = list(plan.roots)
-    for i in order:  # grows as it goes
-        for d in plan.dependents[i]:
-            remaining[d] -= 1
-            if not remaining[d]:
-                order.append(d)
-    return order
 
 
 def open_checkpoint(path: str, plan: Plan, ids: list[bytes | None]) -> tuple[Plan, CheckpointStore]:
