@@ -6,7 +6,7 @@ Three measurements, each the median of several repeats:
   and over N distinct lambdas with a constant argument each (us/task);
 * caller: what one save costs the thread that makes it, for small values and
   for 1 MiB values, split into pickling and queueing. The store pickles on the
-  caller (the engine's worker thread, see ``dagexec/_persist/checkpoint.py``); the
+  caller (the engine's worker thread, see ``dagexec/_persist/checkpoint_values.py``); the
   alternative, pickling on the writer, would leave the caller only the queueing;
 * writer: values and MB per second from the first save until ``flush()``
   returns, with ``durable=True`` (fsync per commit) and ``durable=False``;
@@ -39,7 +39,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dagexec
-from dagexec._persist.checkpoint import CheckpointStore, pickle_value
+from dagexec._persist.checkpoint import CheckpointStore
+from dagexec._persist.checkpoint_values import pickle_value
 from dagexec._persist.identity import task_identities
 
 

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from checkpoint_crash_child import chain
 
-from dagexec._persist.checkpoint import CheckpointError, CheckpointStore, pickle_value
+from dagexec._core.errors import CheckpointError
+from dagexec._persist.checkpoint import CheckpointStore
+from dagexec._persist.checkpoint_values import pickle_value
 from dagexec.testing import run_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,9 +254,9 @@ def test_a_value_sqlite_refuses_fails_alone_not_its_batch(
 ) -> None:
     """The writer's connection refuses values over 5,000 bytes; the batch is
     [small, big, small] (held together by a gate); only 'big' is lost."""
-    import dagexec._persist.checkpoint as module
+    import dagexec._persist.checkpoint_writer as module
 
-    connect = module._connect
+    connect = module.connect
 
     def small_limit(path: str) -> sqlite3.Connection:
         conn = connect(path)
@@ -262,7 +264,7 @@ def test_a_value_sqlite_refuses_fails_alone_not_its_batch(
             conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 5000)
         return conn
 
-    monkeypatch.setattr(module, "_connect", small_limit)
+    monkeypatch.setattr(module, "connect", small_limit)
     entered, release = threading.Event(), threading.Event()
     errors: list[CheckpointError] = []
 
@@ -287,16 +289,16 @@ def test_a_value_sqlite_refuses_fails_alone_not_its_batch(
 def test_a_writer_that_cannot_start_fails_loudly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dagexec._persist.checkpoint as module
+    import dagexec._persist.checkpoint_writer as module
 
-    connect = module._connect
+    connect = module.connect
 
     def refuse_writer(path: str) -> sqlite3.Connection:
         if threading.current_thread().name == "dagexec-checkpoint-writer":
             raise sqlite3.OperationalError("disk I/O error")
         return connect(path)
 
-    monkeypatch.setattr(module, "_connect", refuse_writer)
+    monkeypatch.setattr(module, "connect", refuse_writer)
     store = CheckpointStore(tmp_path / "c.sqlite")
     store._writer.thread.join(timeout=10)
     assert store.flush(timeout=10)  # never hangs on a dead writer

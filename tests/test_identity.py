@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagexec._persist.checkpoint import CheckpointError
+from dagexec._core.errors import CheckpointError
 from dagexec._persist.identity import task_identities
 
 ROOT = Path(__file__).resolve().parent.parent

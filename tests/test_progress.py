@@ -11,7 +11,7 @@ import pytest
 
 import dagexec
 from dagexec import Graph, PlanInfo, ProgressBar, TaskState
-from dagexec._observation.progress import _BAR_CELLS, format_duration
+from dagexec._observation.progress_line import BAR_CELLS, format_duration
 
 
 class FakeClock:
@@ -511,7 +511,7 @@ def test_the_total_grows_as_maps_expand_and_the_bar_never_overflows() -> None:
     assert seen == [("rows", 30), ("sizes", 30)]
     assert bar.total == 64 == len(result.status) == result.stats.tasks_planned
     line = bar.line(0.0, final=True, width=None)
-    full = f"[{'#' * _BAR_CELLS}] 64/64"
+    full = f"[{'#' * BAR_CELLS}] 64/64"
     assert full in line
     # Even with a total that lags (a bar that missed an expansion), never past full.
     bar.total = 3
@@ -656,11 +656,11 @@ def test_the_total_grows_without_the_bar_going_backwards() -> None:
         fills.append(_filled(_lines(out.getvalue())[-1]))
     assert fills == sorted(fills)  # never backwards
     assert fills[1] == fills[0] > 0  # held still when the total grew
-    assert fills[-1] < _BAR_CELLS  # 603/607: not full before the end
+    assert fills[-1] < BAR_CELLS  # 603/607: not full before the end
     for name in ("setup2", "setup3", "setup4", "files"):
         bar.on_task_end(name, TaskState.DONE, 0.1)
     bar.on_run_end(None)  # type: ignore[arg-type]
-    assert f"[{'#' * _BAR_CELLS}]" in _lines(out.getvalue())[-1]
+    assert f"[{'#' * BAR_CELLS}]" in _lines(out.getvalue())[-1]
 
 
 def test_retrying_and_timed_out_counts_are_shown() -> None:

@@ -97,6 +97,24 @@ def test_map_decorator_reports_an_unknown_parameter_as_read_from_its_name() -> N
         g.validate()
 
 
+def test_a_decorated_task_that_fails_to_add_leaves_no_note_on_where_its_deps_came_from() -> None:
+    """A refused @g.task leaves nothing behind: the next task at its position,
+    added plainly, is not reported as having read its deps off a function."""
+    g = Graph()
+    g.add("taken", lambda: 1)
+    with pytest.raises(DuplicateTaskError):
+
+        @g.task(name="taken")
+        def reads(nrom: int) -> int:
+            return nrom
+
+    g.add("plain", lambda x: x, deps=["nrom"])
+    with pytest.raises(dagexec.MissingDependencyError) as caught:
+        g.validate()
+    assert "read by @g.task" not in str(caught.value)
+    assert "'nrom'" in str(caught.value)
+
+
 def test_map_without_a_name_says_how_to_write_it() -> None:
     g = base()
     with pytest.raises(TypeError, match=r"g.map\('name', fn, over=...\)"):

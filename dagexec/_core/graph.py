@@ -28,16 +28,15 @@ again, and checked for cycles, by validation.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Unpack
 
-from .bind import (
-    callable_name,
-    check_plain_call,
-)
+from .bind import check_plain_call
 from .closures import Snapshot, warn_loop_closures, watch
-from .errors import DuplicateTaskError, MissingDependencyError
-from .item_names import item_dep_message, item_of, item_task_message
+from .decorators import graph_map, graph_task
+from .errors import MissingDependencyError
+from .item_names import check_item_names
 from .new_task import (
+    NO_OVER,
     Task,
     bound_call,
     check_new,
@@ -45,14 +44,7 @@ from .new_task import (
     dep_ids,
     isolated_call,
 )
-from .options import (
-    check_args,
-    check_deps,
-    check_kwargs,
-    deps_from_signature,
-    name_of,
-    safe_repr,
-)
+from .options import check_args, check_deps, check_kwargs
 from .policy import Policy
 from .task_options import CheckedOptions, TaskOptionArgs, TaskOptions, check_task_options
 
@@ -60,12 +52,6 @@ if TYPE_CHECKING:
     from .validate import CompiledGraph
 
 __all__ = ["Graph", "Task"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-# Markers for "not given": g.map's name (decorator form) and a task's over (not a map).
-_NO_NAME: Any = object()
-_NO_OVER: Any = object()
 
 
 class Graph:
@@ -229,7 +215,7 @@ class Graph:
                         self._ids.append(ids)
                         self._compiled = None
                         return name
-        return self._add(name, fn, deps, args, kwargs, options, _NO_OVER, "add")
+        return self._add(name, fn, deps, args, kwargs, options, NO_OVER, "add")
 
     def _add(
         self,
@@ -247,7 +233,7 @@ class Graph:
         Checks everything first, then stores the task in every column and side
         table at once: a failed add leaves nothing behind.
         """
-        is_map = over is not _NO_OVER
+        is_map = over is not NO_OVER
         index = self._index
         check_new(index, name, fn)
         kw_deps: dict[str, Hashable] | None = None
@@ -309,6 +295,14 @@ class Graph:
         self._compiled = None
         return name
 
+    def _inferred_from(self, name: Hashable, function: str) -> None:
+        """Note that task ``name`` took its deps from ``function``'s parameters.
+
+        Called by the decorators once the task is stored; a missing dependency's
+        message then says where the name came from.
+        """
+        self._inferred[self._index[name]] = function
+
     def _set_options(self, i: int, name: Hashable, priority: object, resources: object) -> None:
         """Check and store task ``i``'s priority and resources (also used by dagexec.dask)."""
         checked = check_task_options(name, {"priority": priority, "resources": resources}, "add")
@@ -326,179 +320,9 @@ class Graph:
         if checked.given.checkpoint is False:
             self._uncheckpointed.add(i)
 
-    @overload
-    def map(
-        self,
-        name: Hashable,
-        fn: Callable[..., Any],
-        *,
-        over: Hashable,
-        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
-        args: Iterable[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        **options: Unpack[TaskOptionArgs],
-    ) -> Hashable: ...
-
-    @overload
-    def map(
-        self,
-        name: Hashable = ...,
-        fn: None = None,
-        *,
-        over: Hashable,
-        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
-        args: Iterable[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        **options: Unpack[TaskOptionArgs],
-    ) -> Callable[[F], F]: ...
-
-    def map(
-        self,
-        name: Hashable = _NO_NAME,
-        fn: Callable[..., Any] | None = None,
-        *,
-        over: Hashable,
-        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
-        args: Iterable[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        **options: Unpack[TaskOptionArgs],
-    ) -> Any:
-        """Add ``name``: ``fn(item, *dep_values, *args, **kwargs)`` for each item of ``over``.
-
-        Takes what :meth:`add` takes: ``deps`` in order (passed after the item) or
-        as a mapping ``{parameter: task name}`` (passed by keyword, and then
-        ``args`` follow the item), ``args``, ``kwargs`` and every task option.
-        ``run_if="all_done"`` applies to ``deps``: the items run even when one of
-        them failed (and receive its exception, or ``dagexec.MISSING``); a failed
-        ``over`` skips the map, since it has no items.
-
-        When ``over`` ends, its value is iterated once and each item becomes a
-        task of its own, named ``(name, i)`` in status, trace and callbacks, with
-        this task's options. A task depending on ``name`` receives the list of
-        results, in order. When ``over`` is itself a map, ``(name, i)`` runs as
-        soon as ``(over, i)`` is done, without waiting for the whole of ``over``.
-
-        Without ``fn``, a decorator like :meth:`task`: ``@g.map(over="files")``
-        names the map after the function and, without ``deps``, takes its
-        dependencies from the positional parameters after the item.
-
-        In a checkpointed run each item is stored on its own, found again by its
-        element (not its index): a new element runs alone, the others load.
-        ``checkpoint=False`` stores no item.
-
-        Raises:
-            The errors of :meth:`add`.
-        """
-        if fn is not None:
-            if name is _NO_NAME:
-                raise TypeError(
-                    "g.map(fn=..., over=...) needs the map's name: write "
-                    "g.map('name', fn, over=...), or decorate: @g.map(over=...)"
-                )
-            return self._add(
-                name, fn, () if deps is None else deps, args, kwargs, options, over, "map"
-            )
-        if callable(name) and not isinstance(name, (str, tuple, int)):
-            raise TypeError(
-                f"g.map takes the map's name first, then its function: got the function "
-                f"{callable_name(name)} alone; write g.map('name', fn, over=...), or "
-                "decorate it with @g.map(over=...)"
-            )
-
-        def register(func: F) -> F:
-            if not callable(func):
-                raise TypeError(
-                    f"g.map(...) decorates a function, got {type(func).__name__} {safe_repr(func)}"
-                )
-            map_name = name_of(func) if name is _NO_NAME else name
-            constants = args if type(args) is tuple else check_args(map_name, args)
-            if kwargs is not None:  # before its keys are read to infer deps
-                check_kwargs(map_name, kwargs, None)
-            map_deps: Iterable[Hashable] | Mapping[str, Hashable]
-            if deps is None:
-                # The first parameter takes the item: the dependencies are the rest.
-                inferred = deps_from_signature(map_name, func, constants, kwargs, skip=1)
-                map_deps = inferred
-            else:
-                map_deps = deps
-            position = len(self._names)
-            if deps is None and map_deps:
-                self._inferred[position] = callable_name(func)
-            try:
-                self._add(map_name, func, map_deps, constants, kwargs, options, over, "map")
-            except BaseException:
-                self._inferred.pop(position, None)
-                raise
-            return func
-
-        return register
-
-    @overload
-    def task(self, fn: F, /) -> F: ...
-
-    @overload
-    def task(
-        self,
-        /,
-        *,
-        name: Hashable | None = None,
-        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
-        args: Iterable[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        **options: Unpack[TaskOptionArgs],
-    ) -> Callable[[F], F]: ...
-
-    def task(
-        self,
-        fn: Callable[..., Any] | None = None,
-        /,
-        *,
-        name: Hashable | None = None,
-        deps: Iterable[Hashable] | Mapping[str, Hashable] | None = None,
-        args: Iterable[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        **options: Unpack[TaskOptionArgs],
-    ) -> Any:
-        """Decorator form of :meth:`add`; the function is returned unchanged.
-
-        Without ``name`` the task is named after the function. Without ``deps``
-        its dependencies are its positional parameters that have no default and
-        that ``args`` and ``kwargs`` do not fill (``args`` fill the last of them,
-        since dependency values come first). Takes every option of :meth:`add`.
-        """
-        if fn is not None and not callable(fn):
-            raise TypeError(
-                f"g.task takes the function to decorate, or only keyword options; got "
-                f"{type(fn).__name__} {safe_repr(fn)}. To name the task, write "
-                f"@g.task(name={safe_repr(fn)})"
-            )
-
-        def register(func: Callable[..., Any]) -> Callable[..., Any]:
-            if not callable(func):
-                raise TypeError(
-                    f"g.task(...) decorates a function, got {type(func).__name__} {safe_repr(func)}"
-                )
-            task_name = name_of(func) if name is None else name
-            task_args = args if type(args) is tuple else check_args(task_name, args)
-            if kwargs is not None:  # before its keys are read to infer deps
-                check_kwargs(task_name, kwargs, None)
-            task_deps: Iterable[Hashable] | Mapping[str, Hashable]
-            if deps is None:
-                task_deps = deps_from_signature(task_name, func, task_args, kwargs)
-                if task_deps:
-                    self._inferred[len(self._names)] = callable_name(func)
-            else:
-                task_deps = deps
-            try:
-                self._add(task_name, func, task_deps, task_args, kwargs, options, _NO_OVER, "task")
-            except BaseException:
-                self._inferred.pop(len(self._names), None)
-                raise
-            return func
-
-        if fn is not None:
-            return register(fn)
-        return register
+    # g.map(...) and @g.task: the forms that read the function first (decorators.py).
+    map = graph_map
+    task = graph_task
 
     def validate(self) -> None:
         """Check the whole graph: every dependency exists and there is no cycle.
@@ -515,7 +339,7 @@ class Graph:
     def _compile(self) -> CompiledGraph:
         compiled = self._compiled
         if compiled is None:
-            from .validate import compile_graph
+            from .validate import compile_graph, explain_missing
 
             try:
                 compiled = compile_graph(
@@ -531,42 +355,17 @@ class Graph:
                     self._policy,
                 )
             except MissingDependencyError as exc:
-                raise self._explain(exc) from None
+                raise explain_missing(
+                    exc, self._names, self._index, self._maps, self._inferred
+                ) from None
             if self._maps:
-                self._check_item_names()
+                # (m, i) names item i of map m at run time: no task may be named so.
+                check_item_names(self._names, {self._names[i] for i in self._maps})
             if self._watched:
                 warn_loop_closures(self._names, self._watched)
             self._index_shared = True
             self._compiled = compiled
         return compiled
-
-    def _check_item_names(self) -> None:
-        """Reject a task named like an item of a map: ``(m, i)`` names item ``i``
-        of map ``m`` at run time, so a task of that name would be overwritten in
-        ``status``, the trace and the callbacks (and ``(m, 0)`` as a dependency would
-        mean either). Checked here, once per change of a graph that has a map, since
-        either may be added first."""
-        names = self._names
-        maps = {names[i] for i in self._maps}
-        for name in names:
-            clash = item_of(name, maps)
-            if clash is not None:
-                raise DuplicateTaskError(name, item_task_message(name, *clash))
-
-    def _explain(self, exc: MissingDependencyError) -> MissingDependencyError:
-        """The same error, with "did you mean" and where @g.task found the names."""
-        if self._maps:
-            maps = {self._names[i] for i in self._maps}
-            for missing in exc.missing:
-                item = item_of(missing, maps)
-                if item is not None:
-                    return MissingDependencyError(
-                        exc.task, [missing], message=item_dep_message(exc.task, missing, *item)
-                    )
-        inferred = self._inferred.get(self._index[exc.task])
-        return MissingDependencyError(
-            exc.task, exc.missing, known=self._names, inferred_from=inferred
-        )
 
     @property
     def tasks(self) -> Mapping[Hashable, Task]:

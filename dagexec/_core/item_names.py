@@ -15,11 +15,12 @@ bring the collision back.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Container, Hashable
+from collections.abc import Container, Hashable, Iterable
 
-from .errors import describe
+from .errors import DuplicateTaskError, describe
 
 __all__ = [
+    "check_item_names",
     "item_dep_message",
     "item_index",
     "item_of",
@@ -82,3 +83,20 @@ def item_dep_message(task: Hashable, name: Hashable, owner: Hashable, index: int
         "run, so no task can depend on one; depend on the map and index its list: "
         f"deps=[{describe(owner)}] and take value[{index}]"
     )
+
+
+def check_item_names(names: Iterable[Hashable], maps: Container[Hashable]) -> None:
+    """Reject a task named like an item of one of ``maps``.
+
+    ``(m, i)`` names item ``i`` of map ``m`` at run time, so a task of that name
+    would be overwritten in ``status``, the trace and the callbacks (and
+    ``(m, 0)`` as a dependency would mean either). Checked once per change of a
+    graph that has a map, since either may be added first.
+
+    Raises:
+        DuplicateTaskError: naming the task, the map and the item.
+    """
+    for name in names:
+        clash = item_of(name, maps)
+        if clash is not None:
+            raise DuplicateTaskError(name, item_task_message(name, *clash))

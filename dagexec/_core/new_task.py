@@ -19,6 +19,7 @@ from .policy import Policy
 from .task_options import CheckedOptions
 
 __all__ = [
+    "NO_OVER",
     "Task",
     "bound_call",
     "check_hashable",
@@ -29,6 +30,10 @@ __all__ = [
     "isolated_call",
     "same_name",
 ]
+
+
+NO_OVER: Any = object()
+"""A new task's ``over`` when it is not a map (``None`` may name a task)."""
 
 
 class Task(NamedTuple):

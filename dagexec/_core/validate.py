@@ -13,6 +13,7 @@ from itertools import compress
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import CycleError, MissingDependencyError
+from .item_names import item_dep_message, item_of
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -141,6 +142,30 @@ def compile_graph(
         tuple([needs.get(i, ()) for i in range(n)]) if needs else None,
         frozenset(maps) or None,
         tuple([policy.get(i) for i in range(n)]) if policy else None,
+    )
+
+
+def explain_missing(
+    exc: MissingDependencyError,
+    names: Sequence[Hashable],
+    index: Mapping[Hashable, int],
+    maps: Iterable[int],
+    inferred: Mapping[int, str],
+) -> MissingDependencyError:
+    """:func:`compile_graph`'s error, with "did you mean" and where @g.task found the names.
+
+    ``maps`` are the positions of the graph's maps (a missing name may be one
+    of their items), ``inferred`` the function each task read its deps from.
+    """
+    map_names = {names[i] for i in maps}
+    if map_names:
+        for missing in exc.missing:
+            item = item_of(missing, map_names)
+            if item is not None:
+                message = item_dep_message(exc.task, missing, *item)
+                return MissingDependencyError(exc.task, [missing], message=message)
+    return MissingDependencyError(
+        exc.task, exc.missing, known=names, inferred_from=inferred.get(index[exc.task])
     )
 
 

@@ -1,5 +1,8 @@
 """``progress=True``: a one-line progress bar on stderr, driven by run callbacks.
 
+This module decides when to draw and where the text goes; what the line says
+is :mod:`dagexec._observation.progress_line`'s.
+
 Every hook runs on the scheduler thread, so the counts need no lock, and the
 bar must cost the scheduler next to nothing: a redraw (string formatting and a
 write to a terminal) happens at most once per ``min_interval`` seconds, checked
@@ -22,7 +25,7 @@ written at its end.
 
 Tasks that log or print to the same terminal while the line shows would write
 into the middle of it. So on a terminal, for the length of a run, the bar puts
-a small proxy (:class:`_LineSafeStream`) in front of the terminal streams: in
+a small proxy (:mod:`dagexec._observation.progress_streams`) in front of the terminal streams: in
 ``sys.stdout``/``sys.stderr`` and in the ``logging.StreamHandler`` objects
 that write to them. A write through a proxy takes the bar's lock, erases the
 bar, writes, and redraws the bar below a completed line, so log lines scroll
@@ -37,7 +40,6 @@ the bar goes quiet.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import sys
@@ -49,24 +51,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from .._core.hooks import PlanInfo
 from .._core.result import TaskState
+from .progress_line import Shown, bar_line, end_state, summary_line
+from .progress_streams import LineSafeStream, StreamSwaps
 
 if TYPE_CHECKING:
     from .._core.result import RunResult
 
 __all__ = ["ProgressBar"]
 
-_BAR_CELLS = 24
 _ERASE_TO_EOL = "\x1b[K"
-
-
-def format_duration(seconds: float) -> str:
-    """``h:mm:ss`` or ``m:ss``, the way a person reads a countdown."""
-    whole = max(round(seconds), 0)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
-    return f"{minutes}:{secs:02d}"
 
 
 class ProgressBar:
@@ -115,8 +108,8 @@ class ProgressBar:
         self.keep_logs_apart = keep_logs_apart
         self._clock = clock
         self._stream: TextIO | None = stream if stream is not None else sys.stderr
-        while isinstance(self._stream, _LineSafeStream):  # another bar's, left by Ctrl-C
-            self._stream._bar._close_if_abandoned()
+        while isinstance(self._stream, LineSafeStream):  # another bar's, left by Ctrl-C
+            self._stream._close_if_abandoned()
             self._stream = self._stream._target
         if self._stream is None:
             is_tty = False
@@ -130,7 +123,7 @@ class ProgressBar:
         # the proxied ones (any thread). Re-entrant: a proxy redraws under it.
         self._lock = threading.RLock()
         self._quiet = self._stream is None  # no stream, or a write to it failed
-        self._swapped: list[tuple[Any, str, Any, _LineSafeStream]] = []
+        self._swaps = StreamSwaps()
         self._run_thread: threading.Thread | None = None
         self._running = False  # between a run's start and its end (or close())
         self._showing = False  # a bar line is on screen and not yet ended
@@ -235,7 +228,7 @@ class ProgressBar:
 
     def _finish(self, *, interrupted: bool) -> None:
         with self._lock:
-            self._uninstall()
+            self._swaps.uninstall()
             now = self._clock()
             self._current.clear()
             self._worker_of.clear()
@@ -251,33 +244,10 @@ class ProgressBar:
     # ------------------------------------------------------ log separation
     def _install(self) -> None:
         """Put proxies in front of the terminal streams, for this run only."""
-        terminal = self._stream
-        targets: list[Any] = [terminal]
-        if sys.stdout is not None and sys.stdout is not terminal and _is_tty(sys.stdout):
-            targets.append(sys.stdout)  # another stream on the same terminal, most likely
-        proxies = {id(t): _LineSafeStream(t, self) for t in targets}
-        for owner, attr in ((sys, "stdout"), (sys, "stderr")):
-            current = getattr(owner, attr)
-            if id(current) in proxies:
-                self._swap(owner, attr, current, proxies[id(current)])
-        for handler in _stream_handlers():
-            current = getattr(handler, "stream", None)
-            if id(current) in proxies:
-                self._swap(handler, "stream", current, proxies[id(current)])
-
-    def _swap(self, owner: Any, attr: str, original: Any, proxy: _LineSafeStream) -> None:
-        try:
-            setattr(owner, attr, proxy)
-        except Exception:  # a handler that refuses: leave it alone
-            return
-        self._swapped.append((owner, attr, original, proxy))
-
-    def _uninstall(self) -> None:
-        swapped, self._swapped = self._swapped, []
-        for owner, attr, original, proxy in reversed(swapped):
-            # Only undo what is still ours: someone may have replaced it since.
-            if getattr(owner, attr, None) is proxy:
-                setattr(owner, attr, original)
+        self._swaps.install(
+            self._stream,
+            lambda target: LineSafeStream(target, self._proxied_write, self._close_if_abandoned),
+        )
 
     def _close_if_abandoned(self) -> None:
         """End the line of a run whose scheduler has gone without a run end (Ctrl-C)."""
@@ -360,159 +330,49 @@ class ProgressBar:
                 self._stream.flush()  # type: ignore[union-attr]
         except Exception:  # a closed, missing or broken stream: never fail the run
             self._quiet = True
-            self._uninstall()
+            self._swaps.uninstall()
 
     def line(self, now: float, *, final: bool = False, width: int | None = None) -> str:
         """The bar as it reads at time ``now`` (of ``clock``), fitted into ``width``.
 
         To fit, the bar shrinks first, then the least useful parts go (rate,
-        running, zero counts), and only then is the line cut.
+        running, zero counts), and only then is the line cut
+        (:func:`dagexec._observation.progress_line.bar_line`).
         """
-        finished, counts = self.finished, self.counts
-        total = max(self.total, finished)  # never past full, whatever was counted
-        # Maps yet to expand will add tasks: the total is a lower bound until then.
-        more = "+" if self.maps_pending and not final else ""
-        elapsed = now - self._started_at
-        ran = counts[TaskState.DONE] + counts[TaskState.FAILED]
-        rate = ran / elapsed if elapsed > 0 else 0.0
-        if final:
-            eta = f"in {format_duration(elapsed)}"
-        elif rate > 0:
-            eta = f"ETA {'>' if more else ''}{format_duration((total - finished) / rate)}"
-        else:
-            eta = "ETA ?"
-        # (what to show, how much it matters: the least is dropped first)
-        parts = [
-            (f"failed {counts[TaskState.FAILED]}", 5 if counts[TaskState.FAILED] else 2),
-            (f"skipped {counts[TaskState.SKIPPED]}", 4 if counts[TaskState.SKIPPED] else 2),
-        ]
-        if counts[TaskState.CANCELLED]:
-            parts.append((f"cancelled {counts[TaskState.CANCELLED]}", 4))
-        if self._retrying and not final:
-            parts.append((f"retrying {len(self._retrying)}", 4))
-        elif self.retries and final:
-            parts.append((f"retries {self.retries}", 4))
-        if self.timed_out:
-            parts.append((f"timed out {self.timed_out}", 4))
         if not final:
-            parts.append((f"running {self.running}", 3))
-        parts.append((f"{rate:.1f} tasks/s", 1))
-        parts.append((eta, 6))
-        digits = len(str(total))
-        text = ""
-        # The end of a run that did not complete must not look like success: the
-        # bar fills only for what is done ('x' for failed and skipped), and a word
-        # says what happened.
-        status = self.end_state() if final else ""
-        for cells in (_BAR_CELLS, _BAR_CELLS // 2):
-            if status and status != "done":
-                done = counts[TaskState.DONE]
-                bad = counts[TaskState.FAILED] + counts[TaskState.SKIPPED]
-                filled = 0 if total == 0 else cells * done // total
-                crossed = 0 if total == 0 else cells * (done + bad) // total - filled
-                if bad and not crossed:
-                    crossed = 1 if filled < cells else 0
-                bar = "#" * filled + "x" * crossed + "-" * (cells - filled - crossed)
-                head = f"dagexec [{bar}] {status.upper()} {done:>{digits}}/{total} done"
-            else:
-                share = 1.0 if total == 0 else finished / total
-                if not final:
-                    # A grown total must not move the bar back: it holds still
-                    # until the work done catches up.
-                    share = self._fill = max(self._fill, share)
-                filled = cells if final and status == "done" else int(cells * share)
-                bar = "#" * filled + "-" * (cells - filled)
-                head = f"dagexec [{bar}] {finished:>{digits}}/{total}{more}"
-            kept = list(parts)
-            text = "  ".join([head, *(t for t, _ in kept)])
-            if width is None or len(text) < width:
-                return text
-            if cells == _BAR_CELLS:
-                continue  # a shorter bar before anything else goes
-            while kept and len(text) >= width:
-                kept.remove(min(kept, key=lambda part: part[1]))
-                text = "  ".join([head, *(t for t, _ in kept)])
-        return text[: max(width - 1, 0)] if width is not None else text
+            # A grown total must not move the bar back: it holds still until
+            # the work done catches up.
+            finished = self.finished
+            total = max(self.total, finished)
+            self._fill = max(self._fill, 1.0 if total == 0 else finished / total)
+        return bar_line(self._shown(now), final=final, width=width)
 
     def end_state(self) -> str:
         """How the run ended: ``done``, ``failed``, ``interrupted`` or ``stopped``.
 
         ``stopped``: tasks were cancelled without a failure (a callback raised).
         """
-        counts = self.counts
-        if self.interrupted:
-            return "interrupted"
-        if counts[TaskState.FAILED] or counts[TaskState.SKIPPED]:
-            return "failed"
-        if counts[TaskState.CANCELLED] or self.finished < self.total:
-            return "stopped"
-        return "done"
+        return end_state(self.counts, self.total, self.interrupted)
 
     def summary(self, now: float) -> str:
         """The one line written at the end when the stream is not a terminal."""
-        counts = self.counts
-        elapsed = now - self._started_at
-        state = "" if not self.interrupted else "interrupted: "
-        # A stopped run does not report the tasks it left running: named, so the
-        # counts still add up to the total.
-        unfinished = self.total - self.finished
-        left = f", {unfinished} unfinished" if unfinished > 0 else ""
-        return (
-            f"dagexec: {state}{self.total} tasks: {counts[TaskState.DONE]} done, "
-            f"{counts[TaskState.FAILED]} failed, {counts[TaskState.SKIPPED]} skipped, "
-            f"{counts[TaskState.CANCELLED]} cancelled{left}{self._policy_counts()} "
-            f"in {elapsed:.3f} s"
+        return summary_line(self._shown(now))
+
+    def _shown(self, now: float) -> Shown:
+        return Shown(
+            total=self.total,
+            counts=self.counts,
+            more=self.maps_pending > 0,
+            elapsed=now - self._started_at,
+            retrying=len(self._retrying),
+            retries=self.retries,
+            timed_out=self.timed_out,
+            running=self.running,
+            interrupted=self.interrupted,
+            fill=self._fill,
         )
-
-    def _policy_counts(self) -> str:
-        """``, 2 retries, 1 timed out`` for the summary line; empty when neither happened."""
-        text = f", {self.retries} retries" if self.retries else ""
-        return text + (f", {self.timed_out} timed out" if self.timed_out else "")
-
-
-class _LineSafeStream:
-    """Stands in for a terminal stream during a run, so writes do not cut the bar.
-
-    Everything but ``write`` (and ``writelines``) goes to the real stream.
-    """
-
-    def __init__(self, target: Any, bar: ProgressBar) -> None:
-        self._target = target
-        self._bar = bar
-
-    def write(self, text: str) -> int:
-        return self._bar._proxied_write(self._target, text)
-
-    def writelines(self, lines: Any) -> None:
-        for line in lines:
-            self.write(line)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target, name)
-
-    def __repr__(self) -> str:
-        return f"<dagexec progress-safe stream for {self._target!r}>"
 
 
 def _count(written: Any, text: str) -> int:
     """What ``write`` returned, or the length written for streams that return None."""
     return written if isinstance(written, int) else len(text)
-
-
-def _is_tty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except Exception:
-        return False
-
-
-def _stream_handlers() -> list[logging.Handler]:
-    """Every handler of the root logger and of every logger made so far."""
-    loggers: list[Any] = [logging.getLogger()]
-    loggers += list(logging.Logger.manager.loggerDict.values())
-    found: dict[int, logging.Handler] = {}
-    for logger in loggers:
-        for handler in getattr(logger, "handlers", ()):
-            if isinstance(handler, logging.StreamHandler):
-                found[id(handler)] = handler
-    return list(found.values())

@@ -16,7 +16,8 @@ import types
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from .checkpoint import CheckpointError, describe_safely
+from .._core.errors import CheckpointError
+from .checkpoint_values import describe_safely
 
 _PERSON = b"dagexec-task-2"  # bump when the encoding changes: old checkpoints then miss
 _PROTOCOL = 5

@@ -43,7 +43,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .checkpoint import CheckpointError, describe_safely
+from .._core.errors import CheckpointError
+from .checkpoint_values import describe_safely
 from .encoding import _digest, _Encoder, _Unencodable
 
 __all__ = [

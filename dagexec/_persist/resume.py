@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .._core.errors import CheckpointError
 from .._core.graph import Graph
 from .._core.plan import Plan, restrict_plan, topological_order
-from .checkpoint import CheckpointError, CheckpointStore
+from .checkpoint import CheckpointStore
 from .identity import task_parts
 
 __all__ = ["checkpoint_identities", "open_checkpoint", "plan_resume", "resume"]

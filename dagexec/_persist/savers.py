@@ -45,7 +45,9 @@ from typing import Any
 from .._core.current import running_here
 from .._core.loads import LoadedDuringRun
 from .._core.policy import MISSING, Policy, current_task
-from .checkpoint import CheckpointStore, StoreClosedError, describe_safely, pickle_value
+from .checkpoint import CheckpointStore
+from .checkpoint_values import describe_safely, pickle_value
+from .checkpoint_writer import StoreClosedError
 from .encoding import _digest
 from .identity import code_of, combine, constants_of, key_of, value_digest
 
