@@ -30,7 +30,7 @@ from typing import ParamSpec, TypeVar
 
 from ._core.graph import Graph
 from ._core.result import RunResult
-from ._state.runstate import exact
+from ._state.resources import exact
 
 __all__ = [
     "ConcurrencyProbe",

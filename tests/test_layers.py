@@ -57,6 +57,22 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("_state.cleanup_gate", "_state.runstate"): (
         "a CleanupGate is owned by one RunState and reads its columns (TYPE_CHECKING only)"
     ),
+    ("_state.resources", "_state.runstate"): (
+        "a Resources is owned by one RunState and reads its needs column and ready set "
+        "(TYPE_CHECKING only)"
+    ),
+    ("_state.ending", "_state.runstate"): (
+        "RunState's end path: functions of the run bound as its methods, typed by it "
+        "(TYPE_CHECKING only)"
+    ),
+    ("_state.retries", "_state.runstate"): (
+        "RunState's retries: functions of the run bound as its methods, typed by it "
+        "(TYPE_CHECKING only)"
+    ),
+    ("_state.stopping", "_state.runstate"): (
+        "RunState's stop: functions of the run bound as its methods, typed by it "
+        "(TYPE_CHECKING only)"
+    ),
     ("_engine.caller_drives", "_engine.executor"): (
         "the caller-driven path is Executor.run's, moved out for size: it takes the "
         "Executor whose locks and slot it holds (TYPE_CHECKING only)"

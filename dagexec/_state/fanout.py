@@ -87,7 +87,7 @@ class Fanout:
             # ended without a value has no items, and is skipped.
             if source is None and run.state[over] != DONE:
                 run.finish(m, SKIPPED)
-                run._skip_downstream(m)
+                run.skip_downstream(m)
                 return
             # Expanded, it gathers like any map: a failed item skips it. Its deps
             # have all ended and no longer concern it (its items read them): the
@@ -183,7 +183,7 @@ class Fanout:
                     run._make_ready(t)
                 elif upstream in (FAILED, SKIPPED, CANCELLED) and run.state[t] == WAITING:
                     run.finish(t, SKIPPED)
-                    run._skip_downstream(t)
+                    run.skip_downstream(t)
         if not count:
             self._gather(m)
 
