@@ -61,6 +61,10 @@ ALLOWED: dict[tuple[str, str], str] = {
         "a Resources is owned by one RunState and reads its needs column and ready set "
         "(TYPE_CHECKING only)"
     ),
+    ("_state.dispatch", "_state.runstate"): (
+        "RunState's hand-out and release: functions of the run bound as its methods, "
+        "typed by it (TYPE_CHECKING only)"
+    ),
     ("_state.ending", "_state.runstate"): (
         "RunState's end path: functions of the run bound as its methods, typed by it "
         "(TYPE_CHECKING only)"

@@ -101,7 +101,7 @@ def ended(  # noqa: C901
                     push(d)
                     pushed += 1
             if pushed > 1 and depth_first:
-                # Last-first, as _push_order() says, so that depth-first order
+                # Last-first, as push_order() says, so that depth-first order
                 # takes the first one first: the few just pushed are turned
                 # around in place. Most tasks make at most one user ready, so
                 # this beats reversing every task's users up front (a new tuple
@@ -146,7 +146,7 @@ def _returned(run: RunState, reports: list[tuple[Any, ...]], release: bool) -> N
         else:
             users = dependents[task]
             if depth_first and len(users) > 1:
-                users = run._push_order(users)
+                users = run.push_order(users)
             for d in users:
                 left = remaining[d] - 1
                 remaining[d] = left
@@ -197,7 +197,7 @@ def _ended_without_value(
         # A skipped task will never consume its dependencies' values (an
         # expanded map let go of them when it expanded: see Fanout.skipped).
         if outcome == SKIPPED and (run.fanout is None or not run.fanout.skipped(task)):
-            run._let_go(run.deps[task])
+            run.let_go(run.deps[task])
         if run.events is not None:
             run.events.append(Event(END, task, -1, outcome))
         if run.cleanup is not None:

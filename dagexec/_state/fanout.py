@@ -69,7 +69,7 @@ class Fanout:
     def ready(self, task: int) -> None:
         """``task``'s dependencies are all done (for a gather: all its items)."""
         if task not in self.maps:
-            self.run._make_ready(task)
+            self.run.make_ready(task)
         elif task in self.span:
             self._gather(task)
         else:
@@ -162,7 +162,7 @@ class Fanout:
             consumers[d] += count
         # The map itself consumed what it was counted for: over's value (now
         # items, or over's items one by one) and its extras (now counted per item).
-        run._let_go(run.deps[m])
+        run.let_go(run.deps[m])
         run.remaining[m] = count
         for b in chained:  # its items will read ours
             if run.state[b] != WAITING:
@@ -173,14 +173,14 @@ class Fanout:
             if not run.remaining[b] and run.state[b] == WAITING:
                 self._expand(b)
         if source is None:
-            for t in run._push_order(span):  # so that item 0 is taken first
-                run._make_ready(t)
+            for t in run.push_order(span):  # so that item 0 is taken first
+                run.make_ready(t)
         else:
             for i, t in enumerate(span):
                 upstream = run.state[source[i]]
                 if upstream == DONE:
                     run.remaining[t] = 0
-                    run._make_ready(t)
+                    run.make_ready(t)
                 elif upstream in (FAILED, SKIPPED, CANCELLED) and run.state[t] == WAITING:
                     run.finish(t, SKIPPED)
                     run.skip_downstream(t)
@@ -195,7 +195,7 @@ class Fanout:
         if m in self.keep:
             values = run.values
             value = [values[t] for t in span]
-            run._let_go(span)
+            run.let_go(span)
         run.finish(m, DONE, value)
 
     def skipped(self, task: int) -> bool:
@@ -211,9 +211,9 @@ class Fanout:
         span = self.span.get(task)
         if span is not None:
             if task in self.keep:
-                self.run._let_go(span)
+                self.run.let_go(span)
             return True
         source = self.span.get(self.run.deps[task][0])
         if source is not None:
-            self.run._let_go(source)
+            self.run.let_go(source)
         return False

@@ -76,5 +76,5 @@ def wake(run: RunState, now: float) -> float | None:
     while timers and timers[0][0] <= now:
         task = heapq.heappop(timers)[2]
         if state[task] == WAITING:  # not cancelled while it waited
-            run._make_ready(task)
+            run.make_ready(task)
     return timers[0][0] if timers else None

@@ -8,8 +8,8 @@ returned; :meth:`RunState.finish` for one task, :meth:`RunState.chain_ended`
 for a chain), the one place a task ends. When a dispatched item (a task, or a
 chain of them) is off the worker, :meth:`RunState.release` frees its in-flight
 slot and its resources. Each rule has one place (docs/design.md, "One place
-per rule"): a value is let go of in :meth:`RunState._let_go`, a task becomes
-ready in :meth:`RunState._make_ready`, the order is :meth:`RunState._push_ready`'s.
+per rule"): a value is let go of in :meth:`RunState.let_go`, a task becomes
+ready in :meth:`RunState.make_ready`, the order is :meth:`RunState._push_ready`'s.
 
 States only move forward::
 
@@ -67,11 +67,12 @@ from typing import Any
 
 from .._core.plan import Plan
 from .._core.policy import Policy
-from .._core.result import CANCELLED, HELD, IN_FLIGHT, READY
+from .._core.result import HELD, READY
+from . import dispatch as dispatching
 from . import ending, retries, stopping
 from .cleanup_gate import CleanupGate
-from .events import DISPATCH, LET_GO, RELEASE, RETURNED, TAKEN_BACK, Event
 from .events import READY as E_READY
+from .events import Event
 from .fanout import Fanout
 from .resources import Resources, resource_ids
 
@@ -191,7 +192,7 @@ class RunState:
         if plan.needs is not None:
             self.resource_names, self.needs = resource_ids(plan.needs)
             self.resources = Resources(self, self.resource_names, capacity or {})
-        self.became_ready = self._make_ready
+        self.became_ready = self.make_ready
         self.fanout: Fanout | None = None
         if plan.maps is not None:
             self.fanout = Fanout(self, plan.maps)
@@ -201,12 +202,19 @@ class RunState:
         self.plain = (
             self.fanout is None and not self.keyed and self.events is None and self.policy is None
         )
-        for r in self._push_order(plan.roots):
-            self._make_ready(r)
+        for r in self.push_order(plan.roots):
+            self.make_ready(r)
 
-    # How tasks end (ending.py), wait for a retry (retries.py) and are stopped
-    # (stopping.py): functions of the run, bound here as its methods, which adds no
-    # call on the per-task path.
+    # How tasks are handed out and released (dispatch.py), end (ending.py), wait
+    # for a retry (retries.py) and are stopped (stopping.py): functions of the run,
+    # bound here as its methods, which adds no call on the per-task path.
+    hand_out = dispatching.hand_out
+    dispatch = dispatching.dispatch
+    dispatch_all = dispatching.dispatch_all
+    release = dispatching.release
+    take_back = dispatching.take_back
+    put_back = dispatching.put_back
+    let_go_returned = dispatching.let_go_returned
     ended = ending.ended
     finish = ending.finish
     chain_ended = ending.chain_ended
@@ -217,7 +225,7 @@ class RunState:
     stuck_error = stopping.stuck_error
 
     # ---------------------------------------------------------------- readiness
-    def _make_ready(self, task: int) -> None:
+    def make_ready(self, task: int) -> None:
         gate = self.gate
         if gate is not None and gate.holds(task):
             return  # a cleanup task whose ancestors still run: it waits, WAITING
@@ -233,7 +241,7 @@ class RunState:
         else:
             self.ready.append(task)
 
-    def _push_order(self, tasks: Sequence[int]) -> Sequence[int]:
+    def push_order(self, tasks: Sequence[int]) -> Sequence[int]:
         """The order to make ``tasks`` ready in, so that they are taken in their own
         order: last-first under depth-first order (the last pushed goes first), as
         given otherwise. With :meth:`_order_key`, the one place the dispatch order
@@ -270,118 +278,7 @@ class RunState:
                 return task
         return -1
 
-    # ---------------------------------------------------------------- dispatch
-    def dispatch(self, task: int, worker: int) -> tuple[Any, ...]:
-        """Mark ``task`` (and its chain, if it heads one) handed out; return its arguments.
-
-        Each dependency now has one consumer fewer; a value nobody else needs is
-        dropped here, so only the returned tuple holds it.
-        """
-        return self.dispatch_all([task], worker)[0]
-
-    def hand_out(
-        self, n: int, worker: int, idle: bool = True
-    ) -> tuple[list[int], list[tuple[Any, ...]]]:
-        """Take up to ``n`` tasks for ``worker`` and dispatch them: the tasks, in the
-        order taken, and their arguments. Fewer than ``n`` only if the rest of the
-        ready tasks wait for resources (or fewer are ready).
-
-        Resources are held while tasks run, not while they wait in an inbox: a
-        task that needs any goes out only first in the batch of an ``idle`` worker
-        (nothing queued or running on it), so it starts at once; the ones behind
-        it hold nothing. A busy worker gets tasks only until the next to go needs
-        a resource, which keeps the run's order.
-        """
-        take, ready = self.take, self.ready
-        tasks: list[int]
-        if self.stacked:
-            # The top n, last pushed first: what n pops would take, in two C-level
-            # slices instead of a Python loop per task.
-            if n <= 0:
-                return [], []
-            tasks = ready[-n:]
-            del ready[-n:]
-            tasks.reverse()
-            return tasks, self.dispatch_all(tasks, worker)
-        tasks = []
-        if self.needs is not None:  # see above: held while running
-            while len(tasks) < n and ready:
-                task = self._take_ranked(idle and not tasks)
-                if task < 0:
-                    break
-                tasks.append(task)
-            return tasks, self.dispatch_all(tasks, worker)
-        while len(tasks) < n and ready:
-            task = take()
-            if task < 0:
-                break
-            tasks.append(task)
-        return tasks, self.dispatch_all(tasks, worker)
-
-    # Over ruff's complexity limit on purpose: the per-task hot path: a split adds
-    # a call per task (docs/speed-gate.md).
-    def dispatch_all(self, tasks: list[int], worker: int) -> list[tuple[Any, ...]]:  # noqa: C901
-        """:meth:`dispatch` for several tasks at once (one call for a worker's batch):
-        mark them handed out, and return their arguments in order."""
-        values, consumers = self.values, self.consumers
-        deps, state, chain_next = self.deps, self.state, self.chain_next
-        items, policy, kept = self.items, self.policy, self.kept_args
-        out: list[tuple[Any, ...]] = []
-        for task in tasks:
-            state[task] = IN_FLIGHT
-            follower = chain_next[task]
-            while follower >= 0:
-                state[follower] = HELD
-                follower = chain_next[follower]
-            if policy is not None and task in kept:  # a retry: the same arguments again
-                out.append(kept[task])
-                continue
-            task_deps = deps[task]
-            # One or two dependencies are the commonest cases: a loop costs an
-            # iterator and a comprehension a frame (3.11); measured ~3% of the
-            # instructions per task on the layered scale graph.
-            # The values read are let go of here, inline: _let_go's loop, without
-            # a call per task (measured: a call per batch is +1.0 scheduler call
-            # per task on the wide graph, whose batches are mostly of one task).
-            args: tuple[Any, ...]
-            if len(task_deps) == 1:
-                d = task_deps[0]
-                args = (values[d],)
-                left = consumers[d] - 1
-                consumers[d] = left
-                if not left:
-                    values[d] = None
-            else:
-                if len(task_deps) == 2:
-                    args = (values[task_deps[0]], values[task_deps[1]])
-                else:
-                    args = tuple([values[d] for d in task_deps])
-                for d in task_deps:
-                    left = consumers[d] - 1
-                    consumers[d] = left
-                    if not left:
-                        values[d] = None
-            if items is not None and task in items:  # a map's item: element first
-                args = (items.pop(task), *args)
-            if policy is not None:
-                task_policy = policy[task]
-                if task_policy is not None and task_policy.retries:
-                    kept[task] = args  # a retry needs them again
-            out.append(args)
-        self.in_flight += len(tasks)
-        if self.in_flight > self.peak_in_flight:
-            self.peak_in_flight = self.in_flight
-        if self.gate is not None:
-            for task in tasks:
-                self.gate.attempt_began(task)
-        if self.events is not None:
-            attempt = self.attempt.get
-            self.events.extend(
-                [Event(DISPATCH, task, worker, 0, 0.0, 0.0, attempt(task, 1)) for task in tasks]
-            )
-        return out
-
-    def _let_go(self, used: Sequence[int]) -> None:
+    def let_go(self, used: Sequence[int]) -> None:
         """Each of ``used`` (a task, once per user done with its value) has one
         consumer fewer; a value nobody else needs is dropped. The one place a value
         is released for users that will never read it (skipped, or a map that
@@ -394,58 +291,9 @@ class RunState:
             if not left:
                 values[d] = None
 
-    def release(self, task: int, attempt: int = 0, how: int = RETURNED) -> None:
-        """The item headed by ``task`` is off its worker: free its slot and resources.
-
-        Chain members that never ran are cancelled here. ``attempt`` is the number
-        of the attempt let go (0: the task's current one); ``how`` is a RELEASE
-        event's state, for the observers.
-        """
-        if self.tell_release:
-            assert self.events is not None
-            number = attempt or self.attempt.get(task, 1)
-            self.events.append(Event(RELEASE, task, -1, how, 0.0, 0.0, number))
-        self.in_flight -= 1
-        if self.needs is not None and self.needs[task]:
-            assert self.resources is not None
-            self.resources.unhold(self.needs[task])
-        follower = self.chain_next[task]
-        while follower >= 0:
-            # Reported ends came first: a member not final now never ran.
-            if self.state[follower] == HELD or self.state[follower] == IN_FLIGHT:
-                self.finish(follower, CANCELLED)
-            follower = self.chain_next[follower]
-        if self.gate is not None and how != LET_GO:  # a let-go attempt still runs
-            self.gate.attempt_returned(task)
-
-    def let_go_returned(self, task: int) -> None:
-        """An attempt of ``task`` that the run let go of at its timeout (LET_GO) has
-        returned on its own thread: for the cleanup gate, it runs no more."""
-        if self.gate is not None:
-            self.gate.attempt_returned(task)
-            self.gate.recheck()
-
-    def put_back(self, task: int, args: tuple[Any, ...]) -> bool:
-        """The item headed by ``task`` was taken back before it started, in a stop
-        that is not an abort's hard one: a cleanup task goes back to the ready
-        set with its arguments, to run all the same (True). Anything else is
-        not put back (False): cancel it with :meth:`take_back`."""
-        cleanup = self.cleanup
-        if cleanup is None or self.hard or task >= len(cleanup) or not cleanup[task]:
-            return False
-        self.kept_args[task] = args
-        self.release(task)
-        self._make_ready(task)  # it passed the gate already: it is not held again
-        return True
-
     def cleanup_pending(self) -> bool:
         """Whether some cleanup task of the run has not ended yet."""
         return self.gate is not None and self.gate.pending()
-
-    def take_back(self, task: int) -> None:
-        """The item headed by ``task`` was taken back before it started: cancel it."""
-        self.finish(task, CANCELLED)
-        self.release(task, how=TAKEN_BACK)
 
     def lend(self, needs: Sequence[tuple[str, float]]) -> tuple[tuple[int, float], ...]:
         """What an attempt of an earlier run still holds (it was abandoned and runs on):
