@@ -62,14 +62,14 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from .._core.plan import Plan
 from .._core.policy import Policy
-from .._core.result import HELD, READY
+from .._core.result import HELD, READY, WAITING
+from . import columns, ending, retries, stopping
 from . import dispatch as dispatching
-from . import ending, retries, stopping
 from .cleanup_gate import CleanupGate
 from .events import READY as E_READY
 from .events import Event
@@ -124,7 +124,7 @@ class RunState:
         self.warn: Callable[..., None] = warn or _say_nothing
         self.on_error = on_error
         # The run's tasks: the plan's, plus the items of maps once they expand
-        # (then these become lists; see _fanout.py).
+        # (then these are lists; see columns.py).
         self.names: Sequence[Hashable] = plan.names
         self.index: Mapping[Hashable, int] = plan.index
         self.fns: Sequence[Callable[..., Any]] = plan.fns
@@ -195,6 +195,7 @@ class RunState:
         self.became_ready = self.make_ready
         self.fanout: Fanout | None = None
         if plan.maps is not None:
+            columns.make_growable(self)
             self.fanout = Fanout(self, plan.maps)
             self.became_ready = self.fanout.ready
         # With nothing to rank, expand, tell or retry, ended() takes its plain
@@ -205,8 +206,9 @@ class RunState:
         for r in self.push_order(plan.roots):
             self.make_ready(r)
 
-    # How tasks are handed out and released (dispatch.py), end (ending.py), wait
-    # for a retry (retries.py) and are stopped (stopping.py): functions of the run,
+    # How tasks are handed out and released (dispatch.py), a map's items added
+    # (columns.py), tasks end (ending.py), wait for a retry (retries.py) and are
+    # stopped (stopping.py): functions of the run,
     # bound here as its methods, which adds no call on the per-task path.
     hand_out = dispatching.hand_out
     dispatch = dispatching.dispatch
@@ -215,6 +217,7 @@ class RunState:
     take_back = dispatching.take_back
     put_back = dispatching.put_back
     let_go_returned = dispatching.let_go_returned
+    add_items = columns.add_items
     ended = ending.ended
     finish = ending.finish
     chain_ended = ending.chain_ended
@@ -294,6 +297,56 @@ class RunState:
     def cleanup_pending(self) -> bool:
         """Whether some cleanup task of the run has not ended yet."""
         return self.gate is not None and self.gate.pending()
+
+    # ------------------------------------------ what map expansion (fanout.py) uses
+    def state_of(self, task: int) -> int:
+        """``task``'s state code (WAITING ... CANCELLED, or HELD)."""
+        return self.state[task]
+
+    def value_of(self, task: int) -> Any:
+        """``task``'s value, while someone still needs it (else None)."""
+        return self.values[task]
+
+    def is_wanted(self, task: int) -> bool:
+        """Whether ``task``'s value is wanted: it is a target, or a task depends on it."""
+        return bool(self.is_target[task] or self.dependents[task])
+
+    def is_cleanup(self, task: int) -> bool:
+        """Whether ``task`` is a cleanup task (run_if="all_done") still waiting as one."""
+        cleanup = self.cleanup
+        return cleanup is not None and task < len(cleanup) and bool(cleanup[task])
+
+    def make_ordinary(self, task: int) -> None:
+        """Cleanup task ``task`` is an ordinary task from now on (a cleanup map that
+        expanded gathers like any map: a failed item skips it)."""
+        assert self.cleanup is not None
+        self.cleanup[task] = 0
+
+    def drop_edges(self, task: int, deps: Iterable[int]) -> None:
+        """``task`` no longer waits on ``deps``: their ends do not concern it now."""
+        dependents = cast(list[list[int]], self.dependents)
+        for d in deps:
+            dependents[d].remove(task)
+
+    def dependency_done(self, task: int) -> None:
+        """One more dependency of ``task`` is done; with none left, it became ready."""
+        left = self.remaining[task] - 1
+        self.remaining[task] = left
+        if not left and self.state[task] == WAITING:
+            self.became_ready(task)
+
+    def more_readers(self, tasks: Iterable[int]) -> None:
+        """Each of ``tasks`` has one more user that will read its value."""
+        consumers = self.consumers
+        for t in tasks:
+            consumers[t] += 1
+
+    def take_values(self, tasks: Sequence[int]) -> list[Any]:
+        """The values of ``tasks``, read once by their last user: let go of here."""
+        values = self.values
+        taken = [values[t] for t in tasks]
+        self.let_go(tasks)
+        return taken
 
     def lend(self, needs: Sequence[tuple[str, float]]) -> tuple[tuple[int, float], ...]:
         """What an attempt of an earlier run still holds (it was abandoned and runs on):
