@@ -107,7 +107,7 @@ def add_items(
             dependents[source[i]].append(t)
     run.unfinished += count
     if run.events is not None:  # before any item's own events
-        run.events.append(Event(EXPAND, m, -1, count))
+        run.events.append(Event(EXPAND, m, items=count))
     for d in extra:  # each item reads them instead of the map
         consumers[d] += count
     run.remaining[m] = count

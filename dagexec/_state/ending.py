@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .._core.policy import MISSING
 from .._core.result import DONE, FAILED, HELD, IN_FLIGHT, READY, SKIPPED, WAITING
 from .._core.safe import add_note, str_for_message, task_for_message
-from .events import END, RELEASE, RETURNED, ChainEnd, Event
+from .events import END, R_TASK, R_WORKER, RELEASE, RETURNED, ChainEnd, Event, Report
 from .retries import retry
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ __all__ = ["chain_ended", "ended", "finish", "skip_downstream"]
 # a call per task (docs/speed-gate.md).
 def ended(  # noqa: C901
     run: RunState,
-    reports: list[tuple[Any, ...]],
+    reports: list[Report],
     outcome: int = DONE,
     release: bool = True,
     passed_on: Sequence[int] = (),
@@ -80,7 +80,7 @@ def ended(  # noqa: C901
         if passed_on:
             for member in passed_on:
                 state[member] = DONE
-            ran_on[reports[0][0]] += len(passed_on)
+            ran_on[reports[0][R_WORKER]] += len(passed_on)
             run.unfinished -= len(passed_on)
         for worker, task, _, value, _, _ in reports:
             state[task] = DONE
@@ -113,13 +113,13 @@ def ended(  # noqa: C901
         return
     assert not passed_on, "passed_on is for a plain run that is not stopping"
     for report in reports:
-        state[report[1]] = DONE
+        state[report[R_TASK]] = DONE
     _returned(run, reports, release)
 
 
 # Over ruff's complexity limit on purpose: the per-task hot path: a split adds
 # a call per task (docs/speed-gate.md).
-def _returned(run: RunState, reports: list[tuple[Any, ...]], release: bool) -> None:  # noqa: C901
+def _returned(run: RunState, reports: list[Report], release: bool) -> None:  # noqa: C901
     """What follows for tasks that :meth:`ended` DONE (their state is written),
     in a run that is not plain or is stopping."""
     policy, kept, state, ran_on = run.policy, run.kept_args, run.state, run.ran_on
@@ -164,7 +164,10 @@ def _returned(run: RunState, reports: list[tuple[Any, ...]], release: bool) -> N
             assert events is not None
             number = run.attempt.get
             events.extend(
-                [Event(RELEASE, r[1], -1, RETURNED, 0.0, 0.0, number(r[1], 1)) for r in reports]
+                [
+                    Event(RELEASE, r[R_TASK], -1, RETURNED, 0.0, 0.0, number(r[R_TASK], 1))
+                    for r in reports
+                ]
             )
     if run.gate is not None:
         run.gate.recheck()
