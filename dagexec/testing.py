@@ -263,7 +263,7 @@ class ResourceRecorder:
         self._out: dict[Hashable, int] = {}  # attempts out per task; scheduler thread only
         self.held: dict[str, float] = {}
         self.peak: dict[str, float] = {}
-        self._held: dict[str, float] = {}  # exact sums (see _runstate.exact)
+        self._held: dict[str, float] = {}  # exact sums (see _state/resources.exact)
         self._peak: dict[str, float] = {}
 
     def on_task_dispatch(self, name: Hashable, worker: int) -> None:

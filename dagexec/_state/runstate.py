@@ -229,6 +229,8 @@ class RunState:
 
     # ---------------------------------------------------------------- readiness
     def make_ready(self, task: int) -> None:
+        """``task`` can run now: the one place a task becomes READY and joins the
+        ready set (a cleanup task whose ancestors still run waits in the gate)."""
         gate = self.gate
         if gate is not None and gate.holds(task):
             return  # a cleanup task whose ancestors still run: it waits, WAITING
