@@ -30,7 +30,7 @@ from typing import ParamSpec, TypeVar
 
 from ._core.graph import Graph
 from ._core.result import RunResult
-from ._state.runstate import exact
+from ._state.resources import exact
 
 __all__ = [
     "ConcurrencyProbe",
@@ -263,7 +263,7 @@ class ResourceRecorder:
         self._out: dict[Hashable, int] = {}  # attempts out per task; scheduler thread only
         self.held: dict[str, float] = {}
         self.peak: dict[str, float] = {}
-        self._held: dict[str, float] = {}  # exact sums (see _runstate.exact)
+        self._held: dict[str, float] = {}  # exact sums (see _state/resources.exact)
         self._peak: dict[str, float] = {}
 
     def on_task_dispatch(self, name: Hashable, worker: int) -> None:

@@ -51,11 +51,35 @@ ALLOWED: dict[tuple[str, str], str] = {
         "TYPE_CHECKING only, while plan.py builds on CompiledGraph"
     ),
     ("_state.fanout", "_state.runstate"): (
-        "a Fanout is owned by one RunState and is typed by it (TYPE_CHECKING only); "
-        "issue 20 step 2 turns it into a client of RunState's public methods"
+        "a Fanout is owned by one RunState, a client of its public methods, and is "
+        "typed by it (TYPE_CHECKING only)"
     ),
     ("_state.cleanup_gate", "_state.runstate"): (
         "a CleanupGate is owned by one RunState and reads its columns (TYPE_CHECKING only)"
+    ),
+    ("_state.resources", "_state.runstate"): (
+        "a Resources is owned by one RunState and reads its needs column and ready set "
+        "(TYPE_CHECKING only)"
+    ),
+    ("_state.columns", "_state.runstate"): (
+        "RunState.add_items: a function of the run bound as its method, typed by it "
+        "(TYPE_CHECKING only)"
+    ),
+    ("_state.dispatch", "_state.runstate"): (
+        "RunState's hand-out and release: functions of the run bound as its methods, "
+        "typed by it (TYPE_CHECKING only)"
+    ),
+    ("_state.ending", "_state.runstate"): (
+        "RunState's end path: functions of the run bound as its methods, typed by it "
+        "(TYPE_CHECKING only)"
+    ),
+    ("_state.retries", "_state.runstate"): (
+        "RunState's retries: functions of the run bound as its methods, typed by it "
+        "(TYPE_CHECKING only)"
+    ),
+    ("_state.stopping", "_state.runstate"): (
+        "RunState's stop: functions of the run bound as its methods, typed by it "
+        "(TYPE_CHECKING only)"
     ),
     ("_engine.caller_drives", "_engine.executor"): (
         "the caller-driven path is Executor.run's, moved out for size: it takes the "

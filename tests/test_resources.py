@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import dagexec
 import dagexec._state.runstate
 from dagexec import Graph
+from dagexec._state.resources import Resources
 from dagexec.testing import (
     ConcurrencyProbe,
     Gate,
@@ -374,7 +375,12 @@ def test_a_task_that_can_never_start_is_an_error_not_a_silent_cancel(
 ) -> None:
     """If the state machine ever leaves a task unable to start with nothing running
     (a bug), the run must fail naming the task, not return as if it succeeded."""
-    monkeypatch.setattr(dagexec._state.runstate.RunState, "_lacking", lambda self, task, need: 0)
+
+    def never_fits(self: Resources, entry: tuple[Any, ...], need: Any) -> bool:
+        self._park(entry, need[0][0])  # as if its first resource were never free
+        return False
+
+    monkeypatch.setattr(Resources, "try_hold", never_fits)
     g = Graph()
     g.add("free", lambda: 1)
     g.add("stuck", lambda: 2, resources={"mem": 1})

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from dagexec import Graph
 from dagexec._core.plan import Plan, plan_run
 from dagexec._core.result import CANCELLED, DONE, FAILED, IN_FLIGHT, READY, SKIPPED
-from dagexec._state import runstate
-from dagexec._state.runstate import _PATIENCE, RunState
+from dagexec._state import resources as resource_module
+from dagexec._state.resources import _PATIENCE
+from dagexec._state.runstate import RunState
 
 MOD = 1_000_003
 
@@ -221,11 +222,11 @@ def test_priorities_go_first_among_ready_tasks(scenario: tuple, on_error: str) -
 )
 def test_resources_never_exceed_capacity(scenario: tuple, on_error: str, patience: int) -> None:
     plan, capacity, failing, cap, seed = scenario
-    runstate._PATIENCE = patience  # hypothesis forbids function-scoped fixtures
+    resource_module._PATIENCE = patience  # hypothesis forbids function-scoped fixtures
     try:
         _drive_and_check(plan, capacity, failing, cap, seed, on_error)
     finally:
-        runstate._PATIENCE = _PATIENCE
+        resource_module._PATIENCE = _PATIENCE
 
 
 def _drive_and_check(

@@ -110,7 +110,7 @@ def drive(
             state.release(task)
             assert state.in_flight == before - 1  # a waiting retry holds no slot
             if state.state[task] == WAITING and plan.needs is not None:
-                assert state.free[0] == capacity["gpu"] - sum(
+                assert state.resources.free[0] == capacity["gpu"] - sum(
                     1 for t, _ in running if plan.needs and plan.needs[t]
                 ), "a task waiting for its retry holds a resource"
         else:
@@ -192,7 +192,7 @@ def test_a_retry_waits_for_its_timer_and_holds_no_slot() -> None:
         state.dispatch(task, 0)
         state.finish(task, FAILED, OSError(attempt), 0)
         state.release(task)
-        assert (state.in_flight, state.free, state.state[task]) == (0, [1.0], WAITING)
+        assert (state.in_flight, state.resources.free, state.state[task]) == (0, [1.0], WAITING)
         assert not state.ready
         assert state.wake(due - 0.001) == due  # not yet
         assert not state.ready

@@ -33,6 +33,9 @@ class TaskState(enum.Enum):
 # WAITING, READY and IN_FLIGHT are the scheduler's; a finished run holds only the
 # four final codes, which map onto TaskState in this order.
 WAITING, READY, IN_FLIGHT, DONE, FAILED, SKIPPED, CANCELLED = range(7)
+# A chain member handed out with its chain, not yet running: the state machine's
+# too (dagexec._state), and not final.
+HELD = 7
 _FINAL = {
     DONE: TaskState.DONE,
     FAILED: TaskState.FAILED,

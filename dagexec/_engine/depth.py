@@ -31,7 +31,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .wire import CHAIN, DONE
+from .wire import CHAIN, DONE, R_KIND, R_PAYLOAD, Message
 
 __all__ = ["BUDGET_BYTES", "Depth", "estimate_bytes"]
 
@@ -106,7 +106,7 @@ class Depth:
         """The cap before any report: one task per worker."""
         return self.workers
 
-    def after(self, batch: list[Any]) -> int:
+    def after(self, batch: list[Message]) -> int:
         """The cap once ``batch`` (reports, as on the results queue) has arrived.
 
         Looks at the first returned value among the first few messages only, so
@@ -119,7 +119,7 @@ class Depth:
         for msg in batch[:4]:
             if type(msg) is not tuple:
                 continue
-            kind, payload = msg[2], msg[3]
+            kind, payload = msg[R_KIND], msg[R_PAYLOAD]
             if kind == DONE:
                 value = payload
             elif kind == CHAIN and payload.ok:  # a chain's value is its last member's

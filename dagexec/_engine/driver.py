@@ -34,7 +34,23 @@ from .inbox import Inbox
 from .items import chained_jobs, head, log_dispatch, plain_jobs, special_items, take_back
 from .outcome import log_interrupted
 from .timers import AttemptTimers
-from .wire import CHAIN, DONE, FAILED, FREED, MEMBER, NOT_STARTED, STARTED, STOP, Item
+from .wire import (
+    ABORT,
+    CHAIN,
+    DONE,
+    FAILED,
+    FREED,
+    J_ARGS,
+    MEMBER,
+    NOT_STARTED,
+    R_KIND,
+    R_WORKER,
+    STARTED,
+    STOP,
+    Item,
+    Message,
+    Report,
+)
 
 __all__ = ["ABORT", "Driver"]
 
@@ -52,21 +68,12 @@ _PICKUP_RETRY_SECONDS = 0.001
 _TIMER_POLL_SECONDS = 0.05
 
 
-class _Abort:
-    def __repr__(self) -> str:
-        return "ABORT"
-
-
-ABORT = _Abort()
-"""Put on a run's results queue to stop the run (Ctrl-C, cancel, the run's timeout)."""
-
-
 class Driver:
     """The message loop of one run; its fields are set up by ``Run.__init__``."""
 
     plan: Plan
     inboxes: list[Inbox[Item | None]]
-    results: queue.SimpleQueue[Any]
+    results: queue.SimpleQueue[Message]
     state: RunState
     observer: Observer
     balance: Balance
@@ -176,7 +183,7 @@ class Driver:
             if batch:
                 self._handle(batch)
 
-    def _receive(self, pickup: bool, wait: float | None) -> list[Any]:
+    def _receive(self, pickup: bool, wait: float | None) -> list[Message]:
         """Block for reports, at most until a timer is due (``wait``) or an inbox
         may have room again (``pickup``); everything queued by then, or []."""
         if wait is not None:
@@ -239,7 +246,7 @@ class Driver:
 
     # Over ruff's complexity limit on purpose: one branch per report kind, for every report: a split
     # adds a call per report.
-    def _handle(self, batch: list[Any]) -> None:  # noqa: C901
+    def _handle(self, batch: list[Message]) -> None:  # noqa: C901
         """Apply what arrived on the results queue, in order, and let go of it.
 
         Jobs that returned a value (the bulk, on a graph of small tasks) go to the
@@ -249,11 +256,11 @@ class Driver:
         if self.depth is not None:
             self.cap = self.depth.after(batch)
         held, last_seen = self.balance.held, self.balance.last_seen
-        returned: list[Any] = []
+        returned: list[Report] = []
         for msg in batch:
-            if msg is not ABORT and msg[2] == DONE and timers is None:
-                held[msg[0]] -= 1  # the balancer's view, updated once per item (as below)
-                last_seen[msg[0]] = now
+            if msg is not ABORT and msg[R_KIND] == DONE and timers is None:
+                held[msg[R_WORKER]] -= 1  # the balancer's view, updated once per item (as below)
+                last_seen[msg[R_WORKER]] = now
                 returned.append(msg)
                 continue
             if returned:  # the ones before this message come first
@@ -345,7 +352,7 @@ class Driver:
         for item in self.balance.take_back_all():
             assert item is not STOP  # STOPs go in only after a run's cancellation
             task = head(item)
-            if state.put_back(task, item[3]):  # a cleanup task: it still runs
+            if state.put_back(task, item[J_ARGS]):  # a cleanup task: it still runs
                 if timers is not None:
                     timers.forget(task)
             else:

@@ -1,6 +1,6 @@
 """What a worker is handed, built from what the run state hands out, for the driver.
 
-A plain job is a tuple (see ``_messages.Job``); a task with a policy, or a
+A plain job is a tuple (see ``wire.Job``); a task with a policy, or a
 chain, needs more (:func:`special_items`). Runs without a policy build a whole
 batch in one list comprehension (:func:`plain_jobs`, :func:`chained_jobs`): that
 is the hot path.
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._core.safe import task_for_message
-from .wire import NOTIFY_START, Chain, Item
+from .wire import J_TASK, NOTIFY_START, Chain, Item
 
 if TYPE_CHECKING:
     from .driver import Driver
@@ -25,7 +25,7 @@ log = logging.getLogger("dagexec")
 
 def head(item: Item) -> int:
     """The task an item stands for in the run state: a job's, or a chain's first."""
-    return item.tasks[0] if isinstance(item, Chain) else item[1]
+    return item.tasks[0] if isinstance(item, Chain) else item[J_TASK]
 
 
 def plain_jobs(

@@ -96,7 +96,21 @@ from .driver import ABORT, Driver
 from .inbox import Inbox
 from .outcome import Outcome, announce, conclude
 from .timers import AttemptTimers
-from .wire import CHAIN, DONE, FAILED, FREED, NOT_STARTED, NOTIFY_START, TIMED, Item, Job
+from .wire import (
+    CHAIN,
+    DONE,
+    FAILED,
+    FREED,
+    NOT_STARTED,
+    NOTIFY_START,
+    R_KIND,
+    R_TASK,
+    R_WORKER,
+    TIMED,
+    Item,
+    Job,
+    Message,
+)
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
@@ -157,7 +171,7 @@ class Run(Driver):
             self.cap = self.depth.start
         self.capacity = dict(capacity or {})
         self.context = context  # the caller's contextvars, copied per task (None: empty)
-        self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.results: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.finished = threading.Event()  # outcome is ready
         self.stop = threading.Event()  # no item carrying it starts once set; see abort
         self.hard_stop = threading.Event()  # the same for cleanup tasks' items
@@ -291,8 +305,8 @@ class Run(Driver):
                 held = self.balance.held
                 while sum(held) > 0:
                     msg = results.get()
-                    if msg is not ABORT and msg[2] in (DONE, FAILED, CHAIN, NOT_STARTED):
-                        held[msg[0]] -= 1
+                    if msg is not ABORT and msg[R_KIND] in (DONE, FAILED, CHAIN, NOT_STARTED):
+                        held[msg[R_WORKER]] -= 1
                 return
             for inbox in self.inboxes:
                 while True:
@@ -306,7 +320,7 @@ class Run(Driver):
             unanswered = len(self.inboxes)
             while unanswered:
                 msg = results.get()
-                if msg is not ABORT and msg[1] == -1:
+                if msg is not ABORT and msg[R_TASK] == -1:
                     unanswered -= 1
         except BaseException as exc:  # nothing better to do than to say so
             add_note(exc, "dagexec: the scheduler failed again while stopping the run")

@@ -87,7 +87,7 @@ class Observer:
                 self.call(hooks.attempt_release, name, event.attempt, how)
         elif kind == EXPAND:
             if hooks.map_expand:
-                self.call(hooks.map_expand, name, event.state)
+                self.call(hooks.map_expand, name, event.items)
         elif kind == RETRY:
             if hooks.task_retry:
                 self.call(hooks.task_retry, name, event.attempt)

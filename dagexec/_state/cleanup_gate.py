@@ -154,7 +154,7 @@ class CleanupGate:
         del self.held[task]
         self.cleared.add(task)
         if self.run.state[task] == WAITING:  # not cancelled meanwhile
-            self.run._make_ready(task)
+            self.run.make_ready(task)
 
     def _parents(self, task: int) -> list[int]:
         """What ``task`` waits on directly: its dependencies, and a map's items."""

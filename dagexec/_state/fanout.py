@@ -7,7 +7,7 @@ A map ``m = g.map(name, fn, over=o, deps=extra)`` is a task of the plan with
 deps ``(o, *extra)``. Its life:
 
 1. *Expansion*: when its deps are done, ``list(value of o)`` is taken once and
-   each item becomes a task ``(name, i)`` appended to the run's columns, calling
+   each item becomes a task ``(name, i)`` of the run (``RunState.add_items``), calling
    ``fn(item, *extra values)``, with ``m``'s priority and resources. The item is
    kept only until that task is dispatched, so a million items hold a million
    items (the user's data) but no closure and no argument tuple each.
@@ -20,6 +20,10 @@ expanded (and ``extra`` are done), and ``(name, i)`` depends on ``(o, i)``
 alone, so items flow through a chain of maps without waiting for whole maps.
 A failed item skips what depends on it (its gather, its chained items), like
 any failure.
+
+A client of :class:`~dagexec._state.runstate.RunState`'s public methods: it
+decides when a map expands and what its items are, and never touches the run's
+columns (``add_items`` is the one place they grow).
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.result import CANCELLED, DONE, FAILED, SKIPPED, WAITING
 from .._core.safe import add_note, task_for_message
-from .events import EXPAND, Event
 
 if TYPE_CHECKING:
     from .runstate import RunState
@@ -40,23 +43,8 @@ class Fanout:
     """The maps of one run. Owned by its :class:`RunState`, same thread."""
 
     def __init__(self, run: RunState, maps: frozenset[int]) -> None:
-        plan = run.plan
-        # The run's columns become per-run lists that can grow.
-        run.names = self.names = list(plan.names)
-        run.index = self.index = dict(plan.index)
-        run.fns = self.fns = list(plan.fns)
-        run.deps = self.deps = list(plan.deps)
-        run.dependents = self.dependents = [list(d) for d in plan.dependents]
-        run.chain_next = self.chain_next = list(plan.chain_next)
-        run.is_target = self.is_target = bytearray(plan.target_mask)
-        self.priority = None if run.priority is None else list(run.priority)
-        self.needs = None if run.needs is None else list(run.needs)
-        run.priority, run.needs = self.priority, self.needs
-        self.policy = None if run.policy is None else list(run.policy)
-        run.policy = self.policy
-        self.items: dict[int, Any] = {}
-        run.items = self.items
         self.run = run
+        self.plan = plan = run.plan  # a map is a task of the plan: its deps are the plan's
         self.maps = maps
         self.span: dict[int, range] = {}  # expanded map -> its item tasks
         self.keep: set[int] = set()  # expanded maps whose list someone wants
@@ -69,133 +57,95 @@ class Fanout:
     def ready(self, task: int) -> None:
         """``task``'s dependencies are all done (for a gather: all its items)."""
         if task not in self.maps:
-            self.run._make_ready(task)
+            self.run.make_ready(task)
         elif task in self.span:
             self._gather(task)
         else:
             self._expand(task)
 
-    # Over ruff's complexity limit on purpose: one pass over a map's items; it splits once maps
-    # go through RunState's public methods.
-    def _expand(self, m: int) -> None:  # noqa: C901
+    def _expand(self, m: int) -> None:
         run = self.run
-        over, extra = run.deps[m][0], run.deps[m][1:]
+        deps = self.plan.deps[m]
+        over = deps[0]
         source = self.span.get(over)  # item by item when over is an expanded map
-        cleanup = run.cleanup
-        if cleanup is not None and cleanup[m]:
+        if run.is_cleanup(m):
             # run_if="all_done" applies to the extra deps only: a map whose over
             # ended without a value has no items, and is skipped.
-            if source is None and run.state[over] != DONE:
+            if source is None and run.state_of(over) != DONE:
                 run.finish(m, SKIPPED)
-                run._skip_downstream(m)
+                run.skip_downstream(m)
                 return
             # Expanded, it gathers like any map: a failed item skips it. Its deps
             # have all ended and no longer concern it (its items read them): the
             # edges go, so that skipping downstream of a failed dep, which may be
             # what made it expand, does not reach it now.
-            cleanup[m] = 0
-            for d in set(run.deps[m]):
-                if source is None or d != over:  # a chained map's edge went below
-                    self.dependents[d].remove(m)
-        items: list[Any] = []
+            run.make_ordinary(m)
+            # (a chained map's edge from over went when over expanded)
+            run.drop_edges(m, {d for d in deps if source is None or d != over})
+        elements = None
         if source is None:
-            # Iterated here, on the scheduler thread: a generator that blocks
-            # stalls dispatch meanwhile (docs/graphs.md, "Dynamic fan-out"). Whatever it
-            # raises, even a BaseException, is the map's failure, not the
-            # scheduler's; a fatal one still stops the run and reaches the caller.
-            try:
-                items = list(run.values[over])
-            except BaseException as exc:
-                what, over_name = task_for_message(run.names[m]), task_for_message(run.names[over])
-                add_note(exc, f"dagexec: map {what} iterates the value of {over_name}")
-                run.finish(m, FAILED, exc)
+            elements = self._elements(m, over)
+            if elements is None:
                 return
-        count = len(items) if source is None else len(source)
         # Maps over this one take its items one by one, not its list.
         chained = self.chained.get(m, [])
         for b in chained:
-            self.dependents[m].remove(b)
-        keep = bool(run.is_target[m] or run.dependents[m])
+            run.drop_edges(b, (m,))
+        keep = run.is_wanted(m)
         if keep:
             self.keep.add(m)
-        start = len(run.state)
-        self.span[m] = span = range(start, start + count)
-        name, fn = run.names[m], run.fns[m]
-        priority = run.priority[m] if run.priority is not None else 0
-        need = run.needs[m] if run.needs is not None else ()
-        policy = run.policy[m] if run.policy is not None else None
-        if cleanup is not None:
-            # Its items keep the map's run_if only when they need nothing but the
-            # extra deps (which have ended); an item of a map over a map still
-            # waits for its source item, and is skipped if that fails.
-            flag = policy is not None and policy.cleanup and source is None
-            cleanup.extend(b"\x01" * count if flag else bytes(count))
-        for i, t in enumerate(span):
-            task_name = (name, i)
-            self.names.append(task_name)
-            self.index[task_name] = t
-            self.fns.append(fn)
-            self.deps.append(extra if source is None else (source[i], *extra))
-            self.dependents.append([m])
-            self.chain_next.append(-1)
-            run.state.append(WAITING)
-            run.values.append(None)
-            run.remaining.append(0 if source is None else 1)
-            run.consumers.append(1 if keep else 0)
-            self.is_target.append(0)
-            if self.priority is not None:
-                self.priority.append(priority)
-            if self.needs is not None:
-                self.needs.append(need)
-            if self.policy is not None:
-                self.policy.append(policy)
-            if source is None:
-                self.items[t] = items[i]
-            else:
-                self.dependents[source[i]].append(t)
-        del items
-        run.unfinished += count
-        if run.events is not None:  # before any item's own events
-            run.events.append(Event(EXPAND, m, -1, count))
-        consumers = run.consumers
-        for d in extra:  # each item reads them instead of the map
-            consumers[d] += count
+        self.span[m] = span = run.add_items(m, elements, source, keep)
+        del elements
         # The map itself consumed what it was counted for: over's value (now
         # items, or over's items one by one) and its extras (now counted per item).
-        run._let_go(run.deps[m])
-        run.remaining[m] = count
+        run.let_go(deps)
         for b in chained:  # its items will read ours
-            if run.state[b] != WAITING:
-                continue  # skipped already: it will never read them
-            for t in span:
-                consumers[t] += 1
-            run.remaining[b] -= 1
-            if not run.remaining[b] and run.state[b] == WAITING:
-                self._expand(b)
+            if run.state_of(b) == WAITING:  # else skipped already: it never reads them
+                run.more_readers(span)
+                run.dependency_done(b)  # expands b once its extras are done too
         if source is None:
-            for t in run._push_order(span):  # so that item 0 is taken first
-                run._make_ready(t)
+            for t in run.push_order(span):  # so that item 0 is taken first
+                run.make_ready(t)
         else:
-            for i, t in enumerate(span):
-                upstream = run.state[source[i]]
-                if upstream == DONE:
-                    run.remaining[t] = 0
-                    run._make_ready(t)
-                elif upstream in (FAILED, SKIPPED, CANCELLED) and run.state[t] == WAITING:
-                    run.finish(t, SKIPPED)
-                    run._skip_downstream(t)
-        if not count:
+            self._follow(span, source)
+        if not span:
             self._gather(m)
+
+    def _elements(self, m: int, over: int) -> list[Any] | None:
+        """The items of map ``m``: the value of ``over`` as a list; None if iterating
+        it raised (``m`` then failed).
+
+        Iterated here, on the scheduler thread: a generator that blocks stalls
+        dispatch meanwhile (docs/graphs.md, "Dynamic fan-out"). Whatever it raises,
+        even a BaseException, is the map's failure, not the scheduler's; a fatal
+        one still stops the run and reaches the caller.
+        """
+        run = self.run
+        try:
+            return list(run.value_of(over))
+        except BaseException as exc:
+            names = self.plan.names
+            what, over_name = task_for_message(names[m]), task_for_message(names[over])
+            add_note(exc, f"dagexec: map {what} iterates the value of {over_name}")
+            run.finish(m, FAILED, exc)
+            return None
+
+    def _follow(self, span: range, source: range) -> None:
+        """Items of a map over a map: each follows its source item, which may have
+        ended already (done: ready now; failed, skipped or cancelled: skipped)."""
+        run = self.run
+        for t, upstream in zip(span, source, strict=True):
+            upstream_state = run.state_of(upstream)
+            if upstream_state == DONE:
+                run.dependency_done(t)
+            elif upstream_state in (FAILED, SKIPPED, CANCELLED) and run.state_of(t) == WAITING:
+                run.finish(t, SKIPPED)
+                run.skip_downstream(t)
 
     def _gather(self, m: int) -> None:
         """All of ``m``'s items are done: ``m`` ends with the list of their values."""
         run = self.run
-        span = self.span[m]
-        value = None
-        if m in self.keep:
-            values = run.values
-            value = [values[t] for t in span]
-            run._let_go(span)
+        value = run.take_values(self.span[m]) if m in self.keep else None
         run.finish(m, DONE, value)
 
     def skipped(self, task: int) -> bool:
@@ -211,9 +161,9 @@ class Fanout:
         span = self.span.get(task)
         if span is not None:
             if task in self.keep:
-                self.run._let_go(span)
+                self.run.let_go(span)
             return True
-        source = self.span.get(self.run.deps[task][0])
+        source = self.span.get(self.plan.deps[task][0])
         if source is not None:
-            self.run._let_go(source)
+            self.run.let_go(source)
         return False
