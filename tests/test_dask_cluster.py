@@ -225,6 +225,7 @@ def test_client_get_options_moved_to_client_kwargs() -> None:
             {"resources": {"gpu": 1}, "timeout": 2},
             r"task 'x' has timeout=2 and resources=\{'gpu': 1\}.*frees the resources",
         ),
+        ({"isolate": "process"}, r"task 'x' has isolate='process'.*drop isolate="),
         (
             {"timeout": 2},
             r"task 'x' has timeout=2 and the cleanup task 'after' \(run_if='all_done'\) runs after",

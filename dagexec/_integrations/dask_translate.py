@@ -146,6 +146,13 @@ def translate(
     for t, name in enumerate(plan.names):
         policy = plan.policy[t] if plan.policy is not None else None
         needs = plan.needs[t] if plan.needs is not None else ()
+        if policy is not None and policy.isolate is not None:
+            raise ValueError(
+                f"task {task_for_message(name)} has isolate={policy.isolate!r}, which a dask "
+                "cluster cannot honour (a dask worker has no dagexec child process to run it "
+                "in, kill at a timeout or lose to a crash alone); drop isolate= (the workers "
+                "of a processes=True cluster are processes already), or run the graph locally"
+            )
         if policy is not None and policy.timeout is not None and needs:
             raise ValueError(
                 f"task {task_for_message(name)} has timeout={policy.timeout:g} and "
