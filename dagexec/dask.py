@@ -8,11 +8,14 @@
 
 This module is the only way into dask; ``import dagexec`` never loads it
 (``dagexec.dask`` is imported on first attribute access). It checks that dask
-is installed before importing its private helpers, which import dask freely:
-``_dask_graph`` (converting graphs both ways) and ``_dask_callbacks`` (driving
-dask's diagnostics). What stays here is the public API and the per-thread
-executors :func:`get` keeps between calls. Install the extra from a clone of
-dagexec with ``pip install -e '.[dask]'``.
+is installed before importing its private helpers in ``dagexec._integrations``,
+which import dask freely: for :func:`get`, ``dask_graph`` (converting graphs
+both ways), ``dask_callbacks`` (driving dask's diagnostics) and ``dask_local``
+(annotations, order, the per-thread executors kept between calls); for a
+cluster, ``dask_translate`` (checks, keys, annotations), ``dask_worker`` (what
+runs on a worker), ``dask_cluster`` (driving a run) and ``dask_checkpoint``.
+What stays here is the public API. Install the extra from a clone of dagexec
+with ``pip install -e '.[dask]'``.
 """
 
 from __future__ import annotations
