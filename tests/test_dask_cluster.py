@@ -313,3 +313,32 @@ def test_to_dask_refuses_what_only_the_client_can_drive() -> None:
         dd.to_dask(_mapped())
     with pytest.raises(ValueError, match=r"task 'cleanup' has run_if='all_done'"):
         dd.to_dask(_with_cleanup())
+
+
+def test_a_rerun_after_a_failure_loads_the_targets_that_finished(
+    client: Any, tmp_path: Path
+) -> None:
+    """Saved: the targets the client received. Not saved: values that stayed on the
+    workers ("a"), which the rerun computes again for the target that failed."""
+    broken = tmp_path / "broken"
+    broken.write_text("1")
+
+    def flaky(a: int) -> int:
+        _bump(tmp_path / "bad")
+        if broken.exists():
+            raise OSError("down")
+        return a + 2
+
+    g = dagexec.Graph()
+    g.add("a", _counted(tmp_path / "a", 1))
+    g.add("ok", lambda a: _bump(tmp_path / "ok") and a + 1, deps=["a"])
+    g.add("bad", flaky, deps=["a"])
+    db = tmp_path / "run.db"
+    first = dd.run_on(client, g, ["ok", "bad"], on_error="continue", checkpoint=db)
+    assert dict(first) == {"ok": 2} and set(first.errors) == {"bad"}
+    broken.unlink()
+    again = dd.run_on(client, g, ["ok", "bad"], checkpoint=db)
+    assert dict(again) == {"ok": 2, "bad": 3}
+    assert again.stats.tasks_loaded == 1  # "ok"
+    counts = [(tmp_path / n).read_text() for n in ("a", "ok", "bad")]
+    assert counts == ["2", "1", "2"]
