@@ -8,19 +8,20 @@
 
 This module is the only way into dask; ``import dagexec`` never loads it
 (``dagexec.dask`` is imported on first attribute access). It checks that dask
-is installed before importing its private helpers, which import dask freely:
-``_dask_graph`` (converting graphs both ways) and ``_dask_callbacks`` (driving
-dask's diagnostics). What stays here is the public API and the per-thread
-executors :func:`get` keeps between calls. Install the extra from a clone of
-dagexec with ``pip install -e '.[dask]'``.
+is installed before importing its private helpers in ``dagexec._integrations``,
+which import dask freely: for :func:`get`, ``dask_graph`` (converting graphs
+both ways), ``dask_callbacks`` (driving dask's diagnostics) and ``dask_local``
+(annotations, order, the per-thread executors kept between calls); for a
+cluster, ``dask_translate`` (checks, keys, annotations), ``dask_worker`` (what
+runs on a worker), ``dask_cluster`` (driving a run) and ``dask_checkpoint``.
+What stays here is the public API. Install the extra from a clone of dagexec
+with ``pip install -e '.[dask]'``.
 """
 
 from __future__ import annotations
 
-import multiprocessing.pool
-import threading
+import os
 from collections.abc import Callable, Hashable, Iterable, Mapping, MutableMapping
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Literal
 
 try:
@@ -35,23 +36,28 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._core.errors import describe
 from ._core.graph import Graph
+from ._core.options import check_checkpoint_path
 from ._core.result import RunResult
 from ._engine.executor import Executor
-from ._integrations.dask_callbacks import Bridge, bridge_for
-from ._integrations.dask_cluster import (
-    ClusterGraph,
-    ClusterRun,
+from ._integrations.dask_callbacks import bridge_for
+from ._integrations.dask_checkpoint import ClusterCheckpoint
+from ._integrations.dask_cluster import ClusterRun
+from ._integrations.dask_graph import assemble, build, flatten_keys, nest
+from ._integrations.dask_local import (
+    annotations_of,
+    check_annotated_capacity,
+    execute,
+    ranks,
+    shutdown,
+    worker_count,
+)
+from ._integrations.dask_local import executors as _executors  # noqa: F401 - tests read it
+from ._integrations.dask_translate import (
     check_run_options,
     declared_resources,
+    driven,
+    plan_for,
     translate,
-)
-from ._integrations.dask_graph import (
-    Annotations,
-    Built,
-    assemble,
-    build,
-    flatten_keys,
-    nest,
 )
 
 __all__ = ["ClusterRun", "get", "run_on", "shutdown", "submit_on", "to_dask"]
@@ -136,8 +142,8 @@ def get(
     """
     del kwargs  # accepted and ignored, as dask's scheduler protocol expects
     if executor is None:
-        num_workers = _worker_count(num_workers, pool)
-    annotations = _annotations(dsk)
+        num_workers = worker_count(num_workers, pool)
+    annotations = annotations_of(dsk)
     if resources is None:
         resources = dask.config.get("dagexec.resources", None)
     if not isinstance(dsk, Mapping):
@@ -152,16 +158,16 @@ def get(
             raise KeyError(key)
     built = build(nodes, flat, known)
     if annotations.resources:
-        _check_annotated_capacity(built, annotations.resources, resources, executor)
+        check_annotated_capacity(built, annotations.resources, resources, executor)
     with local_callbacks(callbacks) as active:
         bridge = bridge_for(built, nodes, list(active), cache, flat)
         assemble(
             built,
-            _ranks(built, nodes),
+            ranks(built, nodes),
             annotations,
             None if bridge is None else bridge.wrap,
         )
-        values = _execute(
+        values = execute(
             built,
             bridge,
             executor,
@@ -172,251 +178,6 @@ def get(
             resources,
         )
     return nest(keys, values)
-
-
-def _annotations(dsk: Any) -> Annotations:
-    """What ``dask.annotate`` asked of each task that dagexec honours: ``resources``,
-    ``priority`` and ``retries`` (as ``Graph.add`` takes them), by key.
-
-    dask keeps annotations beside the graph, not in it, and its low-level graph
-    optimisation drops them: they reach a scheduler with
-    ``compute(..., optimize_graph=False)``, as with dask's distributed scheduler.
-    """
-    found = Annotations()
-    by_type: dict[str, Any] = {}
-    annotations = getattr(dsk, "__dask_annotations__", None)
-    if callable(annotations):
-        by_type = {k: dict(v) for k, v in annotations().items() if isinstance(v, Mapping)}
-    for layer in getattr(dsk, "layers", {}).values():
-        for kind, value in (getattr(layer, "annotations", None) or {}).items():
-            per_key = by_type.setdefault(kind, {})
-            for key in layer:
-                per_key[key] = value(key) if callable(value) else value
-    for key, wanted in by_type.get("resources", {}).items():
-        if isinstance(wanted, Mapping):
-            found.resources[key] = wanted
-    for kind, into in (("priority", found.priority), ("retries", found.retries)):
-        for key, value in by_type.get(kind, {}).items():
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)  # dask allows any number; a whole one means the same
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(
-                    f"dask task {key!r} is annotated with {kind}={value!r}; dagexec.dask.get "
-                    f"takes a whole number: dask.annotate({kind}=<int>)"
-                )
-            if value:
-                into[key] = value
-    return found
-
-
-def _ranks(built: Built, nodes: Mapping[Hashable, GraphNode]) -> dict[Hashable, int]:
-    """``dask.order``'s rank of each built task (lower runs first).
-
-    Ordered over the tasks that run only (not the whole graph), so a partial
-    computation of a large graph pays for its part.
-    """
-    from dask.order import order
-
-    if len(built.deps) < 2:
-        return {}
-    tasks: dict[Any, GraphNode] = {k: nodes[k] for k in built.deps}
-    ranks: dict[Hashable, int] = order(tasks)  # type: ignore[assignment]
-    return ranks
-
-
-def _check_annotated_capacity(
-    built: Built,
-    annotated: Mapping[Hashable, Mapping[str, float]],
-    resources: object,
-    executor: Executor | None,
-) -> None:
-    """Reject a task annotated with a resource that has no capacity, saying where a
-    dask user gives one (the run's own check would point to ``Executor``/``run``)."""
-    if resources is not None and not isinstance(resources, Mapping):
-        return  # the run rejects it, naming the parameter
-    capacity = {**(executor.resources if executor is not None else {}), **(resources or {})}
-    for key in built.deps:
-        for name in annotated.get(key) or ():
-            if name not in capacity:
-                declared = ", ".join(map(repr, sorted(capacity))) or "none"
-                raise ValueError(
-                    f"dask task {key!r} is annotated with resource {name!r}, which has no "
-                    f"capacity (declared: {declared}); pass resources={{{name!r}: ...}} to "
-                    "dagexec.dask.get(...) (through compute(..., resources=...)), or set "
-                    f"the dask config: dask.config.set({{'dagexec.resources': {{{name!r}: ...}}}})"
-                )
-
-
-# ---------------------------------------------------------------------- running
-
-
-# One executor per live calling thread, as dask.threaded keeps one pool per
-# thread: creating threads per compute() would dominate small graphs, and giving
-# each calling thread its own executor means a task that itself calls
-# dask.compute (nested scheduling) never waits for the executor it runs on.
-# Asking for other bounds replaces the thread's executor, and executors of
-# threads that have ended are stopped, so the cache stays as small as the set
-# of threads calling get().
-_executors: dict[threading.Thread, tuple[tuple[int | None, int | None, int | None], Executor]] = {}
-_executors_lock = threading.Lock()
-
-
-def _executor_for(
-    workers: int | None, queue_cap: int | None, max_in_flight: int | None
-) -> Executor:
-    thread = threading.current_thread()
-    bounds = (workers, queue_cap, max_in_flight)
-    retired: list[Executor] = []
-    with _executors_lock:
-        for other in [t for t in _executors if not t.is_alive()]:
-            retired.append(_executors.pop(other)[1])
-        cached = _executors.get(thread)
-        if cached is not None and cached[0] == bounds:
-            ex = cached[1]
-        else:
-            if cached is not None:
-                retired.append(cached[1])
-            ex = Executor(workers, queue_cap=queue_cap, max_in_flight=max_in_flight)
-            _executors[thread] = (bounds, ex)
-    for old in retired:
-        old.shutdown(wait=False)  # idle: this thread's previous run has returned
-    return ex
-
-
-def _retire(ex: Executor) -> None:
-    """Forget ``ex`` (the calling thread's cached executor) and stop it without waiting."""
-    thread = threading.current_thread()
-    with _executors_lock:
-        cached = _executors.get(thread)
-        if cached is not None and cached[1] is ex:
-            del _executors[thread]
-    ex.shutdown(wait=False)  # its workers exit once their running tasks end
-
-
-def _worker_count(num_workers: int | None, pool: Any) -> int | None:
-    """The worker threads to run on, decided as ``dask.threaded.get`` decides its pool.
-
-    A pool (the keyword, else the ``pool`` config) decides by its size; then
-    ``num_workers`` (the keyword, else the config). None (or 0) means the default.
-    """
-    if pool is None:
-        pool = dask.config.get("pool", None)
-    if pool is not None:
-        return _pool_size(pool)
-    if not num_workers:  # None or 0 mean "the default", as in dask
-        num_workers = dask.config.get("num_workers", None) or None
-    return num_workers
-
-
-def _pool_size(pool: object) -> int:
-    """How many threads ``pool`` has: its size is all dagexec takes from it."""
-    if isinstance(pool, ProcessPoolExecutor) or (
-        isinstance(pool, multiprocessing.pool.Pool)
-        and not isinstance(pool, multiprocessing.pool.ThreadPool)
-    ):
-        raise TypeError(
-            f"pool={_show(pool)} is a process pool, but dagexec.dask.get runs tasks on its "
-            "own threads and takes only a thread pool's size from pool=; pass "
-            "num_workers=N, or use scheduler='processes' to run tasks in processes"
-        )
-    if isinstance(pool, ThreadPoolExecutor):
-        size = pool._max_workers
-    elif isinstance(pool, multiprocessing.pool.ThreadPool):
-        size = pool._processes  # type: ignore[attr-defined]
-    else:
-        raise TypeError(
-            "pool must be a concurrent.futures.ThreadPoolExecutor or a "
-            f"multiprocessing.pool.ThreadPool, got {type(pool).__name__} {_show(pool)}; "
-            "dagexec.dask.get takes its size as the number of worker threads "
-            "(or pass num_workers=N)"
-        )
-    return int(size)
-
-
-def _show(value: object) -> str:
-    """``repr(value)`` for a message, even when that ``__repr__`` raises."""
-    try:
-        return repr(value)
-    except Exception:
-        return f"<{type(value).__name__} object>"
-
-
-def shutdown() -> None:
-    """Stop the worker threads :func:`get` keeps between calls, once they are idle.
-
-    The next :func:`get` starts new ones. For programs (and test suites) that
-    must not leave threads behind; ordinary use never needs it, as the threads
-    are daemons and idle between computations.
-    """
-    with _executors_lock:
-        executors = [ex for _, ex in _executors.values()]
-        _executors.clear()
-    for ex in executors:
-        ex.shutdown()
-
-
-def _execute(
-    built: Built,
-    bridge: Bridge | None,
-    executor: Executor | None,
-    num_workers: int | None,
-    queue_cap: int | None,
-    max_in_flight: int | None,
-    on_error: OnError,
-    resources: Mapping[str, float] | None = None,
-) -> dict[Hashable, Any]:
-    """Run the built graph, driving dask's callbacks and cache; the requested keys' values."""
-    cached = executor is None
-    if executor is None:
-        executor = _executor_for(num_workers, queue_cap, max_in_flight)
-    succeeded = False
-    try:
-        if bridge is not None:
-            bridge.start()
-        try:
-            result = executor.run(
-                built.graph,
-                _run_targets(built),
-                on_error=on_error,
-                callbacks=() if bridge is None else (bridge,),
-                resources=resources,
-            )
-        except BaseException as exc:
-            if cached and not isinstance(exc, Exception):
-                # Ctrl-C: the run's running tasks go on in the background, and
-                # the next run on this executor would wait for them, however
-                # long they take. Retire it instead; the next call starts afresh.
-                _retire(executor)
-            raise
-        if result.errors:
-            raise _first_error(result)
-        succeeded = True
-    finally:
-        if bridge is not None:
-            bridge.finish(failed=not succeeded)
-    values = dict(built.consts)
-    values.update(result)
-    return values
-
-
-def _run_targets(built: Built) -> list[Hashable] | None:
-    """None when the requested keys are exactly the sinks: the graph holds only
-    their ancestors already, so dagexec need not prune it again."""
-    sinks = built.graph.sinks()
-    if len(sinks) == len(built.targets) and set(sinks) == set(built.targets):
-        return None
-    return built.targets
-
-
-def _first_error(result: RunResult) -> BaseException:
-    """The first failure of an ``on_error="continue"`` run, noting any others."""
-    errors = list(result.errors.items())
-    exc = errors[0][1]
-    if len(errors) > 1:
-        others = ", ".join(describe(name) for name, _ in errors[1:])
-        more = len(errors) - 1
-        exc.add_note(f"dagexec: {more} more task{'s' if more != 1 else ''} failed too: {others}")
-    return exc
 
 
 def _register_with_dask() -> None:
@@ -456,21 +217,22 @@ def to_dask(
     the targets and their ancestors are in the dask graph. Keys are unique to
     each call (``"<name>-<token>"`` for a string name), so two graphs never
     share a key on one cluster. Tasks with ``priority``, ``resources`` or
-    ``retries`` make it a ``HighLevelGraph`` whose layers carry them as dask
-    annotations.
+    plain ``retries`` make it a ``HighLevelGraph`` whose layers carry them as
+    dask annotations; a task's ``timeout``, ``retry_delay`` and ``retry_on``
+    travel in its function (dagexec's attempt loop, run on the worker).
 
     Raises:
         CycleError, MissingDependencyError: the graph is invalid.
         UnknownTargetError: a target is not a task of the graph.
         ValueError: a task needs what one dask graph cannot say (a map or a
             cleanup task: use :func:`run_on`, which drives them from the client;
-            a timeout, a retry delay...: see ``docs/dask-cluster.md``).
+            see ``docs/dask-cluster.md`` for the rest).
     """
     cg = translate(graph, targets, None)
     if cg.staged:
         t = min(cg.staged, key=cg.order.index)
         what = "is a g.map" if cg.plan.maps and t in cg.plan.maps else "has run_if='all_done'"
-        if t not in _driven_tasks(cg):
+        if t not in driven(cg.plan):
             what = "depends on a g.map or a run_if='all_done' task"
         raise ValueError(
             f"task {describe(cg.plan.names[t])} {what}, which one dask graph cannot express "
@@ -480,20 +242,13 @@ def to_dask(
     return dsk, [cg.keys[t] for t in cg.plan.targets]
 
 
-def _driven_tasks(cg: ClusterGraph) -> set[int]:
-    plan = cg.plan
-    driven = set(plan.maps or ())
-    if plan.policy is not None:
-        driven.update(t for t, p in enumerate(plan.policy) if p is not None and p.cleanup)
-    return driven
-
-
 def run_on(
     client: Any,
     graph: Graph,
     targets: Iterable[Hashable] | None = None,
     *,
     on_error: OnError = "raise",
+    checkpoint: str | os.PathLike[str] | None = None,
     client_kwargs: Mapping[str, Any] | None = None,
     **run_options: Any,
 ) -> RunResult:
@@ -502,32 +257,40 @@ def run_on(
     Everything the graph asks for is carried to the cluster or refused before
     anything is sent (``docs/dask-cluster.md`` has the table): keys unique to
     the run, mapped back to task names; ``priority``, ``resources`` (only those
-    the workers declare) and ``retries`` (on any Exception, no delay) as dask
-    annotations; ``g.map`` and ``run_if="all_done"`` driven from the client.
-    ``on_error="continue"`` returns what succeeded, with ``errors`` and
-    ``status`` as after a local run. The dagexec bounds in ``result.stats``
-    (``queue_cap``, ``max_in_flight``, ``effective_cap``, the peaks) are 0: the
-    cluster's scheduler has its own; ``workers`` is the cluster's thread count.
+    the workers declare) and plain ``retries`` as dask annotations; a task's
+    ``timeout``, ``retry_delay``, ``retry_on`` and ``current_task()`` by
+    dagexec's attempt loop on the worker; ``g.map`` and ``run_if="all_done"``
+    driven from the client. ``on_error="continue"`` returns what succeeded,
+    with ``errors`` and ``status`` as after a local run. The dagexec bounds in
+    ``result.stats`` (``queue_cap``, ``max_in_flight``, ``effective_cap``, the
+    peaks) are 0: the cluster's scheduler has its own; ``workers`` is the
+    cluster's thread count.
 
     Args:
+        checkpoint: a checkpoint file on the client (the one ``dagexec.run``
+            uses): what it holds is loaded and not run; the values the client
+            receives (the targets', the inputs of maps and cleanup tasks) are
+            saved. See ``docs/dask-cluster.md``.
         client_kwargs: passed to ``Client.get`` for the graph (``workers=``,
             ``allow_other_workers=``...). Breaking change: these used to be
             ``run_on``'s own keyword arguments.
         run_options: ``dagexec.run``'s other options. None is supported on a
             cluster (``callbacks``, ``trace``, ``progress``, ``timeout``,
-            ``checkpoint``, ``resources``): each raises a TypeError saying what
-            to use instead, as does any unknown one.
+            ``resources``): each raises a TypeError saying what to use
+            instead, as does any unknown one.
 
     Raises:
         TypeError: a run option the cluster cannot honour, or an unknown one.
-        ValueError: a task option the cluster cannot honour (a timeout, a retry
-            delay, an undeclared resource, ``current_task()``), naming the task.
+        ValueError: a task option the cluster cannot honour (an undeclared
+            resource, a timeout with resources), naming the task.
+        CheckpointError: the checkpoint file cannot be used.
         CycleError, MissingDependencyError: the graph is invalid.
         UnknownTargetError: a target is not a task of the graph.
         BaseException: with ``on_error="raise"``, the first failing task's
             exception, as the cluster reports it, with a note naming the task.
     """
-    return _cluster_run(client, graph, targets, on_error, client_kwargs, run_options).result()
+    run = _cluster_run(client, graph, targets, on_error, checkpoint, client_kwargs, run_options)
+    return run.result()
 
 
 def submit_on(
@@ -536,6 +299,7 @@ def submit_on(
     targets: Iterable[Hashable] | None = None,
     *,
     on_error: OnError = "raise",
+    checkpoint: str | os.PathLike[str] | None = None,
     client_kwargs: Mapping[str, Any] | None = None,
     **run_options: Any,
 ) -> ClusterRun:
@@ -545,7 +309,8 @@ def submit_on(
     ``run.cancel()`` stops it. Maps and cleanup tasks are driven from a thread of
     the run's own. Raises what :func:`run_on` raises before anything is sent.
     """
-    return _cluster_run(client, graph, targets, on_error, client_kwargs, run_options).start()
+    run = _cluster_run(client, graph, targets, on_error, checkpoint, client_kwargs, run_options)
+    return run.start()
 
 
 def _cluster_run(
@@ -553,6 +318,7 @@ def _cluster_run(
     graph: Graph,
     targets: Iterable[Hashable] | None,
     on_error: object,
+    checkpoint: object,
     client_kwargs: object,
     run_options: Mapping[str, Any],
 ) -> ClusterRun:
@@ -565,5 +331,15 @@ def _cluster_run(
             "client_kwargs must be a dict of Client.get options, got "
             f"{type(client_kwargs).__name__}"
         )
-    cg = translate(graph, targets, declared_resources(client))
-    return ClusterRun(client, cg, str(on_error), client_kwargs)
+    path = check_checkpoint_path(checkpoint)
+    plan = plan_for(graph, targets)
+    cg = translate(graph, targets, declared_resources(client), plan)
+    if path is None:
+        return ClusterRun(client, cg, str(on_error), client_kwargs)
+    store = ClusterCheckpoint(path, graph, plan)
+    try:
+        cg = translate(graph, targets, None, store.plan)  # checked above, in full
+        return ClusterRun(client, cg, str(on_error), client_kwargs, store)
+    except BaseException:
+        store.close()
+        raise

@@ -192,7 +192,6 @@ def test_submit_on_returns_a_run_that_distributed_progress_follows(client: Any) 
         ("trace", True, "task stream"),
         ("progress", True, "distributed.progress"),
         ("timeout", 5.0, "run.result"),
-        ("checkpoint", "run.db", "local files"),
         ("callbacks", [object()], "diagnostics"),
         ("resources", {"gpu": 1}, "--resources"),
     ],
@@ -217,33 +216,96 @@ def test_client_get_options_moved_to_client_kwargs() -> None:
     assert client.calls == []
 
 
-def _current(x: int) -> Any:
-    return dagexec.current_task().name
-
-
 @pytest.mark.parametrize(
-    ("options", "fn", "message"),
+    ("options", "message"),
     [
-        ({"timeout": 1.0}, abs, r"task 'x' has timeout=1\.0"),
-        ({"retries": 1, "retry_delay": 0.5}, abs, r"task 'x' has retries with retry_delay=0\.5"),
-        ({"retries": 1, "retry_on": OSError}, abs, r"task 'x' has retries .*retry_on="),
-        ({"resources": {"tpu": 1}}, abs, r"task 'x' needs resources=\{'tpu': 1\}.*--resources"),
-        ({"resources": {"gpu": 2}}, abs, r"task 'x' needs resources=\{'gpu': 2\}"),
-        ({}, _current, r"task 'x' calls dagexec\.current_task\(\)"),
+        ({"resources": {"tpu": 1}}, r"task 'x' needs resources=\{'tpu': 1\}.*--resources"),
+        ({"resources": {"gpu": 2}}, r"task 'x' needs resources=\{'gpu': 2\}"),
+        (
+            {"resources": {"gpu": 1}, "timeout": 2},
+            r"task 'x' has timeout=2 and resources=\{'gpu': 1\}.*frees the resources",
+        ),
+        ({"isolate": "process"}, r"task 'x' has isolate='process'.*drop isolate="),
+        (
+            {"timeout": 2},
+            r"task 'x' has timeout=2 and the cleanup task 'after' \(run_if='all_done'\) runs after",
+        ),
     ],
 )
 def test_task_options_a_cluster_cannot_honour_are_refused_before_sending(
-    options: dict[str, Any], fn: Any, message: str
+    options: dict[str, Any], message: str, tmp_path: Path
 ) -> None:
     client = RecordingClient()
     g = dagexec.Graph()
     g.add("one", lambda: -1)
-    g.add("x", fn, deps=["one"], **options)
+    g.add("x", abs, deps=["one"], **options)
+    g.add("beside", repr, deps=["one"], run_if="all_done")  # not after "x": no bar to a timeout
+    g.add("y", abs, deps=["x"])
+    g.add("after", repr, deps=["y"], run_if="all_done")
     with pytest.raises(ValueError, match=message):
-        dd.run_on(client, g)
+        dd.run_on(client, g, checkpoint=tmp_path / "run.db")
     with pytest.raises(ValueError, match=message):
         dd.submit_on(client, g)
     assert client.calls == []
+    assert not (tmp_path / "run.db").exists()  # refused before the checkpoint is opened
+
+
+def test_a_bad_checkpoint_path_is_refused_before_sending() -> None:
+    client = RecordingClient()
+    g = dagexec.Graph()
+    g.add("a", lambda: 1)
+    with pytest.raises(TypeError, match="checkpoint must be a file path"):
+        dd.run_on(client, g, checkpoint=3)
+    assert client.calls == []
+
+
+def test_timeouts_and_retry_policies_travel_in_the_task_function() -> None:
+    """What dask's annotations cannot say runs in dagexec's attempt loop on the worker;
+    plain retries stay dask's own annotation, and a plain task gets no attempt loop."""
+    from dagexec._integrations.dask_worker import Attempts, Named
+
+    g = dagexec.Graph()
+    g.add("plain", lambda: 1)
+    g.add("timed", lambda: 2, timeout=3.0)
+    g.add("delayed", lambda: 3, retries=2, retry_delay=0.5, retry_on=OSError)
+    dsk, _ = dd.to_dask(g, ["plain", "timed", "delayed"])
+    assert isinstance(dsk, dict)  # no annotations: "delayed" is not retried by dask too
+    tasks = {str(k).split("-")[0]: t for k, t in dsk.items()}
+    assert type(tasks["plain"].func) is Named
+    assert isinstance(tasks["timed"].func, Attempts)
+    assert isinstance(tasks["delayed"].func, Attempts)
+    assert tasks["timed"]() == 2 and tasks["delayed"]() == 3
+
+
+def _counted(path: Path, value: int) -> Any:
+    def task(*_: Any) -> int:
+        _bump(path)
+        return value
+
+    return task
+
+
+def test_a_checkpoint_is_shared_by_cluster_and_local_runs(client: Any, tmp_path: Path) -> None:
+    """Saved by the client under a local run's identities: each resumes from the other."""
+
+    def graph() -> dagexec.Graph:
+        g = dagexec.Graph()
+        g.add("a", _counted(tmp_path / "a", 1))
+        g.add("b", _counted(tmp_path / "b", 2), deps=["a"])
+        g.add("c", _counted(tmp_path / "c", 3), deps=["a"])
+        return g
+
+    db = tmp_path / "run.db"
+    first = dd.run_on(client, graph(), ["b"], checkpoint=db)
+    assert dict(first) == {"b": 2} and first.stats.tasks_loaded == 0
+    local = dagexec.run(graph(), ["b"], checkpoint=db)  # loads what the cluster run saved
+    assert dict(local) == {"b": 2} and local.stats.tasks_run == 0
+    assert [(tmp_path / n).read_text() for n in "ab"] == ["1", "1"]
+    dagexec.run(graph(), ["c"], checkpoint=db)  # saves c (and a) locally
+    again = dd.run_on(client, graph(), ["b", "c"], checkpoint=db)
+    assert dict(again) == {"b": 2, "c": 3}
+    assert again.stats.tasks_loaded == 2 and again.stats.tasks_run == 0
+    assert [(tmp_path / n).read_text() for n in "abc"] == ["2", "1", "1"]
 
 
 def test_to_dask_refuses_what_only_the_client_can_drive() -> None:
@@ -251,3 +313,32 @@ def test_to_dask_refuses_what_only_the_client_can_drive() -> None:
         dd.to_dask(_mapped())
     with pytest.raises(ValueError, match=r"task 'cleanup' has run_if='all_done'"):
         dd.to_dask(_with_cleanup())
+
+
+def test_a_rerun_after_a_failure_loads_the_targets_that_finished(
+    client: Any, tmp_path: Path
+) -> None:
+    """Saved: the targets the client received. Not saved: values that stayed on the
+    workers ("a"), which the rerun computes again for the target that failed."""
+    broken = tmp_path / "broken"
+    broken.write_text("1")
+
+    def flaky(a: int) -> int:
+        _bump(tmp_path / "bad")
+        if broken.exists():
+            raise OSError("down")
+        return a + 2
+
+    g = dagexec.Graph()
+    g.add("a", _counted(tmp_path / "a", 1))
+    g.add("ok", lambda a: _bump(tmp_path / "ok") and a + 1, deps=["a"])
+    g.add("bad", flaky, deps=["a"])
+    db = tmp_path / "run.db"
+    first = dd.run_on(client, g, ["ok", "bad"], on_error="continue", checkpoint=db)
+    assert dict(first) == {"ok": 2} and set(first.errors) == {"bad"}
+    broken.unlink()
+    again = dd.run_on(client, g, ["ok", "bad"], checkpoint=db)
+    assert dict(again) == {"ok": 2, "bad": 3}
+    assert again.stats.tasks_loaded == 1  # "ok"
+    counts = [(tmp_path / n).read_text() for n in ("a", "ok", "bad")]
+    assert counts == ["2", "1", "2"]

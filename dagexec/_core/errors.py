@@ -214,7 +214,9 @@ class TaskTimeout(DagexecError, TimeoutError):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.task, self.timeout, self.attempt))
+        # With its state: notes (and marks such as a dask run's failing task) survive
+        # a pickle from a dask worker or a child process, as for other exceptions.
+        return (type(self), (self.task, self.timeout, self.attempt), self.__dict__)
 
 
 class WorkerCrashed(DagexecError, RuntimeError):
