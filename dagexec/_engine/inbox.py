@@ -42,7 +42,13 @@ class Inbox(queue.Queue[T]):
     def __init__(self, maxsize: int) -> None:
         if maxsize < 1:
             raise ValueError(f"an Inbox must be bounded: maxsize={maxsize!r}, need >= 1")
-        super().__init__(maxsize)
+        # Not queue.Queue.__init__: its three Conditions (each ~5 us to make, a
+        # sixth of what a fresh executor costs before its threads) serve only
+        # the waits of put/get/join, which an Inbox replaces or does not support.
+        # What the methods it keeps (qsize, empty, full) use is made here.
+        self.maxsize = maxsize
+        self._init(maxsize)
+        self.mutex = threading.Lock()
         # Held whenever no consumer is asleep; released by the put that wakes it.
         self._wake = threading.Lock()
         self._wake.acquire()
