@@ -9,6 +9,8 @@ against the number the request needs.
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,3 +72,34 @@ def test_partial_spec_needs_fewer_tasks_than_the_graph(bench: tuple[Any, Any]) -
     _, workloads = bench
     spec = SPECS["partial"](workloads)
     assert 0 < spec.tasks_run < len(spec.tasks)
+
+
+def test_small_runs_prints_its_table_targets_and_counts() -> None:
+    """benchmarks/small_runs.py in its quick mode, so it cannot rot: the table of
+    contenders, both targets with a verdict, and the calls per run (their
+    values are timings and counts of this machine, not checked here)."""
+    script = str(BENCHMARKS / "small_runs.py")
+    table = subprocess.run(
+        [sys.executable, script, "--quick"], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    for line in (
+        "hand-off floor",
+        "Executor.run",
+        "graphlib+TPE",
+        "dagexec.run",
+        "graphlib+new TPE",
+    ):
+        assert re.search(rf"^  {re.escape(line)} +\d+\.\d$", table, re.M), table
+    assert re.search(
+        r"Executor.run - hand-off floor += [+-]\d+\.\d us .* (PASS|FAIL)$", table, re.M
+    )
+    assert re.search(r"dagexec.run / graphlib\+new TPE += \d+\.\d\dx .* (PASS|FAIL)$", table, re.M)
+    counts = subprocess.run(
+        [sys.executable, script, "--count", "--quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    for name in ("Executor.run", "dagexec.run"):
+        assert re.search(rf"^  {re.escape(name)} +\d+\.\d calls per run", counts, re.M), counts

@@ -41,10 +41,10 @@ def fan(n: int = 8) -> dagexec.Graph:
 def test_a_plain_run_starts_no_scheduler_thread(ex: dagexec.Executor) -> None:
     for _ in range(3):
         assert ex.run(fan())["sink"] == 8 + 28
-    assert ex._scheduler.ident is None
+    assert ex._scheduler is None
     assert not any(t.name == "dagexec-scheduler" for t in threading.enumerate())
     ex.run(fan(), callbacks=[_Quiet()])  # callbacks run on the scheduler thread
-    assert ex._scheduler.ident is not None
+    assert ex._scheduler is not None and ex._scheduler.ident is not None
 
 
 def test_python_own_sigint_handler_is_back_after_every_kind_of_end(
@@ -94,7 +94,8 @@ def test_a_programs_own_sigint_handler_is_kept_and_called(ex: dagexec.Executor) 
     finally:
         signal.signal(signal.SIGINT, previous)
     assert calls == [signal.SIGINT]
-    assert ex._scheduler.ident is not None  # such a run goes to the scheduler thread
+    assert ex._scheduler is not None  # such a run goes to the scheduler thread
+    assert ex._scheduler.ident is not None
 
 
 def gated_fan(gate: Gate, ended: list[int]) -> dagexec.Graph:

@@ -325,9 +325,10 @@ def test_no_checkpoint_costs_no_import_no_thread_no_wrapper() -> None:
         "import sys, threading, dagexec\n"
         "g = dagexec.Graph(); f = lambda: 1; g.add('t', f)\n"
         "with dagexec.Executor(1) as ex:\n"
-        "    n = threading.active_count()\n"
+        "    before = set(threading.enumerate())\n"
         "    ex.run(g)\n"
-        "    assert threading.active_count() == n\n"
+        "    new = set(threading.enumerate()) - before\n"
+        "    assert new == set(ex._threads), new  # the worker starts with its first task\n"
         "assert g._compile().plans[None].fns[0] is f\n"
         "assert 'sqlite3' not in sys.modules and 'dagexec._persist.checkpoint' not in sys.modules\n"
     )

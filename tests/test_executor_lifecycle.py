@@ -162,3 +162,24 @@ def test_a_dropped_executor_collected_on_one_of_its_own_workers_stops_them() -> 
         gc.enable()
     assert collected.wait(10)
     assert still_alive(threads) == []
+
+
+# --- a worker's thread starts with its first task --------------------------------
+
+
+def test_a_worker_thread_starts_with_its_first_task_and_an_unused_one_never() -> None:
+    """a -> b -> c keeps one worker busy: of three, one thread starts (with the
+    run, not the executor); shutdown ends it and leaves the other two unstarted."""
+    g = Graph()
+    g.add("a", lambda: 1)
+    g.add("b", lambda a: a + 1, deps=["a"])
+    g.add("c", lambda b: b + 1, deps=["b"])
+    before = set(threading.enumerate())
+    ex = dagexec.Executor(workers=3)
+    assert set(threading.enumerate()) == before  # nothing started yet
+    assert ex.run(g)["c"] == 3
+    started = [t for t in ex._threads if t.ident is not None]
+    assert len(started) == 1 and started[0].is_alive()
+    ex.shutdown()
+    assert not started[0].is_alive()
+    assert [t.ident for t in ex._threads if t is not started[0]] == [None, None]

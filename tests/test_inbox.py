@@ -151,3 +151,32 @@ def test_a_put_cut_short_after_its_wake_up_leaves_no_worker_asleep() -> None:
     inbox.put_all([2])
     consumer.join()
     assert got == [2]
+
+
+def test_the_first_put_starts_the_consumer_once_and_a_failed_start_is_tried_again() -> None:
+    """start_on_put: the first put calls the starter; one that raises (a signal
+    handler's exception, say, after the thread began) leaves the next put to call
+    it again, and to wake the consumer it may have made; later puts start nothing.
+    Thread-free: the consumer's wake-up is the ``_wake`` lock being released."""
+    box: Inbox[int] = Inbox(maxsize=4)
+    calls: list[int] = []
+
+    def start() -> None:
+        calls.append(len(box.queue))
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    box.start_on_put(start)
+    with pytest.raises(KeyboardInterrupt):
+        box.put_nowait(1)
+    assert calls == [1] and list(box.queue) == [1]  # the item stays for the consumer
+    assert box._wake.acquire(blocking=False)  # a consumer made by then is not left asleep
+    box._sleeping = True  # ...which it may have gone back to since, on an empty inbox
+    box.put_all([2, 3])
+    assert calls == [1, 3]  # tried again
+    assert box._wake.acquire(blocking=False)  # and woken
+    box._sleeping = True  # asleep again: this put wakes it and starts nothing
+    box.put_nowait(4)
+    assert calls == [1, 3]
+    assert box._wake.acquire(blocking=False)
+    assert [box.get_nowait() for _ in range(4)] == [1, 2, 3, 4]

@@ -174,8 +174,8 @@ def test_shutdown_without_wait_returns_during_another_threads_run() -> None:
     assert results == ["slow"]
     with pytest.raises(RuntimeError, match="shut down"):
         ex.run(g)
-    for t in [*ex._threads, ex._scheduler]:
+    for t in [*ex._threads, *([ex._scheduler] if ex._scheduler is not None else [])]:
         if t.ident is None:
-            continue  # the scheduler thread starts with the first queued run only
+            continue  # a worker starts with its first task, the scheduler with a queued run
         t.join(30)
         assert not t.is_alive()

@@ -30,7 +30,10 @@ def test_ctrl_c_at_each_thread_start_of_run_leaks_no_thread(
 ) -> None:
     """The k-th Thread.start() of dagexec.run(workers=3) raises KeyboardInterrupt,
     before or after the thread began: 1-3 are the workers, 4 the scheduler, which
-    starts only for a run that is queued to it (here: one with a callback)."""
+    starts only for a run that is queued to it (here: one with a callback).
+
+    A worker's thread starts with its first task, in the middle of the run: the
+    graph fans out to six tasks, so that all three start."""
     if k == 4 and not queued:
         pytest.skip("a run without callbacks is driven by its caller: three threads")
     callbacks = [_Quiet()] if queued else []
@@ -50,10 +53,19 @@ def test_ctrl_c_at_each_thread_start_of_run_leaks_no_thread(
 
     monkeypatch.setattr(threading.Thread, "start", start)
     with pytest.raises(KeyboardInterrupt):
-        dagexec.run(diamond(), workers=3, callbacks=callbacks)
+        dagexec.run(fan_of_six(), workers=3, callbacks=callbacks)
     monkeypatch.undo()
     assert calls >= k
     assert still_alive(started) == []
+
+
+def fan_of_six() -> dagexec.Graph:
+    """root -> 0..5: the six tasks keep three workers busy."""
+    g = dagexec.Graph()
+    g.add("root", lambda: 1)
+    for i in range(6):
+        g.add(i, lambda root: root, deps=["root"])
+    return g
 
 
 # --- Ctrl-C in the stops at the end of a run -----------------------------------

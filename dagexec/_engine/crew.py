@@ -13,6 +13,15 @@ executor start threads without end.
 Called by the thread that drives the run, which is the inboxes' only producer
 while it runs; ``inboxes`` and ``threads`` are the executor's own lists,
 changed in place, so the executor, the stopper and the run see the new ones.
+
+A worker's thread starts with the first item put into its inbox
+(:meth:`Inbox.start_on_put`), not with the executor: it then finds its first
+tasks waiting instead of sleeping until they come, one wake-up less, and a run
+that never uses a slot (a chain, a one-task graph) never starts its thread.
+That is what :func:`dagexec.run`, which makes a fresh executor per call, pays
+for its threads (issue 20, step 6; docs/performance.md, "Small runs"). Once
+the executor stops (``stopping``), an inbox's first item, its STOP, starts
+nothing: a thread never started has nothing to end.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 
 from .inbox import Inbox
 from .wire import STOP, Item
@@ -33,13 +43,24 @@ log = logging.getLogger("dagexec")
 class Crew:
     """Worker threads by slot; ``retired`` are those replaced while in a hung attempt."""
 
-    __slots__ = ("blocked", "generation", "inboxes", "queue_cap", "retired", "threads")
+    __slots__ = (
+        "blocked",
+        "generation",
+        "inboxes",
+        "queue_cap",
+        "retired",
+        "stopping",
+        "threads",
+    )
 
     def __init__(self, workers: int, queue_cap: int) -> None:
         self.queue_cap = queue_cap
         # maxsize >= 1 was checked by the executor: Queue(maxsize=0) would be unbounded.
         self.inboxes: list[Inbox[Item | None]] = [Inbox(maxsize=queue_cap) for _ in range(workers)]
         self.threads = [self._thread(i, inbox) for i, inbox in enumerate(self.inboxes)]
+        self.stopping = False  # set by the stopper before its STOPs: start no thread
+        for inbox, thread in zip(self.inboxes, self.threads, strict=True):
+            inbox.start_on_put(self._starter(thread))
         self.retired: list[threading.Thread] = []
         # Slots left to a hung thread (no new one was allowed), until its attempt's
         # function returns (the Event).
@@ -53,6 +74,18 @@ class Crew:
         if len(self.blocked) >= len(self.threads):
             return frozenset()
         return frozenset(self.blocked)
+
+    def _starter(self, thread: threading.Thread) -> Callable[[], None]:
+        """What the first put into ``thread``'s inbox calls: start it, at most once."""
+
+        def start() -> None:
+            # ident is None until the thread runs: a start that raised (no thread
+            # could be made, or a signal handler's exception) is tried again by
+            # the next put, once the thread it may have made has run.
+            if thread.ident is None and not self.stopping:
+                thread.start()
+
+        return start
 
     def _thread(self, slot: int, inbox: Inbox[Item | None], suffix: str = "") -> threading.Thread:
         return threading.Thread(

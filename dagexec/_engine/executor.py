@@ -92,7 +92,9 @@ class Executor:
 
     At most ``min(max_in_flight, workers * (queue_cap + 1))`` tasks are ever queued
     or running; that number is ``RunStats.effective_cap``. Use as a context manager,
-    or call :meth:`shutdown`. The workers are daemon threads and hold no reference
+    or call :meth:`shutdown`. A worker's thread starts with the first task handed
+    to it, so a small run on a fresh executor starts only the threads it uses,
+    each with work waiting. The workers are daemon threads and hold no reference
     to the executor: one dropped without ``shutdown()`` tells them to exit when it
     is garbage collected, as :class:`~concurrent.futures.ThreadPoolExecutor` does.
     """
@@ -139,32 +141,19 @@ class Executor:
         self._slot_passed = False  # run_here handed the slot to _take_over
         # Runs for the scheduler thread, one at a time; None tells it to exit.
         self._runs: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
-        # The scheduler thread, shared by every queued run, started with the first
-        # (a plain Executor.run drives its run on the calling thread). It holds
-        # only the queue, not the executor, so a dropped executor still becomes
-        # unreachable.
-        self._scheduler = threading.Thread(
-            target=_scheduler_loop,
-            args=(self._runs, self._slot),
-            name="dagexec-scheduler",
-            daemon=True,
-        )
+        # The scheduler thread, shared by every queued run, made and started with
+        # the first (a plain Executor.run drives its run on the calling thread, and
+        # making a Thread costs ~8 us of a one-shot run); see _enqueue.
+        self._scheduler: threading.Thread | None = None  # lock held to set
         # Ends the workers: called by shutdown, or when this executor is garbage
         # collected without one (the workers hold no reference to it), like
         # ThreadPoolExecutor's workers exit. Runs once; not at interpreter exit,
         # where a daemon thread may still be running on this executor and the
         # daemon workers die anyway.
-        self._stopper = _Stopper(self._inboxes, self._threads, self._scheduler, self._runs)
+        self._stopper = _Stopper(self._crew, self._runs)
         finalizer = weakref.finalize(self, self._stopper)
         finalizer.atexit = False
-        try:
-            for t in self._threads:
-                t.start()
-        except BaseException:
-            # Ctrl-C while starting: tell every worker already started (or whose
-            # start() was interrupted after the thread began) to exit.
-            self._stop_workers()
-            raise
+        # The workers' threads start with their first tasks (see _crew.py).
 
     def _stop_workers(self) -> None:
         """Tell the workers to exit (once); finish the job if an interrupt cuts it short."""
@@ -342,9 +331,20 @@ class Executor:
                 holder.append((submission, run))
                 self._pending = [f for f in self._pending if not f.done()]
                 self._pending.append(future)
-                self._last = (self._scheduler, weakref.ref(submission))
-                if self._scheduler.ident is None:
-                    self._scheduler.start()  # the first queued run
+                scheduler = self._scheduler
+                if scheduler is None:  # the first queued run
+                    # It holds only the queue, not the executor, so a dropped
+                    # executor still becomes unreachable.
+                    scheduler = threading.Thread(
+                        target=_scheduler_loop,
+                        args=(self._runs, self._slot),
+                        name="dagexec-scheduler",
+                        daemon=True,
+                    )
+                    self._scheduler = self._stopper.scheduler = scheduler
+                self._last = (scheduler, weakref.ref(submission))
+                if scheduler.ident is None:  # not started yet (or a Ctrl-C cut start() short)
+                    scheduler.start()
                 self._runs.put(submission)
         except BaseException:
             if store is not None and not holder:
@@ -394,6 +394,7 @@ class Executor:
             # second Ctrl-C during the wait below cannot let the next run
             # start beside this one.
             submission, run = holder[0]
+            assert self._scheduler is not None  # made by _enqueue, as holder shows
             self._abandoned = (self._scheduler, submission)
             _stop_interrupted(submission, run, self._runs, exc)
             raise
@@ -473,9 +474,11 @@ class Executor:
         if wait:
             self._wait_for_abandoned()
             for t in self._threads:
-                t.join()
-            if self._scheduler.ident is not None:  # started (by a queued run)
-                self._scheduler.join()
+                if t.ident is not None:  # started (by a task put in its inbox)
+                    t.join()
+            scheduler = self._scheduler
+            if scheduler is not None and scheduler.ident is not None:  # by a queued run
+                scheduler.join()
 
     def __enter__(self) -> Executor:
         return self

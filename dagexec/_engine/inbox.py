@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from time import monotonic
 from typing import TypeVar
 
@@ -42,11 +42,32 @@ class Inbox(queue.Queue[T]):
     def __init__(self, maxsize: int) -> None:
         if maxsize < 1:
             raise ValueError(f"an Inbox must be bounded: maxsize={maxsize!r}, need >= 1")
-        super().__init__(maxsize)
+        # Not queue.Queue.__init__: its three Conditions (each ~5 us to make, a
+        # sixth of what a fresh executor costs before its threads) serve only
+        # the waits of put/get/join, which an Inbox replaces or does not support.
+        # What the methods it keeps (qsize, empty, full) use is made here.
+        self.maxsize = maxsize
+        self._init(maxsize)
+        self.mutex = threading.Lock()
         # Held whenever no consumer is asleep; released by the put that wakes it.
         self._wake = threading.Lock()
         self._wake.acquire()
         self._sleeping = False  # a consumer is about to wait, or waits, on _wake
+        self._start: Callable[[], None] | None = None  # see start_on_put
+
+    def start_on_put(self, start: Callable[[], None]) -> None:
+        """Have the first put call ``start`` (which starts the consumer) instead of
+        waking one; before any put or get.
+
+        The producer's put pays for the wake-up of a sleeping consumer anyway, so
+        the check costs nothing on the path where the consumer is awake. A new
+        consumer finds the items already there: it never sleeps to be woken
+        for them (a worker started before the run would, one wake-up more).
+        If ``start`` raises, the next put calls it again: it must start the
+        consumer at most once however often it is called.
+        """
+        self._start = start
+        self._sleeping = True  # the first put takes the branch that wakes or starts
 
     def put_nowait(self, item: T) -> None:
         """Append ``item`` or raise ``queue.Full``; never blocks."""
@@ -55,6 +76,7 @@ class Inbox(queue.Queue[T]):
     def put_all(self, items: Sequence[T]) -> None:
         """Append all of ``items`` (one lock, at most one wake-up), or none of them and
         raise ``queue.Full`` if they do not all fit; never blocks."""
+        start = None
         with self.mutex:
             if len(self.queue) + len(items) > self.maxsize:
                 raise queue.Full
@@ -70,6 +92,18 @@ class Inbox(queue.Queue[T]):
                 except RuntimeError:  # released already
                     pass
                 self._sleeping = False
+                # No consumer yet (see start_on_put): start it. The release above
+                # is then a spurious wake-up for its first sleep; it wakes a
+                # consumer that a start cut short by an exception did make.
+                start = self._start
+        if start is not None:  # outside the lock: the new consumer may take it at once
+            try:
+                start()
+            except BaseException:
+                with self.mutex:
+                    self._sleeping = True  # the next put tries again
+                raise
+            self._start = None  # the producer's only: no consumer reads it
 
     def put(self, item: T, block: bool = True, timeout: float | None = None) -> None:
         """Append ``item`` or raise ``queue.Full``: an inbox never makes its producer

@@ -93,6 +93,7 @@ from .balance import Balance
 from .crew import Crew
 from .depth import Depth
 from .driver import ABORT, Driver
+from .flag import Flag
 from .inbox import Inbox
 from .outcome import Outcome, announce, conclude
 from .timers import AttemptTimers
@@ -172,10 +173,10 @@ class Run(Driver):
         self.capacity = dict(capacity or {})
         self.context = context  # the caller's contextvars, copied per task (None: empty)
         self.results: queue.SimpleQueue[Message] = queue.SimpleQueue()
-        self.finished = threading.Event()  # outcome is ready
-        self.stop = threading.Event()  # no item carrying it starts once set; see abort
-        self.hard_stop = threading.Event()  # the same for cleanup tasks' items
-        self.cancelled = threading.Event()  # after an abort: nothing queued will start
+        self.finished = Flag()  # outcome is ready
+        self.stop = Flag()  # no item carrying it starts once set; see abort
+        self.hard_stop = Flag()  # the same for cleanup tasks' items
+        self.cancelled = Flag()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
         self.abort_requested = False  # written by abort(), on any thread
         self.expired: float | None = None  # its timeout= passed (set before abort())

@@ -6,9 +6,9 @@ import contextlib
 import queue
 import threading
 
-from .inbox import Inbox
+from .crew import Crew
 from .submission import _Ending, _Submission, _wait_unless_never_started
-from .wire import STOP, Item
+from .wire import STOP
 
 
 class _Stopper:
@@ -20,18 +20,16 @@ class _Stopper:
     are all in (or a helper thread will put them), calling it does nothing.
     """
 
-    __slots__ = ("abandoned", "done", "inboxes", "posted", "runs", "scheduler", "workers")
+    __slots__ = ("abandoned", "crew", "done", "posted", "runs", "scheduler")
 
     def __init__(
         self,
-        inboxes: list[Inbox[Item | None]],
-        workers: list[threading.Thread],
-        scheduler: threading.Thread,
+        crew: Crew,
         runs: queue.SimpleQueue[_Submission | None],
     ) -> None:
-        self.inboxes = inboxes
-        self.workers = workers  # the executor's list: a replaced worker's new thread
-        self.scheduler = scheduler
+        self.crew = crew  # its lists change in place: a replaced worker's new thread
+        # The executor's scheduler thread, once it makes one (with its first queued run).
+        self.scheduler: threading.Thread | None = None
         self.runs = runs
         self.abandoned: tuple[threading.Thread, _Ending] | None = None
         self.posted = 0  # inboxes[:posted] have their STOP
@@ -43,7 +41,7 @@ class _Stopper:
         abandoned = self.abandoned
         if abandoned is None or abandoned[1].cancelled.is_set():
             here = threading.current_thread()
-            if here not in self.workers and here is not self.scheduler:
+            if here not in self.crew.threads and here is not self.scheduler:
                 _post_stops(self)
                 return
             # Only as the finalizer, run by a garbage collection on one of our
@@ -76,7 +74,8 @@ def _post_stops(
     """
     if scheduler is not None and run is not None:
         _wait_unless_never_started(scheduler, run, "cancelled")
-    inboxes = stopper.inboxes
+    stopper.crew.stopping = True  # a worker never started stays so: no STOP starts it
+    inboxes = stopper.crew.inboxes
     while stopper.posted < len(inboxes):
         with contextlib.suppress(queue.Full):  # see above: this STOP is in already
             inboxes[stopper.posted].put_nowait(STOP)

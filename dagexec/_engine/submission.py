@@ -20,6 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from .flag import Flag
 from .future import RunFuture
 from .scheduler import Run
 
@@ -87,7 +88,7 @@ class _Submission:
         # What Executor._abandoned and the stopper wait on: nothing queued will
         # start (the run's own event), and everything is over, store closed too.
         self.cancelled = run.cancelled
-        self.finished = threading.Event()
+        self.finished = Flag()
 
     def main(self) -> None:
         """Drive the run (unless cancelled first), close its store, complete the future.
