@@ -499,6 +499,38 @@ def test_a_run_with_process_tasks_queues_at_most_one_task_per_worker(
     assert max(result.stats.peak_queue_depth) == 1
 
 
+def test_the_driver_sleeps_while_process_tasks_run(
+    gate: pt.ProcessGate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Inboxes one deep are full by design in a process run: the driver must not
+    # take that for a moment's congestion and wake every 1 ms to re-check (it
+    # did: ~9 wake-ups per 15 ms task, each taking the GIL from the workers).
+    from dagexec._engine.driver import Driver
+
+    wakes = [0]
+    receive = Driver._receive
+
+    def counted(self: Driver, pickup: bool, wait: float | None) -> list[object]:
+        wakes[0] += 1
+        return receive(self, pickup, wait)
+
+    monkeypatch.setattr(Driver, "_receive", counted)
+    g = dagexec.Graph()
+    for i in range(6):  # more ready than two workers can hold
+        g.add(("p", i), pt.held, args=(gate.directory,), isolate="process")
+    with dagexec.Executor(workers=2, queue_cap=8) as ex:
+        future = ex.submit(g)
+        try:
+            gate.wait_for_arrivals(2)
+            before = wakes[0]
+            with pytest.raises(AssertionError):  # nothing ends while both are held
+                gate.wait_for_arrivals(3, timeout=0.2)
+            assert wakes[0] - before <= 2, f"the driver woke {wakes[0] - before} times"
+        finally:
+            gate.open()
+        assert len(future.result().values()) == 6
+
+
 def test_an_exception_that_cannot_be_unpickled_arrives_as_a_stand_in(
     ex: dagexec.Executor,
 ) -> None:
