@@ -8,6 +8,7 @@ tasks at a :class:`dagexec.testing.Gate`: no sleeps.
 from __future__ import annotations
 
 import os
+import pickle
 import select
 import signal
 import subprocess
@@ -529,6 +530,60 @@ def test_the_driver_sleeps_while_process_tasks_run(
         finally:
             gate.open()
         assert len(future.result().values()) == 6
+
+
+def test_a_child_killed_while_idle_is_replaced_without_failing_a_task(
+    ex: dagexec.Executor,
+) -> None:
+    g = dagexec.Graph()
+    g.add("items", list, args=(range(4),))
+    g.map("pids", pt.pid, over="items", isolate="process")
+    before = set(ex.run(g)["pids"])
+    for pid in before:
+        fd = os.pidfd_open(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            select.select([fd], [], [], 10)  # readable once it has exited
+        finally:
+            os.close(fd)
+    after = set(ex.run(g)["pids"])
+    assert after and not after & before
+
+
+def test_messages_come_whole_however_the_pipe_cuts_them() -> None:
+    # A reader reads ahead: two messages in one read, a message cut across reads,
+    # and out-of-band buffers on the pipe all come out as they went in.
+    from dagexec._engine.transfer import Reader, dumps, lift, receive, send
+
+    r, w = os.pipe()
+    reader = Reader(r)
+    big = bytes(range(256)) * 1000  # out of band, through the pipe (no shm path)
+
+    def writer() -> None:
+        send(w, ("small", 1), *dumps(lift((1, "a"))), None)
+        send(w, ("small", 2), *dumps(lift((2, "b"))), None)
+        send(w, ("big", 3), *dumps(lift((big, bytearray(big)))), None)
+        send(w, ("after", 4), *dumps("end"), None)
+        os.close(w)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        got = []
+        while True:
+            try:
+                meta, data, buffers = receive(reader)
+            except EOFError:
+                break
+            got.append((meta, pickle.loads(data, buffers=buffers)))
+    finally:
+        thread.join()
+        os.close(r)
+    assert [m for m, _ in got] == [("small", 1), ("small", 2), ("big", 3), ("after", 4)]
+    assert got[0][1] == (1, "a") and got[1][1] == (2, "b") and got[3][1] == "end"
+    value = got[2][1]
+    assert value[0] == big and type(value[0]) is bytes
+    assert value[1] == big and type(value[1]) is bytearray
 
 
 def test_an_exception_that_cannot_be_unpickled_arrives_as_a_stand_in(
