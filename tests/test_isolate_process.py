@@ -586,6 +586,34 @@ def test_messages_come_whole_however_the_pipe_cuts_them() -> None:
     assert value[1] == big and type(value[1]) is bytearray
 
 
+def test_a_wait_ended_by_anything_else_never_reads_a_stale_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A KeyboardInterrupt (say) while a caller's thread waits for its child: the
+    # answer still coming must not be taken for the next call's.
+    from dagexec._core.isolate import IsolatedCall
+    from dagexec._core.policy import CurrentTask
+    from dagexec._engine import process_pool
+
+    slot = process_pool.ChildSlot()
+    call = IsolatedCall(pt.square, "sq", "process", None, False, ())
+    info = CurrentTask("sq", 1, threading.Event())
+    try:
+        assert slot.run(call, (3,), info) == 9
+        receive = process_pool.receive
+
+        def interrupted(*args: object, **kwargs: object) -> object:
+            monkeypatch.setattr(process_pool, "receive", receive)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(process_pool, "receive", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            slot.run(call, (4,), info)
+        assert slot.run(call, (5,), info) == 25
+    finally:
+        slot.close()
+
+
 def test_an_exception_that_cannot_be_unpickled_arrives_as_a_stand_in(
     ex: dagexec.Executor,
 ) -> None:

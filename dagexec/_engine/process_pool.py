@@ -146,6 +146,7 @@ class ChildSlot:
 
     __slots__ = (
         "__weakref__",
+        "busy",
         "loaded",
         "poller",
         "proc",
@@ -163,6 +164,7 @@ class ChildSlot:
         self.reader: Reader | None = None
         self.poller: select.poll | None = None
         self.seq = 0
+        self.busy = False  # a call was sent and its answer not read yet
         self.tag = ""  # shared-memory file names of this child's calls start so
         self.sent_path: list[str] | None = None  # sys.path as the child has it
         self.loaded: set[str] = set()  # modules the child loaded from their file
@@ -231,6 +233,7 @@ class ChildSlot:
             in_path = f"{shm}/{self.tag}{self.seq}-in" if shm and buffers else None
             try:
                 shared = send(self.requests, meta, data, buffers, in_path)
+                self.busy = True
                 break
             except OSError:  # the pipe broke: the child died since its last call
                 unlink_quietly(in_path)
@@ -243,6 +246,13 @@ class ChildSlot:
         del data, buffers
         try:
             return self._wait(call, info, shm, extra)
+        except BaseException:
+            # Anything else than its answer ended the wait (a KeyboardInterrupt on a
+            # caller's thread, say): the answer still coming must not be read as the
+            # next call's, so the child goes (a no-op if it went already).
+            if self.proc is not None and self.busy:
+                self.kill(shm)
+            raise
         finally:
             if shared:  # read by now, or the child is gone: unlinked either way
                 unlink_quietly(in_path)
@@ -303,6 +313,7 @@ class ChildSlot:
                     assert call.timeout is not None
                     deadline = time.monotonic() + call.timeout
                     continue
+                self.busy = False
                 if not meta[1] and extra is not None:
                     # Perhaps a module failed to load there: send it again next time.
                     self.loaded.difference_update(extra[1])
@@ -387,6 +398,7 @@ class ChildSlot:
                     os.close(fd)
         self.requests = self.stops = -1
         self.reader = None
+        self.busy = False
         self.proc = None
         self.poller = None
         with _live_lock:
