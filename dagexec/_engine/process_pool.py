@@ -64,7 +64,7 @@ from typing import Any, NoReturn
 from .._core.bind import BoundCall, KeywordCall
 from .._core.current import running_by_thread, running_here
 from .._core.errors import Cancelled, TaskTimeout, WorkerCrashed, describe
-from .._core.isolate import RUNNERS, IsolatedCall, load_by_file
+from .._core.isolate import RUNNERS, IsolatedCall
 from .._core.policy import CurrentTask, _local
 from .transfer import Reader, dumps, lift, receive, send, shm_dir, unlink_quietly
 
@@ -271,11 +271,7 @@ class ChildSlot:
     def _files(self, call: IsolatedCall, data: bytes) -> dict[str, str]:
         """Modules the child must load from their file before it unpickles this call."""
         files: dict[str, str] = {}
-        target: Any = call.call
-        while isinstance(target, (BoundCall, KeywordCall)):
-            target = target.fn
-        module = getattr(target, "__module__", None)
-        wanted = [module] if isinstance(module, str) and load_by_file(module) else []
+        wanted = [call.by_file] if call.by_file is not None else []
         if "__main__" not in wanted and b"__main__" in data:  # a value of a __main__ class
             wanted.append("__main__")
         for name in wanted:

@@ -125,10 +125,10 @@ def send(fd: int, meta: Any, data: bytes, buffers: list[memoryview], shm_path: s
         layout = (tuple(b.readonly for b in buffers), sizes, where)
     envelope = pickle.dumps((meta, layout), protocol=5)
     head = _HEAD.pack(_ENV.size + len(envelope) + len(data), len(envelope))
-    _write_parts(fd, (head + envelope, data))
+    _write_parts(fd, head + envelope, data)
     if layout is not None and where is None:
         for b in buffers:
-            _write_parts(fd, (_LEN.pack(b.nbytes), b))
+            _write_parts(fd, _LEN.pack(b.nbytes), b)
     return where is not None
 
 
@@ -253,20 +253,24 @@ def _write_all(fd: int, payload: bytes | memoryview) -> None:
         view = view[written:]
 
 
-def _write_parts(fd: int, parts: tuple[bytes | memoryview, ...]) -> None:
-    """Write ``parts`` back to back: one ``writev`` unless it stops short (a signal,
+def _write_parts(fd: int, head: bytes, body: bytes | memoryview) -> None:
+    """Write ``head`` then ``body``: one ``writev`` unless it stops short (a signal,
     or more than :data:`_CHUNK` at once)."""
-    views = [memoryview(p).cast("B") for p in parts]
-    total = sum(v.nbytes for v in views)
-    written = os.writev(fd, views) if total <= _CHUNK else 0
-    if written == total:
-        return
-    for view in views:
-        if written >= view.nbytes:
-            written -= view.nbytes
-            continue
-        _write_all(fd, view[written:])
-        written = 0
+    if type(body) is bytes:  # most messages: no views to make
+        total = len(head) + len(body)
+        written = os.writev(fd, (head, body)) if total <= _CHUNK else 0
+        if written == total:
+            return
+        view = memoryview(body)
+    else:
+        view = memoryview(body).cast("B")
+        written = os.writev(fd, (head, view)) if len(head) + view.nbytes <= _CHUNK else 0
+        if written == len(head) + view.nbytes:
+            return
+    if written < len(head):
+        _write_all(fd, head[written:])
+        written = len(head)
+    _write_all(fd, view[written - len(head) :])
 
 
 def _read_pipe(fd: int, view: memoryview) -> None:
