@@ -18,13 +18,25 @@ Parts, each printed as a table:
 3. **50 MB argument**: one process task taking 50 MB of bytes, against an
    in-process ``pickle.dumps`` + ``loads`` of it; through /dev/shm and through the
    pipe alone. Target: <= 1.5x pickle.
-4. **mixed graph**: GIL-releasing hashing (sha256 of 4 MiB) and pure Python, as
-   mixed (hashing on threads, Python in processes), all threads, all processes.
-5. **child start-up**, reported apart: a new child answering its first call.
+4. **mixed graph**: GIL-releasing hashing (sha256 of a large constant) and pure
+   Python, as mixed (hashing on threads, Python in processes), all threads, all
+   processes. Target: mixed beats both.
+5. **child start-up**, reported apart: a new child answering its first call. The
+   children of the timed runs are started (and checked) before any timing.
 6. **task length sweep**: speed-up over serial of process tasks from 0.2 to 5 ms,
    to say from what task length processes pay off.
 
-Every implementation's values are checked against the serial loop's.
+Every implementation's values are checked against the serial loop's. Beside wall
+times, parts 1, 2 and 4 print CPU time per task, in this process and in the
+children (from /proc, in 10 ms clock ticks, summed over the rounds), and how much
+more that is than the serial loop's: a cost the machine's load moves much less
+than wall time. Each part prints the load average; the run ends with every target,
+PASS or FAIL.
+
+The comparison with ``ProcessPoolExecutor`` is the one issue 21 describes: graphlib's
+``TopologicalSorter``, every ready task submitted at once to a reused, warmed pool
+(2 workers, the platform's default start method), and ``wait(FIRST_COMPLETED)``
+before handing finished tasks back to the sorter.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ from __future__ import annotations
 import argparse
 import graphlib
 import hashlib
+import math
 import multiprocessing
 import os
 import pickle
@@ -42,7 +55,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [os.environ.get("DAGEXEC_SRC", str(HERE.parent)), str(HERE)]
@@ -51,9 +64,10 @@ from workloads import crunch  # noqa: E402
 
 import dagexec  # noqa: E402
 from dagexec._engine import transfer  # noqa: E402
-from dagexec._engine.process_pool import ChildSlot  # noqa: E402
+from dagexec._engine.process_pool import ChildSlot, live_children  # noqa: E402
 
 WORKERS = 2
+NAN = math.nan
 Graphs = dict[str, tuple[Callable[..., Any], tuple[Any, ...], tuple[str, ...]]]
 
 
@@ -217,23 +231,94 @@ class Floor:
 # -- timing ---------------------------------------------------------------------------
 
 
+class Row(NamedTuple):
+    """One implementation's figures: wall seconds (median), and CPU seconds per run
+    (mean over the rounds) in this process and in the children it drives."""
+
+    wall: float
+    parent_cpu: float
+    children_cpu: float
+
+
+def children_cpu(pids: list[int]) -> float:
+    """CPU seconds the processes ``pids`` used so far (Linux /proc; 0.0 elsewhere).
+    Counted in clock ticks (10 ms here): read it summed over many tasks."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.0
+
+
 def rounds(
     impls: dict[str, Callable[[], dict[str, Any]]],
     expected: dict[str, Any],
     repeat: int,
     keys: list[str],
-) -> dict[str, float]:
-    """Median seconds of each implementation over ``repeat`` interleaved rounds."""
+    children: dict[str, Callable[[], list[int]]] | None = None,
+) -> dict[str, Row]:
+    """Each implementation over ``repeat`` interleaved rounds: median wall time, and
+    its CPU time per run here and in its children (``children[label]()`` lists their
+    pids). CPU time moves much less with the machine's load than wall time."""
+    children = children or {}
     for label, fn in impls.items():  # warm-up and correctness
         got = fn()
         assert all(got[k] == expected[k] for k in keys), f"{label} returned other values"
     times: dict[str, list[float]] = {label: [] for label in impls}
+    cpu: dict[str, list[float]] = {label: [0.0, 0.0] for label in impls}
     for _ in range(repeat):
         for label, fn in impls.items():
-            t0 = time.perf_counter()
+            pids = children.get(label, list)()
+            c0, p0, t0 = children_cpu(pids), time.process_time(), time.perf_counter()
             fn()
             times[label].append(time.perf_counter() - t0)
-    return {label: statistics.median(ts) for label, ts in times.items()}
+            cpu[label][0] += time.process_time() - p0
+            cpu[label][1] += children_cpu(pids) - c0
+    return {
+        label: Row(
+            statistics.median(ts),
+            cpu[label][0] / repeat,
+            cpu[label][1] / repeat if label in children or not label.startswith("dask") else NAN,
+        )
+        for label, ts in times.items()
+    }
+
+
+def load() -> str:
+    """The load averages (1, 5, 15 minutes), to print beside every result."""
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+# (part, target, measured, PASS/FAIL) of every target checked in this run.
+RESULTS: list[tuple[str, str, str, str]] = []
+
+
+def record(part: str, target: str, measured: str, ok: bool) -> None:
+    RESULTS.append((part, target, measured, verdict(ok)))
+    print(f"  {verdict(ok)}  {target}: {measured}")
+
+
+def print_cpu(medians: dict[str, Row], n: int, width: int = 30) -> None:
+    """CPU per task, here and in the children, and beyond the serial loop's. Children
+    are counted only where their pids are known (not dask's, started per call)."""
+    base = medians["serial"].parent_cpu / n
+    print(f"  {'CPU per task (us)':<{width}}{'here':>8}{'children':>10}{'over serial':>13}")
+    for label, row in medians.items():
+        here, kids = row.parent_cpu / n, row.children_cpu / n
+        if math.isnan(row.children_cpu):  # children not counted
+            print(f"  {label:<{width}}{here * 1e6:8.0f}{'?':>10}{'?':>13}")
+        else:
+            over = (here + kids - base) * 1e6
+            print(f"  {label:<{width}}{here * 1e6:8.0f}{kids * 1e6:10.0f}{over:13.0f}")
 
 
 def calibrate(ms: float) -> int:
@@ -261,13 +346,22 @@ def have_dask() -> bool:
     return True
 
 
+def pool_pids(pool: ProcessPoolExecutor) -> list[int]:
+    return [proc.pid for proc in getattr(pool, "_processes", {}).values()]
+
+
 def part_graph(ex: dagexec.Executor, pool: ProcessPoolExecutor, repeat: int, quick: bool) -> None:
     chains, length = 8, (6 if quick else 25)
     loops = calibrate(15.0)
     tasks = chains_graph(chains, length, loops)
+    n = chains * length
     expected = serial(tasks)
     threads = dagexec_graph(tasks, lambda name: None)
     procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
+    print(
+        f"\n== 1. pure-Python graph: {chains} chains x {length} tasks of ~15 ms "
+        f"({loops:,} loops), fan-in, {WORKERS} workers; median of {repeat}; {load()}"
+    )
     with dagexec.Executor(workers=WORKERS) as tex:
         impls: dict[str, Callable[[], dict[str, Any]]] = {
             "serial": lambda: serial(tasks),
@@ -277,16 +371,20 @@ def part_graph(ex: dagexec.Executor, pool: ProcessPoolExecutor, repeat: int, qui
         }
         if have_dask():
             impls["dask multiprocessing"] = lambda: dask_mp(tasks)
-        medians = rounds(impls, expected, repeat, ["fold"])
-    base, ppe = medians["serial"], medians["graphlib + PPE (reused)"]
-    print(
-        f"\n== 1. pure-Python graph: {chains} chains x {length} tasks of ~15 ms "
-        f"({loops:,} loops), fan-in, {WORKERS} workers; median of {repeat}"
-    )
+        kids = {
+            "dagexec isolate=process": live_children,
+            "graphlib + PPE (reused)": lambda: pool_pids(pool),
+        }
+        medians = rounds(impls, expected, repeat, ["fold"], kids)
+    base, ppe = medians["serial"].wall, medians["graphlib + PPE (reused)"].wall
     print(f"  {'implementation':<26}{'seconds':>9}{'x serial':>10}{'x graphlib+PPE':>16}")
-    for label, s in medians.items():
-        print(f"  {label:<26}{s:9.3f}{base / s:10.2f}{ppe / s:16.2f}")
-    print("  targets: dagexec isolate=process >= 1.85x serial and >= 0.97x graphlib + PPE")
+    for label, row in medians.items():
+        print(f"  {label:<26}{row.wall:9.3f}{base / row.wall:10.2f}{ppe / row.wall:16.2f}")
+    print_cpu(medians, n)
+    mine = medians["dagexec isolate=process"].wall
+    record("1", "isolate=process >= 1.85x serial", f"{base / mine:.2f}x", base / mine >= 1.85)
+    record("1", "isolate=process >= 0.97x graphlib + PPE", f"{ppe / mine:.2f}x", ppe / mine >= 0.97)
+    print(f"  ({load()})")
 
 
 def part_per_task(ex: dagexec.Executor, pool: ProcessPoolExecutor, repeat: int) -> None:
@@ -296,6 +394,7 @@ def part_per_task(ex: dagexec.Executor, pool: ProcessPoolExecutor, repeat: int) 
     n = chains * length
     expected = serial(tasks)
     procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
+    print(f"\n== 2. per-task cost: {n} tasks, {WORKERS} workers; median of {repeat * 3}; {load()}")
     floor = Floor()
     try:
         impls: dict[str, Callable[[], dict[str, Any]]] = {
@@ -306,24 +405,37 @@ def part_per_task(ex: dagexec.Executor, pool: ProcessPoolExecutor, repeat: int) 
         }
         if have_dask():
             impls["dask multiprocessing"] = lambda: dask_mp(tasks)
-        medians = rounds(impls, expected, repeat * 3, ["fold"])
+        kids = {
+            "floor (2 threads x own child)": lambda: [p.pid for p in floor.procs if p.pid],
+            "dagexec isolate=process": live_children,
+            "graphlib + PPE (reused)": lambda: pool_pids(pool),
+        }
+        medians = rounds(impls, expected, repeat * 3, ["fold"], kids)
     finally:
         floor.close()
-    work_us = medians["serial"] / n * 1e6
-    print(
-        f"\n== 2. per-task cost: {n} tasks of ~{work_us:.0f} us ({loops:,} loops), "
-        f"{WORKERS} workers; median of {repeat * 3}"
-    )
+    work_us = medians["serial"].wall / n * 1e6
+    print(f"  tasks of ~{work_us:.0f} us ({loops:,} loops, calibrated for 200 us)")
     print(
         f"  {'implementation':<30}{'us/task (wall)':>15}{'x serial':>10}{'x PPE':>8}{'x floor':>9}"
     )
-    ppe, fl = medians["graphlib + PPE (reused)"], medians["floor (2 threads x own child)"]
-    for label, s in medians.items():
+    ppe = medians["graphlib + PPE (reused)"].wall
+    fl = medians["floor (2 threads x own child)"].wall
+    for label, row in medians.items():
+        s = row.wall
         print(
-            f"  {label:<30}{s / n * 1e6:15.0f}{medians['serial'] / s:10.2f}"
+            f"  {label:<30}{s / n * 1e6:15.0f}{medians['serial'].wall / s:10.2f}"
             f"{s / ppe:8.2f}{s / fl:9.2f}"
         )
-    print("  targets: dagexec isolate=process <= 0.7x graphlib + PPE and <= 1.3x the floor")
+    print_cpu(medians, n)
+    mine = medians["dagexec isolate=process"].wall
+    record(
+        "2",
+        "isolate=process <= 0.7x graphlib + PPE per task",
+        f"{mine / ppe:.2f}x",
+        mine / ppe <= 0.7,
+    )
+    record("2", "isolate=process <= 1.3x the floor per task", f"{mine / fl:.2f}x", mine / fl <= 1.3)
+    print(f"  ({load()})")
 
 
 def part_large(ex: dagexec.Executor, repeat: int) -> None:
@@ -364,13 +476,14 @@ def part_large(ex: dagexec.Executor, repeat: int) -> None:
     base = statistics.median(times["pickle dumps+loads"])
     print(
         f"\n== 3. a {len(data) / 1e6:.0f} MB bytes argument (shm: "
-        f"{'yes' if transfer.shm_dir() else 'no'}); median of {repeat * 2}"
+        f"{'yes' if transfer.shm_dir() else 'no'}); median of {repeat * 2}; {load()}"
     )
     print(f"  {'how':<30}{'ms':>8}{'ms/MiB':>9}{'x pickle':>10}")
     for label, ts in times.items():
         s = statistics.median(ts)
         print(f"  {label:<30}{s * 1e3:8.1f}{s * 1e3 / mib:9.3f}{s / base:10.2f}")
-    print("  target: isolate=process <= 1.5x pickle dumps+loads")
+    mine = statistics.median(times["isolate=process"]) / base
+    record("3", "50 MB argument <= 1.5x pickle dumps+loads", f"{mine:.2f}x", mine <= 1.5)
 
 
 def part_mixed(ex: dagexec.Executor, repeat: int, quick: bool) -> None:
@@ -392,15 +505,26 @@ def part_mixed(ex: dagexec.Executor, repeat: int, quick: bool) -> None:
         "all threads": lambda: dict(ex.run(threads, targets=list(tasks)).items()),
         "all processes": lambda: dict(ex.run(procs, targets=list(tasks)).items()),
     }
-    medians = rounds(impls, expected, repeat, list(tasks))
     print(
         f"\n== 4. mixed graph: 4 chains x {length} pure-Python tasks (~15 ms) + "
         f"{2 * length} sha256 tasks of a {len(block) >> 20} MiB constant (~15 ms, GIL "
-        f"released); {WORKERS} workers; median of {repeat}"
+        f"released); {WORKERS} workers; median of {repeat}; {load()}"
     )
+    kids = {label: live_children for label in impls if label != "serial"}
+    medians = rounds(impls, expected, repeat, list(tasks), kids)
     print(f"  {'implementation':<40}{'seconds':>9}{'x serial':>10}")
-    for label, s in medians.items():
-        print(f"  {label:<40}{s:9.3f}{medians['serial'] / s:10.2f}")
+    for label, row in medians.items():
+        print(f"  {label:<40}{row.wall:9.3f}{medians['serial'].wall / row.wall:10.2f}")
+    print_cpu(medians, len(tasks), 40)
+    mixed_s = medians["mixed (hash: threads, py: processes)"].wall
+    others = min(medians["all threads"].wall, medians["all processes"].wall)
+    record(
+        "4",
+        "mixed beats all threads and all processes",
+        f"{others / mixed_s:.2f}x the better of them",
+        mixed_s < others,
+    )
+    print(f"  ({load()})")
 
 
 def part_sweep(ex: dagexec.Executor, repeat: int) -> None:
@@ -422,8 +546,8 @@ def part_sweep(ex: dagexec.Executor, repeat: int) -> None:
             repeat,
             ["fold"],
         )
-        s, p = medians["serial"], medians["processes"]
-        print(f"  {ms:8.1f}{s:10.3f}{p:13.3f}{s / p:10.2f}")
+        s, p = medians["serial"].wall, medians["processes"].wall
+        print(f"  {ms:8.1f}{s:10.3f}{p:13.3f}{s / p:10.2f}   {load()}")
 
 
 def part_startup(repeat: int) -> None:
@@ -436,7 +560,10 @@ def part_startup(repeat: int) -> None:
     from dagexec._core.policy import CurrentTask
 
     info = CurrentTask("start", 1, threading.Event())
-    print(f"\n== 5. child start-up: a new child answering its first call; median of {repeat}")
+    print(
+        f"\n== 5. child start-up (not in any timing above): a new child answering its "
+        f"first call; median of {repeat}; {load()}"
+    )
     for label, fn in (("operator.add", operator.add), ("a function of this script", fold)):
         call = IsolatedCall(fn, "start", "process", None, False, ())
         times = []
@@ -465,15 +592,22 @@ def main() -> None:
     repeat = args.repeat or (3 if args.quick else 5)
     parts = set(args.only.split(","))
     print(
-        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
-        f"{os.getloadavg()[0]:.2f}; GIL {'on' if _gil() else 'off'}"
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {load()}; "
+        f"GIL {'on' if _gil() else 'off'}; python benchmarks/processes.py {' '.join(sys.argv[1:])}"
     )
     with dagexec.Executor(workers=WORKERS) as ex, ProcessPoolExecutor(WORKERS) as pool:
         warm = dagexec.Graph()
         warm.add("items", list, args=(range(WORKERS * 2),))
         warm.map("warm", fold, over="items", isolate="process")
-        ex.run(warm)  # children started: start-up is part 5, not in the runs
+        for _ in range(10):  # every worker's child started: start-up is part 5, not here
+            ex.run(warm)
+            if len(live_children()) >= WORKERS:
+                break
         list(pool.map(fold, range(WORKERS * 2)))
+        print(
+            f"children started before timing: dagexec {len(live_children())}, "
+            f"PPE {len(pool_pids(pool))}"
+        )
         if "1" in parts:
             part_graph(ex, pool, repeat, args.quick)
         if "2" in parts:
@@ -486,7 +620,11 @@ def main() -> None:
             part_sweep(ex, repeat)
     if "5" in parts:
         part_startup(repeat)
-    print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
+    if RESULTS:
+        print(f"\n== targets (issue 21), this run; {load()}")
+        for part, target, measured, ok in RESULTS:
+            print(f"  {ok}  part {part}: {target}: {measured}")
+    print(f"\n{load()} at the end")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ tasks at a :class:`dagexec.testing.Gate`: no sleeps.
 from __future__ import annotations
 
 import os
+import pickle
 import select
 import signal
 import subprocess
@@ -497,6 +498,120 @@ def test_a_run_with_process_tasks_queues_at_most_one_task_per_worker(
     # Once the gates open, a worker may take its queued task before the scheduler
     # hears the first one ended, so in flight can pass 4 then; inboxes never do.
     assert max(result.stats.peak_queue_depth) == 1
+
+
+def test_the_driver_sleeps_while_process_tasks_run(
+    gate: pt.ProcessGate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Inboxes one deep are full by design in a process run: the driver must not
+    # take that for a moment's congestion and wake every 1 ms to re-check (it
+    # did: ~9 wake-ups per 15 ms task, each taking the GIL from the workers).
+    from dagexec._engine.driver import Driver
+
+    wakes = [0]
+    receive = Driver._receive
+
+    def counted(self: Driver, pickup: bool, wait: float | None) -> list[object]:
+        wakes[0] += 1
+        return receive(self, pickup, wait)
+
+    monkeypatch.setattr(Driver, "_receive", counted)
+    g = dagexec.Graph()
+    for i in range(6):  # more ready than two workers can hold
+        g.add(("p", i), pt.held, args=(gate.directory,), isolate="process")
+    with dagexec.Executor(workers=2, queue_cap=8) as ex:
+        future = ex.submit(g)
+        try:
+            gate.wait_for_arrivals(2)
+            before = wakes[0]
+            with pytest.raises(AssertionError):  # nothing ends while both are held
+                gate.wait_for_arrivals(3, timeout=0.2)
+            assert wakes[0] - before <= 2, f"the driver woke {wakes[0] - before} times"
+        finally:
+            gate.open()
+        assert len(future.result().values()) == 6
+
+
+def test_a_child_killed_while_idle_is_replaced_without_failing_a_task(
+    ex: dagexec.Executor,
+) -> None:
+    g = dagexec.Graph()
+    g.add("items", list, args=(range(4),))
+    g.map("pids", pt.pid, over="items", isolate="process")
+    before = set(ex.run(g)["pids"])
+    for pid in before:
+        fd = os.pidfd_open(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            select.select([fd], [], [], 10)  # readable once it has exited
+        finally:
+            os.close(fd)
+    after = set(ex.run(g)["pids"])
+    assert after and not after & before
+
+
+def test_messages_come_whole_however_the_pipe_cuts_them() -> None:
+    # A reader reads ahead: two messages in one read, a message cut across reads,
+    # and out-of-band buffers on the pipe all come out as they went in.
+    from dagexec._engine.transfer import Reader, dumps, lift, receive, send
+
+    r, w = os.pipe()
+    reader = Reader(r)
+    big = bytes(range(256)) * 1000  # out of band, through the pipe (no shm path)
+
+    def writer() -> None:
+        send(w, ("small", 1), *dumps(lift((1, "a"))), None)
+        send(w, ("small", 2), *dumps(lift((2, "b"))), None)
+        send(w, ("big", 3), *dumps(lift((big, bytearray(big)))), None)
+        send(w, ("after", 4), *dumps("end"), None)
+        os.close(w)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        got = []
+        while True:
+            try:
+                meta, data, buffers = receive(reader)
+            except EOFError:
+                break
+            got.append((meta, pickle.loads(data, buffers=buffers)))
+    finally:
+        thread.join()
+        os.close(r)
+    assert [m for m, _ in got] == [("small", 1), ("small", 2), ("big", 3), ("after", 4)]
+    assert got[0][1] == (1, "a") and got[1][1] == (2, "b") and got[3][1] == "end"
+    value = got[2][1]
+    assert value[0] == big and type(value[0]) is bytes
+    assert value[1] == big and type(value[1]) is bytearray
+
+
+def test_a_wait_ended_by_anything_else_never_reads_a_stale_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A KeyboardInterrupt (say) while a caller's thread waits for its child: the
+    # answer still coming must not be taken for the next call's.
+    from dagexec._core.isolate import IsolatedCall
+    from dagexec._core.policy import CurrentTask
+    from dagexec._engine import process_pool
+
+    slot = process_pool.ChildSlot()
+    call = IsolatedCall(pt.square, "sq", "process", None, False, ())
+    info = CurrentTask("sq", 1, threading.Event())
+    try:
+        assert slot.run(call, (3,), info) == 9
+        receive = process_pool.receive
+
+        def interrupted(*args: object, **kwargs: object) -> object:
+            monkeypatch.setattr(process_pool, "receive", receive)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(process_pool, "receive", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            slot.run(call, (4,), info)
+        assert slot.run(call, (5,), info) == 25
+    finally:
+        slot.close()
 
 
 def test_an_exception_that_cannot_be_unpickled_arrives_as_a_stand_in(

@@ -136,7 +136,7 @@ class IsolatedCall:
     parameters they go to, when the function's signature says).
     """
 
-    __slots__ = ("call", "cleanup", "isolate", "labels", "name", "timeout")
+    __slots__ = ("by_file", "call", "cleanup", "isolate", "labels", "name", "timeout")
 
     def __init__(
         self,
@@ -153,6 +153,13 @@ class IsolatedCall:
         self.timeout = timeout
         self.cleanup = cleanup
         self.labels = labels
+        # The module a child must load from its file to find the function, if any
+        # (looked up once here, not per call).
+        target: Any = call
+        while isinstance(target, (BoundCall, KeywordCall)):
+            target = target.fn
+        module = getattr(target, "__module__", None)
+        self.by_file = module if isinstance(module, str) and load_by_file(module) else None
 
     def __call__(self, *dep_values: Any) -> Any:
         return RUNNERS[self.isolate](self, dep_values)

@@ -10,11 +10,13 @@ in about the time of a bare interpreter. It talks over three pipes::
     parent worker thread --stops (task seq)--> stop listener thread here
 
 The main loop reads one request (the call and its arguments, see
-:mod:`dagexec._engine.transfer`), tells the parent when the call starts if the
-task has a timeout (the parent times it from then), runs it and replies with
-the value or the exception. A closed request pipe (the parent closed it, or
-died) ends the process. SIGINT is ignored: Ctrl-C is the parent's to handle,
-which kills the children whose tasks must stop.
+:mod:`dagexec._engine.transfer`; one ``read`` for a small one), tells the parent
+when the call starts if the task has a timeout (the parent times it from then),
+runs it and replies with the value or the exception (one ``writev``). The stop
+listener sleeps in a ``read`` of its own pipe: it costs a call nothing. A
+closed request pipe (the parent closed it, or died) ends the process. SIGINT is
+ignored: Ctrl-C is the parent's to handle, which kills the children whose tasks
+must stop.
 
 What the call sees: modules imported fresh by name (the parent's ``sys.path``
 is sent along whenever it changed), or loaded from their file for a script's
@@ -41,14 +43,14 @@ import traceback
 from typing import Any
 
 try:
-    from .transfer import dumps, lift, receive, send, write_frame
+    from .transfer import Reader, dumps, lift, receive, send
 except ImportError:  # loaded by file as _dagexec_child, beside _dagexec_transfer
     from _dagexec_transfer import (  # type: ignore[import-not-found,no-redef]
+        Reader,
         dumps,
         lift,
         receive,
         send,
-        write_frame,
     )
 
 __all__ = ["calling", "main"]
@@ -60,15 +62,16 @@ _SEQ = struct.Struct("<Q")
 calling: tuple[Any, int, threading.Event] | None = None
 
 
-def main(requests: int, replies: int, stops: int) -> None:
+def main(requests: int, replies: int, stops: int, parent: int) -> None:
     """Serve requests until the request pipe closes (or the reply pipe breaks: the
-    parent is gone, and nobody is left to tell)."""
+    parent is gone, and nobody is left to tell). ``parent`` is the parent's pid,
+    which names this child's shared-memory files (the parent unlinks them)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(BrokenPipeError):
-        _serve(requests, replies, stops)
+        _serve(requests, replies, stops, f"dagexec-{parent}-{os.getpid()}-")
 
 
-def _serve(requests: int, replies: int, stops: int) -> None:
+def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
     global calling
     stop = threading.Event()
     running = [0]  # seq of the call running now (0: none)
@@ -76,21 +79,21 @@ def _serve(requests: int, replies: int, stops: int) -> None:
         target=_listen_for_stops, args=(stops, stop, running), daemon=True, name="stops"
     ).start()
     loaded: set[str] = set()
+    reader = Reader(requests)
     while True:
         try:
-            meta, data, buffers = receive(requests)
+            meta, data, buffers = receive(reader)
         except EOFError:
             return
-        seq, paths, files, name, attempt, timed, out_path = meta
-        if paths is not None:
-            sys.path[:] = paths
-        stop.clear()
+        seq, name, attempt, timed, shm, extra = meta
+        # Where a reply with large buffers goes: a file the parent names the same way.
+        out_path = f"{shm}/{tag}{seq}-out" if shm else None
+        if stop.is_set():
+            stop.clear()
         running[0] = seq
         try:
-            for module, path in files.items():
-                if module not in loaded:
-                    _load_file(module, path)
-                    loaded.add(module)
+            if extra is not None:
+                _prepare(extra, loaded)
             fn, args, kwargs, dep_params, deps = pickle.loads(data, buffers=buffers)
             del data, buffers
         except BaseException as exc:
@@ -101,7 +104,7 @@ def _serve(requests: int, replies: int, stops: int) -> None:
             _reply_error(replies, exc, name, out_path)
             continue
         if timed:
-            write_frame(replies, pickle.dumps((("started",), b"", (), (), None)))
+            send(replies, ("started",), b"", [], None)
         calling = (name, attempt, stop)
         try:
             if dep_params:  # dependencies passed by keyword (deps={param: task})
@@ -119,20 +122,34 @@ def _serve(requests: int, replies: int, stops: int) -> None:
         del fn, deps, args, kwargs
         calling = None
         running[0] = 0
-        try:
-            data, buffers = dumps(lift((value,)))
-        except Exception as exc:
-            del value
-            error = TypeError(
-                f"task {name!r}: its value cannot be pickled to return from its child "
-                f"process (isolate='process'): {type(exc).__name__}: {exc}; return a "
-                "picklable value, or run the task on a thread (drop isolate)"
-            )
-            _reply_error(replies, error, name, out_path)
-            continue
+        _reply_value(replies, value, name, out_path)
         del value
-        send(replies, ("done", True), data, buffers, out_path)
-        del data, buffers
+
+
+def _prepare(extra: tuple[list[str] | None, dict[str, str]], loaded: set[str]) -> None:
+    """Take the parent's ``sys.path`` and load the modules it says to load by file."""
+    paths, files = extra
+    if paths is not None:
+        sys.path[:] = paths
+    for module, path in files.items():
+        if module not in loaded:
+            _load_file(module, path)
+            loaded.add(module)
+
+
+def _reply_value(replies: int, value: Any, name: Any, out_path: str | None) -> None:
+    """Send ``value`` back; a TypeError naming the task if it cannot be pickled."""
+    try:
+        data, buffers = dumps(lift((value,)))
+    except Exception as exc:
+        error = TypeError(
+            f"task {name!r}: its value cannot be pickled to return from its child "
+            f"process (isolate='process'): {type(exc).__name__}: {exc}; return a "
+            "picklable value, or run the task on a thread (drop isolate)"
+        )
+        _reply_error(replies, error, name, out_path)
+        return
+    send(replies, ("done", True), data, buffers, out_path)
 
 
 def _reply_error(replies: int, exc: BaseException, name: Any, out_path: str | None) -> None:

@@ -28,8 +28,18 @@ together with a pipe):
   at once. The worker is free straight away: nothing is abandoned.
 
 A child that dies fails its task with :class:`~dagexec.WorkerCrashed`; the next
-process task starts a new one. Killed and crashed children are reaped at once,
+process task starts a new one. A child found dead when a call is sent (killed
+while idle: the request pipe is broken) is replaced and the call goes to the new
+one: it never reached the old. Killed and crashed children are reaped at once,
 and the shared-memory files of their call are unlinked by the parent.
+
+Per call, the worker thread makes three system calls: one ``writev`` (the
+request), one ``poll`` and one ``read`` (the reply, up to 64 KiB). Each lets go
+of the GIL, which the driver or the other workers may hold when the thread wants
+it back, so nothing else is asked of the kernel per call: no ``waitpid`` to see
+whether the child lives (a broken pipe or an end of file says so; ``waitpid``
+runs at a tick), no ``getpid`` to name shared-memory files (named once per
+child), no look at ``/dev/shm`` unless a message carries large buffers.
 
 Assumes nothing from the GIL: a slot is touched by its own worker thread only,
 except :func:`_kill_all` at interpreter exit.
@@ -49,14 +59,14 @@ import threading
 import time
 import weakref
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, NoReturn
 
 from .._core.bind import BoundCall, KeywordCall
 from .._core.current import running_by_thread, running_here
 from .._core.errors import Cancelled, TaskTimeout, WorkerCrashed, describe
-from .._core.isolate import RUNNERS, IsolatedCall, load_by_file
-from .._core.policy import CurrentTask
-from .transfer import dumps, lift, receive, send, shm_dir, unlink_quietly
+from .._core.isolate import RUNNERS, IsolatedCall
+from .._core.policy import CurrentTask, _local
+from .transfer import Reader, dumps, lift, receive, send, shm_dir, unlink_quietly
 
 __all__ = ["ChildSlot", "call_in_child", "live_children"]
 
@@ -80,8 +90,8 @@ _BOOT = (
     "    module = sys.modules[name] = u.module_from_spec(spec)\n"
     "    spec.loader.exec_module(module)\n"
     "    return module\n"
-    "load('_dagexec_transfer', sys.argv[4])\n"
-    "load('_dagexec_child', sys.argv[5]).main(*map(int, sys.argv[1:4]))\n"
+    "load('_dagexec_transfer', sys.argv[5])\n"
+    "load('_dagexec_child', sys.argv[6]).main(*map(int, sys.argv[1:5]))\n"
 )
 
 _live: weakref.WeakSet[ChildSlot] = weakref.WeakSet()
@@ -115,8 +125,6 @@ def call_in_child(call: IsolatedCall, dep_values: tuple[Any, ...]) -> Any:
 
 
 def _current(default_name: Hashable) -> CurrentTask:
-    from .._core.policy import _local
-
     info: CurrentTask | None = getattr(_local, "task", None)
     if info is not None:
         return info
@@ -127,25 +135,37 @@ def _current(default_name: Hashable) -> CurrentTask:
 
 
 class ChildSlot:
-    """A worker thread's child process: started on first use, replaced when it dies."""
+    """A worker thread's child process: started on first use, replaced when it dies.
+
+    A call costs the worker thread one ``write`` (the request), one ``poll`` (the
+    wait, which wakes every :data:`_TICK` to look at the task's token) and, for a
+    reply up to 64 KiB, one ``read``: nothing else per call touches the kernel
+    (whether the child still lives shows as a broken pipe or an end of file, and
+    is checked by ``waitpid`` only at a tick).
+    """
 
     __slots__ = (
         "__weakref__",
+        "busy",
         "loaded",
         "poller",
         "proc",
-        "replies",
+        "reader",
         "requests",
         "sent_path",
         "seq",
         "stops",
+        "tag",
     )
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
-        self.requests = self.replies = self.stops = -1
+        self.requests = self.stops = -1
+        self.reader: Reader | None = None
         self.poller: select.poll | None = None
         self.seq = 0
+        self.busy = False  # a call was sent and its answer not read yet
+        self.tag = ""  # shared-memory file names of this child's calls start so
         self.sent_path: list[str] | None = None  # sys.path as the child has it
         self.loaded: set[str] = set()  # modules the child loaded from their file
 
@@ -166,6 +186,7 @@ class ChildSlot:
                     str(req_r),
                     str(rep_w),
                     str(stop_r),
+                    str(os.getpid()),
                     os.path.join(_HERE, "transfer.py"),
                     os.path.join(_HERE, "child.py"),
                 ],
@@ -182,9 +203,11 @@ class ChildSlot:
         finally:
             for fd in (req_r, rep_w, stop_r):
                 os.close(fd)
-        self.requests, self.replies, self.stops = req_w, rep_r, stop_w
+        self.requests, self.stops = req_w, stop_w
+        self.reader = Reader(rep_r)
         self.poller = select.poll()
         self.poller.register(rep_r, select.POLLIN)
+        self.tag = f"dagexec-{os.getpid()}-{self.proc.pid}-"
         self.sent_path = None
         self.loaded = set()
         with _live_lock:
@@ -199,42 +222,56 @@ class ChildSlot:
             data, buffers = dumps((*_parts(call.call), lift(dep_values)))
         except Exception as exc:
             raise _unpicklable(call, dep_values, info.name, exc) from None
-        if self.proc is None or self.proc.poll() is not None:
-            if self.proc is not None:
-                self._discard()
-            self.start()
-        proc = self.proc
-        assert proc is not None
-        self.seq += 1
-        paths = None
-        if sys.path != self.sent_path:
-            paths = self.sent_path = list(sys.path)
-        files = self._files(call, data)
         shm = shm_dir()
-        tag = f"{shm}/dagexec-{os.getpid()}-{proc.pid}-{self.seq}"
-        in_path, out_path = (f"{tag}-in", f"{tag}-out") if shm else (None, None)
-        meta = (self.seq, paths, files, info.name, info.attempt, call.timeout is not None, out_path)
-        try:
-            shared = send(self.requests, meta, data, buffers, in_path)
-        except OSError:  # the pipe broke: the child died since its last call
-            del data, buffers
-            unlink_quietly(in_path)
-            self._crashed(info, out_path)
+        self.seq += 1
+        in_path = None
+        for retry in (False, True):
+            if self.proc is None:
+                self.start()
+            extra = self._extra(call, data)
+            meta = (self.seq, info.name, info.attempt, call.timeout is not None, shm, extra)
+            in_path = f"{shm}/{self.tag}{self.seq}-in" if shm and buffers else None
+            try:
+                shared = send(self.requests, meta, data, buffers, in_path)
+                self.busy = True
+                break
+            except OSError:  # the pipe broke: the child died since its last call
+                unlink_quietly(in_path)
+                if retry:
+                    del data, buffers
+                    self._crashed(info, shm)
+                # It died idle (killed from outside, out of memory): this call never
+                # reached it, so a new child takes it.
+                self.kill()
         del data, buffers
         try:
-            return self._wait(call, info, out_path)
+            return self._wait(call, info, shm, extra)
+        except BaseException:
+            # Anything else than its answer ended the wait (a KeyboardInterrupt on a
+            # caller's thread, say): the answer still coming must not be read as the
+            # next call's, so the child goes (a no-op if it went already).
+            if self.proc is not None and self.busy:
+                self.kill(shm)
+            raise
         finally:
             if shared:  # read by now, or the child is gone: unlinked either way
                 unlink_quietly(in_path)
 
+    def _extra(
+        self, call: IsolatedCall, data: bytes
+    ) -> tuple[list[str] | None, dict[str, str]] | None:
+        """What the child must know before it unpickles this call, if anything new:
+        the parent's ``sys.path`` (when it changed) and modules to load by file."""
+        paths = None
+        if sys.path != self.sent_path:
+            paths = self.sent_path = list(sys.path)
+        files = self._files(call, data)
+        return None if paths is None and not files else (paths, files)
+
     def _files(self, call: IsolatedCall, data: bytes) -> dict[str, str]:
         """Modules the child must load from their file before it unpickles this call."""
         files: dict[str, str] = {}
-        target: Any = call.call
-        while isinstance(target, (BoundCall, KeywordCall)):
-            target = target.fn
-        module = getattr(target, "__module__", None)
-        wanted = [module] if isinstance(module, str) and load_by_file(module) else []
+        wanted = [call.by_file] if call.by_file is not None else []
         if "__main__" not in wanted and b"__main__" in data:  # a value of a __main__ class
             wanted.append("__main__")
         for name in wanted:
@@ -249,23 +286,33 @@ class ChildSlot:
                     sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
         return files
 
-    def _wait(self, call: IsolatedCall, info: CurrentTask, out_path: str | None) -> Any:
-        poller = self.poller
-        assert poller is not None
+    def _wait(
+        self,
+        call: IsolatedCall,
+        info: CurrentTask,
+        shm: str | None,
+        extra: tuple[list[str] | None, dict[str, str]] | None,
+    ) -> Any:
+        reader, poller, proc = self.reader, self.poller, self.proc
+        assert reader is not None and poller is not None and proc is not None
         token = info.cancelled
         deadline: float | None = None
         told = False
         while True:
             wait = _TICK if deadline is None else min(_TICK, max(0.0, deadline - time.monotonic()))
-            if poller.poll(wait * 1000.0):
+            if reader.has_frame() or poller.poll(wait * 1000.0):
                 try:
-                    meta, data, buffers = receive(self.replies, unlink=True)
+                    meta, data, buffers = receive(reader, unlink=True)
                 except EOFError:
-                    self._crashed(info, out_path)
+                    self._crashed(info, shm)
                 if meta[0] == "started":
                     assert call.timeout is not None
                     deadline = time.monotonic() + call.timeout
                     continue
+                self.busy = False
+                if not meta[1] and extra is not None:
+                    # Perhaps a module failed to load there: send it again next time.
+                    self.loaded.difference_update(extra[1])
                 try:
                     value = pickle.loads(data, buffers=buffers)
                 except Exception as exc:
@@ -278,6 +325,9 @@ class ChildSlot:
                 if meta[1]:
                     return value[0]
                 raise value
+            if proc.poll() is not None and not poller.poll(0):
+                # Dead, and the pipe still open: a process it started holds its end.
+                self._crashed(info, shm)
             if token.is_set():
                 if call.cleanup:
                     if not told:  # let it see current_task().cancelled, and finish
@@ -285,7 +335,7 @@ class ChildSlot:
                         with contextlib.suppress(OSError):  # died: the next poll sees EOF
                             os.write(self.stops, _SEQ.pack(self.seq))
                 else:
-                    self.kill(out_path)
+                    self.kill(shm)
                     raise Cancelled(
                         f"task {describe(info.name)} (attempt {info.attempt}) was stopped "
                         "while it ran in a child process (the run is stopping: Ctrl-C, "
@@ -293,10 +343,10 @@ class ChildSlot:
                     )
             if deadline is not None and time.monotonic() >= deadline:
                 assert call.timeout is not None
-                self.kill(out_path)
+                self.kill(shm)
                 raise TaskTimeout(info.name, call.timeout, info.attempt)
 
-    def _crashed(self, info: CurrentTask, out_path: str | None) -> Any:
+    def _crashed(self, info: CurrentTask, shm: str | None) -> NoReturn:
         proc = self.proc
         assert proc is not None
         pid = proc.pid
@@ -305,20 +355,22 @@ class ChildSlot:
         except subprocess.TimeoutExpired:  # pipe closed but still alive: make sure
             proc.kill()
             code = proc.wait()
-        self._discard()
-        unlink_quietly(out_path)
+        self.kill(shm)
         raise WorkerCrashed(info.name, code, pid)
 
-    def kill(self, out_path: str | None = None) -> None:
-        """Kill the child now and reap it; the next call starts a new one."""
+    def kill(self, shm: str | None = None) -> None:
+        """Kill the child now and reap it; the next call starts a new one. With
+        ``shm``, unlink the shared-memory file its reply to the last call may have
+        left there."""
         proc = self.proc
         if proc is None:
             return
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        if shm:
+            unlink_quietly(f"{shm}/{self.tag}{self.seq}-out")
         self._discard()
-        unlink_quietly(out_path)
 
     def close(self) -> None:
         """Let the child exit (it ends when its request pipe closes); kill it if slow."""
@@ -335,11 +387,14 @@ class ChildSlot:
         self._discard()
 
     def _discard(self) -> None:
-        for fd in (self.requests, self.replies, self.stops):
+        reader = self.reader
+        for fd in (self.requests, -1 if reader is None else reader.fd, self.stops):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.requests = self.replies = self.stops = -1
+        self.requests = self.stops = -1
+        self.reader = None
+        self.busy = False
         self.proc = None
         self.poller = None
         with _live_lock:

@@ -165,7 +165,11 @@ class Run(Driver):
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
         # The most ever in flight (RunStats.effective_cap); ``cap`` is the current
         # limit, below it while the memory-aware depth says so.
-        self.bound = self.cap = min(max_in_flight, len(inboxes) * (queue_cap + 1))
+        self.bound = min(max_in_flight, len(inboxes) * (queue_cap + 1))
+        # A run with process tasks fills inboxes one deep, and its cap says so: else
+        # the driver takes full inboxes for a moment's and re-checks every 1 ms.
+        depth = inbox_depth(plan.policy, queue_cap)
+        self.cap = min(self.bound, len(inboxes) * (depth + 1))
         # No bound given: the cap follows the size of the values made (_engine/depth.py).
         self.depth = Depth(len(inboxes), self.cap) if adaptive else None
         if self.depth is not None:
@@ -202,7 +206,7 @@ class Run(Driver):
         self.flags = (TIMED if trace or hooks.task_end else 0) | (
             NOTIFY_START if hooks.task_start else 0
         )
-        self.balance = Balance(inboxes, inbox_depth(plan.policy, queue_cap))
+        self.balance = Balance(inboxes, depth)
         if crew is not None:
             self.balance.dead = crew.blocked_slots()  # hung threads of earlier runs
         self.now = self.started_at = 0.0

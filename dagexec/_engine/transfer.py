@@ -1,10 +1,15 @@
 """Messages between a worker thread and its child process: pickle over a pipe, large
 buffers through shared memory.
 
-A message is one length-prefixed frame holding ``(meta, data, readonly, sizes,
-where)``: ``data`` is the value pickled with protocol 5, its large buffers taken
-out of band (``numpy`` arrays, ``bytearray``, and top-level ``bytes`` lifted by
-:func:`lift`). Those buffers follow either as raw frames on the same pipe, or, when
+A message is one length-prefixed frame: the length of an envelope, the envelope
+(``(meta, layout)`` pickled; ``layout`` is None, or ``(readonly, sizes, where)``
+when the message has out-of-band buffers) and ``data``, the value pickled with
+protocol 5, its large buffers taken out of band (``numpy`` arrays, ``bytearray``,
+and top-level ``bytes`` lifted by :func:`lift`). The frame goes in one ``write``
+and, up to 64 KiB, comes out of one ``read`` (a :class:`Reader` keeps what a read
+brought beyond the frame): a round trip costs each side one write and one read,
+each a release of the GIL that another thread may take meanwhile.
+Those buffers follow either as raw frames on the same pipe, or, when
 they add up to :data:`SHM_MIN` or more and ``/dev/shm`` has room, back to back in
 one shared-memory file named by ``where``. The receiver copies each buffer out
 once, into ``bytes`` (read-only buffers: a ``bytes`` argument arrives as
@@ -20,6 +25,7 @@ registers every segment a child opens, which is not wanted here. The *parent*
 names and unlinks every segment, both directions (see
 :class:`dagexec._engine.process_pool.ChildSlot`), so no segment outlives a killed
 child. Without ``/dev/shm`` (macOS, Windows) everything goes through the pipe.
+A message without out-of-band buffers never looks at ``/dev/shm``.
 
 Imported by the child process too: standard library only, nothing else of dagexec.
 """
@@ -33,12 +39,13 @@ import struct
 from typing import Any
 
 __all__ = [
+    "Reader",
+    "dumps",
     "lift",
-    "read_frame",
     "receive",
     "send",
+    "shm_dir",
     "unlink_quietly",
-    "write_frame",
 ]
 
 # Buffers at least this large leave the pickle stream (out of band). Lower moves
@@ -50,7 +57,10 @@ SHM_MIN = 1024 * 1024
 # Kept free in /dev/shm beyond the segment itself, for the rest of the machine.
 _SHM_MARGIN = 64 * 1024 * 1024
 _SHM_DIR = "/dev/shm"
-_LEN = struct.Struct("<Q")
+_LEN = struct.Struct("<Q")  # a frame's length
+_ENV = struct.Struct("<I")  # a message's envelope length, first in its frame
+_HEAD = struct.Struct("<QI")  # both, as a message's frame starts
+_READ = 64 * 1024  # what one read asks for: a small frame comes whole
 _CHUNK = 1 << 30  # one read/write call moves at most this much (Linux caps ~2 GiB)
 
 
@@ -98,26 +108,75 @@ def dumps(obj: Any) -> tuple[bytes, list[memoryview]]:
 def send(fd: int, meta: Any, data: bytes, buffers: list[memoryview], shm_path: str | None) -> bool:
     """Write one message; True if its buffers went through ``shm_path``.
 
+    ``shm_path`` is only looked at when the buffers add up to :data:`SHM_MIN`.
+
     Raises:
         OSError: the pipe is closed (the other side died).
     """
-    sizes = tuple(b.nbytes for b in buffers)
-    where = None
-    if shm_path is not None and sum(sizes) >= SHM_MIN and _room(sum(sizes)):
-        try:
-            _write_file(shm_path, buffers)
-            where = shm_path
-        except OSError:  # /dev/shm filled up meanwhile: the pipe still works
-            unlink_quietly(shm_path)
-    readonly = tuple(b.readonly for b in buffers)
-    write_frame(fd, pickle.dumps((meta, data, readonly, sizes, where), protocol=5))
-    if where is None:
+    layout = where = None
+    if buffers:  # a message without them (most) never looks at /dev/shm
+        sizes = tuple(b.nbytes for b in buffers)
+        if shm_path is not None and sum(sizes) >= SHM_MIN and _room(sum(sizes)):
+            try:
+                _write_file(shm_path, buffers)
+                where = shm_path
+            except OSError:  # /dev/shm filled up meanwhile: the pipe still works
+                unlink_quietly(shm_path)
+        layout = (tuple(b.readonly for b in buffers), sizes, where)
+    envelope = pickle.dumps((meta, layout), protocol=5)
+    head = _HEAD.pack(_ENV.size + len(envelope) + len(data), len(envelope))
+    _write_parts(fd, head + envelope, data)
+    if layout is not None and where is None:
         for b in buffers:
-            write_frame(fd, b)
+            _write_parts(fd, _LEN.pack(b.nbytes), b)
     return where is not None
 
 
-def receive(fd: int, *, unlink: bool = False) -> tuple[Any, bytes, list[Any]]:
+class Reader:
+    """The reading end of a pipe, read in frames: one ``read`` brings a small frame
+    whole, and whatever it brought beyond that frame is kept for the next one."""
+
+    __slots__ = ("fd", "pending")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pending = b""  # read already, not yet handed out
+
+    def has_frame(self) -> bool:
+        """True if a whole frame is here already: reading it does not wait."""
+        pending = self.pending
+        if len(pending) < _LEN.size:
+            return False
+        size: int = _LEN.unpack_from(pending)[0]
+        return len(pending) >= _LEN.size + size
+
+    def frame(self) -> memoryview:
+        """The payload of the next frame (a view of what was read).
+
+        Raises:
+            EOFError: the pipe closed before a whole frame came.
+        """
+        buf = self.pending
+        while len(buf) < _LEN.size:
+            chunk = os.read(self.fd, _READ)
+            if not chunk:
+                raise EOFError("the other side of the pipe closed")
+            buf = buf + chunk if buf else chunk
+        end = _LEN.size + _LEN.unpack_from(buf)[0]
+        if len(buf) >= end:
+            self.pending = buf[end:] if len(buf) > end else b""
+            return memoryview(buf)[_LEN.size : end]
+        # Longer than what came: read the rest straight into the payload, and no
+        # further (what follows may be the next frame's, of any size).
+        payload = bytearray(end - _LEN.size)
+        have = len(buf) - _LEN.size
+        payload[:have] = memoryview(buf)[_LEN.size :]
+        self.pending = b""
+        _read_pipe(self.fd, memoryview(payload)[have:])
+        return memoryview(payload)
+
+
+def receive(reader: Reader, *, unlink: bool = False) -> tuple[Any, memoryview, list[Any]]:
     """Read one message: its meta, its pickle stream and its buffers, ready for loads.
 
     With ``unlink``, the shared-memory file the buffers came in is removed once read
@@ -126,7 +185,13 @@ def receive(fd: int, *, unlink: bool = False) -> tuple[Any, bytes, list[Any]]:
     Raises:
         EOFError: the pipe closed (the other side died or closed it).
     """
-    meta, data, readonly, sizes, where = pickle.loads(read_frame(fd))
+    frame = reader.frame()
+    split = _ENV.size + _ENV.unpack_from(frame)[0]
+    meta, layout = pickle.loads(frame[_ENV.size : split])
+    data = frame[split:]
+    if layout is None:
+        return meta, data, []
+    readonly, sizes, where = layout
     buffers: list[Any] = []
     if where is not None:
         file = os.open(where, os.O_RDONLY)
@@ -147,32 +212,15 @@ def receive(fd: int, *, unlink: bool = False) -> tuple[Any, bytes, list[Any]]:
                 unlink_quietly(where)
     else:
         for ro in readonly:
-            raw = read_frame(fd)
-            buffers.append(bytes(raw) if ro else raw)
+            raw = reader.frame()
+            buffers.append(bytes(raw) if ro else _writable(raw))
     return meta, data, buffers
 
 
-def write_frame(fd: int, payload: bytes | memoryview) -> None:
-    """Write ``payload`` with its length in front, whole."""
-    size = len(payload) if isinstance(payload, bytes) else payload.nbytes
-    if size < 65536:
-        _write_all(fd, _LEN.pack(size) + bytes(payload))
-        return
-    _write_all(fd, _LEN.pack(size))
-    _write_all(fd, payload)
-
-
-def read_frame(fd: int) -> bytearray:
-    """Read one frame written by :func:`write_frame`.
-
-    Raises:
-        EOFError: the pipe closed before a whole frame came.
-    """
-    head = bytearray(8)
-    _read_pipe(fd, memoryview(head))
-    payload = bytearray(_LEN.unpack(head)[0])
-    _read_pipe(fd, memoryview(payload))
-    return payload
+def _writable(view: memoryview) -> bytearray:
+    """The bytearray ``view`` shows, whole, or a copy of it."""
+    whole = view.obj
+    return whole if isinstance(whole, bytearray) and len(whole) == view.nbytes else bytearray(view)
 
 
 def unlink_quietly(path: str | None) -> None:
@@ -203,6 +251,26 @@ def _write_all(fd: int, payload: bytes | memoryview) -> None:
     while view:
         written = os.write(fd, view[:_CHUNK])
         view = view[written:]
+
+
+def _write_parts(fd: int, head: bytes, body: bytes | memoryview) -> None:
+    """Write ``head`` then ``body``: one ``writev`` unless it stops short (a signal,
+    or more than :data:`_CHUNK` at once)."""
+    if type(body) is bytes:  # most messages: no views to make
+        total = len(head) + len(body)
+        written = os.writev(fd, (head, body)) if total <= _CHUNK else 0
+        if written == total:
+            return
+        view = memoryview(body)
+    else:
+        view = memoryview(body).cast("B")
+        written = os.writev(fd, (head, view)) if len(head) + view.nbytes <= _CHUNK else 0
+        if written == len(head) + view.nbytes:
+            return
+    if written < len(head):
+        _write_all(fd, head[written:])
+        written = len(head)
+    _write_all(fd, view[written - len(head) :])
 
 
 def _read_pipe(fd: int, view: memoryview) -> None:
