@@ -101,5 +101,8 @@ def test_small_runs_prints_its_table_targets_and_counts() -> None:
         check=True,
         timeout=120,
     ).stdout
+    if not getattr(sys, "_is_gil_enabled", lambda: True)():
+        assert "not counted, cProfile hangs on a free-threaded build" in counts, counts
+        return
     for name in ("Executor.run", "dagexec.run"):
         assert re.search(rf"^  {re.escape(name)} +\d+\.\d calls per run", counts, re.M), counts
