@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import select
 import signal
 import threading
 import time
@@ -100,14 +101,21 @@ def test_interrupted_executor_block_exits_without_waiting_for_running_tasks() ->
 
 
 class _WatchedLock:
-    """The executor's run lock, telling a test when a thread starts waiting for it."""
+    """The executor's run lock, telling a test when a thread starts waiting for it.
 
-    def __init__(self, lock: threading.Lock, waiting: threading.Event) -> None:
-        self._lock, self._waiting = lock, waiting
+    It tells by writing a byte to a pipe, not by setting an Event: the Ctrl-C
+    the test sends may land anywhere in the main thread once it is told, and
+    one landing inside ``Event.set`` (between its Condition's acquire and the
+    ``with``) would leave that lock held for good, hanging the next ``set``
+    (seen on the free-threaded build, where the woken thread runs at once).
+    """
+
+    def __init__(self, lock: threading.Lock, waiting_fd: int) -> None:
+        self._lock, self._waiting_fd = lock, waiting_fd
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if blocking and threading.current_thread() is threading.main_thread():
-            self._waiting.set()
+            os.write(self._waiting_fd, b"w")
         return self._lock.acquire(blocking, timeout)
 
     def release(self) -> None:
@@ -130,16 +138,18 @@ def test_ctrl_c_while_waiting_for_another_threads_run_is_noticed(
     scheduler to reach it (it used to wait up to _CANCEL_WAIT_SECONDS)."""
     monkeypatch.setattr(dagexec._engine.submission, "_CANCEL_WAIT_SECONDS", 60.0)
     gate = Gate(timeout=30)
-    waiting = threading.Event()
+    waiting, told = os.pipe()
     ex = dagexec.Executor(workers=1)
-    ex._run_lock = _WatchedLock(ex._run_lock, waiting)  # type: ignore[assignment]
+    ex._run_lock = _WatchedLock(ex._run_lock, told)  # type: ignore[assignment]
     busy = dagexec.Graph()
     busy.add("slow", gate.gated(lambda: "slow"))
     other = threading.Thread(target=ex.run, args=(busy,))
     other.start()
     try:
         assert gate.wait_for_waiting(1)  # the other run holds the executor
-        interrupter = threading.Thread(target=lambda: (waiting.wait(10), _thread.interrupt_main()))
+        interrupter = threading.Thread(
+            target=lambda: (select.select([waiting], [], [], 10), _thread.interrupt_main())
+        )
         interrupter.start()
         quick = dagexec.Graph()
         quick.add("x", lambda: 1)
@@ -152,6 +162,8 @@ def test_ctrl_c_while_waiting_for_another_threads_run_is_noticed(
         gate.open()
         other.join()
         ex.shutdown()
+        os.close(waiting)
+        os.close(told)
 
 
 def test_shutdown_without_wait_returns_during_another_threads_run() -> None:
