@@ -15,15 +15,22 @@ it knows which worker has gone quiet for much longer than tasks usually take:
 * a worker with nothing at all takes a waiting task from the longest inbox.
 
 A moved task keeps its place in the bounds: it was already counted in flight.
+
+The counters here (``held``, ``last_seen``, ``avoid``, ``dead``, ``peak_depth``)
+are written by this class only: the driver and the report handler tell it what
+was put into an inbox (:meth:`dispatched`) and what came off a worker
+(:meth:`returned`, :meth:`off`), the run what happened to a worker's thread
+(:meth:`replaced`, :meth:`lost`).
 """
 
 from __future__ import annotations
 
 import queue
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from .inbox import Inbox
+from .wire import ABORT, DONE, R_KIND, R_WORKER, Message, Report
 
 __all__ = ["Balance"]
 
@@ -52,7 +59,12 @@ class Balance:
         "workers",
     )
 
-    def __init__(self, inboxes: Sequence[Inbox[Any]], queue_cap: int) -> None:
+    def __init__(
+        self,
+        inboxes: Sequence[Inbox[Any]],
+        queue_cap: int,
+        dead: frozenset[int] = frozenset(),
+    ) -> None:
         self.inboxes = inboxes
         self.queues = [inbox.queue for inbox in inboxes]  # the deques: length reads, no lock
         self.workers = range(len(inboxes))
@@ -61,8 +73,8 @@ class Balance:
         self.last_seen = [0.0] * len(inboxes)  # last report, or handed work while idle
         self.avoid: frozenset[int] = frozenset()  # stalled workers: no new work
         # Workers whose thread hangs in a timed-out attempt that could not be
-        # replaced (see _crew.py): no work at all.
-        self.dead: frozenset[int] = frozenset()
+        # replaced (see _crew.py): no work at all. Earlier runs' come in here.
+        self.dead = dead
         # Most tasks seen waiting in each inbox, sampled right after every put: the
         # only moments it can grow, since the scheduler is the only producer.
         self.peak_depth = [0] * len(inboxes)
@@ -129,6 +141,43 @@ class Balance:
         depth = len(self.queues[worker])
         if depth > self.peak_depth[worker]:
             self.peak_depth[worker] = depth
+
+    def returned(self, batch: list[Message], now: float) -> TypeGuard[list[Report]]:
+        """Note the jobs in ``batch`` that returned a value (DONE reports) as off their
+        workers; True if that is all ``batch`` holds, the usual batch.
+
+        One pass over the batch, before the reports are applied: the other reports
+        that take an item off its worker are noted one by one (:meth:`off`).
+        """
+        held, last_seen = self.held, self.last_seen
+        plain = True
+        for msg in batch:
+            if msg is not ABORT and msg[R_KIND] == DONE:
+                worker = msg[R_WORKER]
+                held[worker] -= 1
+                last_seen[worker] = now
+            else:
+                plain = False
+        return plain
+
+    def off(self, worker: int, now: float) -> None:
+        """An item other than a job that returned a value is off ``worker`` (a chain,
+        a failure, an item refused after a stop)."""
+        self.held[worker] -= 1
+        self.last_seen[worker] = now
+
+    def replaced(self, worker: int) -> None:
+        """``worker``'s thread, hung in a timed-out attempt, has a successor with an
+        inbox of its own (the list of inboxes changed in place): the hung attempt is
+        no longer on the worker."""
+        self.queues[worker] = self.inboxes[worker].queue
+        self.held[worker] -= 1
+
+    def lost(self, worker: int, dead: frozenset[int], now: float) -> None:
+        """``worker``'s thread hangs and no successor may start: the workers in
+        ``dead`` get no more work, and the tasks waiting for ``worker`` move."""
+        self.dead = dead
+        self.evacuate(worker, now)
 
     def steer(self, now: float, started: float, finished: int) -> None:
         """Mark stalled workers (no new work) and move their waiting tasks elsewhere.
