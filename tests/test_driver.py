@@ -22,8 +22,10 @@ from dagexec._engine.inbox import Inbox
 from dagexec._engine.items import head
 from dagexec._engine.scheduler import Run
 from dagexec._engine.wire import ABORT, FREED, NOT_STARTED, Message
+from dagexec._engine.wire import CHAIN as R_CHAIN
 from dagexec._engine.wire import DONE as R_DONE
 from dagexec._engine.wire import FAILED as R_FAILED
+from dagexec._engine.wire import MEMBER as R_MEMBER
 
 DRIVER = Path(__file__).resolve().parent.parent / "dagexec" / "_engine" / "driver.py"
 
@@ -147,18 +149,21 @@ def test_a_batch_of_returned_values_takes_the_same_path_as_one_with_other_report
     assert batch == []  # let go of: values are not kept alive by the batch
 
 
-def test_returned_counts_only_jobs_that_returned_a_value() -> None:
+def test_off_workers_notes_returned_values_and_chains_only() -> None:
     inboxes: list[Inbox[object]] = [Inbox(4), Inbox(4)]
     balance = Balance(inboxes, 4)
-    balance.dispatched(0, 1.0, 3)
+    balance.dispatched(0, 1.0, 4)
     balance.dispatched(1, 1.0, 2)
     only_done: list[Message] = [(0, 1, R_DONE, None, 0.0, 0.0), (1, 2, R_DONE, None, 0.0, 0.0)]
-    assert balance.returned(only_done, 2.0)
-    assert balance.held == [2, 1] and balance.last_seen == [2.0, 2.0]
+    assert balance.off_workers(only_done, 2.0) == []
+    assert balance.held == [3, 1] and balance.last_seen == [2.0, 2.0]
     failed: Message = (0, 3, R_FAILED, ValueError(), 0.0, 0.0)
-    assert not balance.returned([(1, 4, R_DONE, None, 0.0, 0.0), failed, ABORT], 3.0)
+    member: Message = (0, 5, R_MEMBER, None, 0.0, 0.0)  # the chain is still on it
+    chain: Message = (0, 5, R_CHAIN, None, 0.0, 0.0)
+    batch = [(1, 4, R_DONE, None, 0.0, 0.0), failed, ABORT, member, chain]
+    assert balance.off_workers(batch, 3.0) == [1, 2, 3, 4]  # all but the DONE
     assert balance.held == [2, 0]  # the failure is the handler's to note (Balance.off)
-    assert balance.last_seen == [2.0, 3.0]
+    assert balance.last_seen == [3.0, 3.0]
     balance.off(0, 4.0)
     assert balance.held == [1, 0] and balance.last_seen == [4.0, 3.0]
 

@@ -19,7 +19,7 @@ A moved task keeps its place in the bounds: it was already counted in flight.
 The counters here (``held``, ``last_seen``, ``avoid``, ``dead``, ``peak_depth``)
 are written by this class only: the driver and the report handler tell it what
 was put into an inbox (:meth:`dispatched`) and what came off a worker
-(:meth:`returned`, :meth:`off`), the run what happened to a worker's thread
+(:meth:`off_workers`, :meth:`off`), the run what happened to a worker's thread
 (:meth:`replaced`, :meth:`lost`).
 """
 
@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 from .inbox import Inbox
-from .wire import ABORT, DONE, R_KIND, R_WORKER, Message, Report
+from .wire import ABORT, CHAIN, DONE, R_KIND, R_WORKER, Message
 
 __all__ = ["Balance"]
 
@@ -142,27 +142,33 @@ class Balance:
         if depth > self.peak_depth[worker]:
             self.peak_depth[worker] = depth
 
-    def returned(self, batch: list[Message], now: float) -> TypeGuard[list[Report]]:
-        """Note the jobs in ``batch`` that returned a value (DONE reports) as off their
-        workers; True if that is all ``batch`` holds, the usual batch.
+    def off_workers(self, batch: list[Message], now: float) -> list[int]:
+        """Note the items in ``batch`` that are off their workers whatever they mean (a
+        job that returned a value, a chain that ended); the positions of the messages
+        other than returned values, which the caller looks at one by one (none: the
+        usual batch).
 
         One pass over the batch, before the reports are applied: the other reports
-        that take an item off its worker are noted one by one (:meth:`off`).
+        that take an item off its worker are noted as they are applied (:meth:`off`).
         """
         held, last_seen = self.held, self.last_seen
-        plain = True
-        for msg in batch:
+        others: list[int] = []
+        for i, msg in enumerate(batch):
             if msg is not ABORT and msg[R_KIND] == DONE:
                 worker = msg[R_WORKER]
                 held[worker] -= 1
                 last_seen[worker] = now
             else:
-                plain = False
-        return plain
+                others.append(i)
+                if msg is not ABORT and msg[R_KIND] == CHAIN:
+                    worker = msg[R_WORKER]
+                    held[worker] -= 1
+                    last_seen[worker] = now
+        return others
 
     def off(self, worker: int, now: float) -> None:
-        """An item other than a job that returned a value is off ``worker`` (a chain,
-        a failure, an item refused after a stop)."""
+        """An item is off ``worker`` that :meth:`off_workers` leaves to the report
+        handler (a failure, an item refused after a stop, an attempt that overran)."""
         self.held[worker] -= 1
         self.last_seen[worker] = now
 

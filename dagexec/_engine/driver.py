@@ -135,8 +135,9 @@ class Driver:
         self.now = perf_counter()
         if self.timers is not None:
             self.state.now = clock.now()  # a failed attempt's retry is due from now
-        while not results.empty():
-            batch.append(results.get())
+        get = results.get  # what is queued by now; what comes later waits for the next round
+        for _ in range(results.qsize()):
+            batch.append(get())
         return batch
 
     def _dispatch(self) -> bool:

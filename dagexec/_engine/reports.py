@@ -10,6 +10,7 @@ balancer and the attempt timers must hear. The driver
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .._core.errors import Cancelled
@@ -30,10 +31,8 @@ from .wire import (
     FREED,
     MEMBER,
     NOT_STARTED,
-    R_KIND,
     STARTED,
     Message,
-    Report,
 )
 
 __all__ = ["Reports"]
@@ -61,23 +60,24 @@ class Reports:
         """Apply what arrived on the results queue by ``now``, in order, and let go of it.
 
         Jobs that returned a value (the bulk, on a graph of small tasks) go to the
-        state machine together, in runs between the other messages; a batch of
-        nothing else (in a run without a task policy) in one call.
+        state machine together, in runs between the other messages, which alone
+        are looked at one by one (in a run with a task policy, every message is).
         """
         state, timers = self.state, self.timers
-        if self.balance.returned(batch, now) and timers is None:
-            state.ended(batch)
+        others: Sequence[int] = self.balance.off_workers(batch, now)
+        if timers is not None:
+            others = range(len(batch))  # each attempt's end is the timers' to hear of
+        elif not others:  # the usual batch: every job returned a value
+            state.ended(batch)  # type: ignore[arg-type]  # only DONE reports, as others says
             batch.clear()
             return
         off = self.balance.off
-        returned: list[Report] = []
-        for msg in batch:
-            if msg is not ABORT and msg[R_KIND] == DONE and timers is None:
-                returned.append(msg)  # off its worker already (Balance.returned)
-                continue
-            if returned:  # the ones before this message come first
-                state.ended(returned)
-                returned.clear()
+        start = 0  # the first returned value not yet applied
+        for i in others:
+            if start < i:  # the returned values before this message come first
+                state.ended(batch[start:i])  # type: ignore[arg-type]  # DONE reports only
+            start = i + 1
+            msg = batch[i]
             if msg is ABORT:
                 self.stops.apply_abort()
                 continue
@@ -106,8 +106,7 @@ class Reports:
                 # run let go of it at its timeout (its worker got a new thread).
                 if timers.overran(task, payload, worker, started, ended):
                     off(worker, now)
-            elif kind == CHAIN:  # a chain is off its worker
-                off(worker, now)
+            elif kind == CHAIN:  # off its worker already (Balance.off_workers)
                 state.chain_ended(task, payload, worker)
             else:  # a job is off its worker (noted already if it returned a value)
                 if kind != DONE:
@@ -120,6 +119,6 @@ class Reports:
                 number = state.attempt.get(task, 1)  # before a retry counts on
                 state.finish(task, outcome, payload, worker, started, ended)
                 state.release(task, number)
-        if returned:
-            state.ended(returned)
+        if start < len(batch):
+            state.ended(batch[start:])  # type: ignore[arg-type]  # DONE reports only
         batch.clear()
