@@ -152,15 +152,16 @@ class Balance:
         that take an item off its worker are noted as they are applied (:meth:`off`).
         """
         held, last_seen = self.held, self.last_seen
+        abort, kind, done = ABORT, R_KIND, DONE  # locals: read for every message
         others: list[int] = []
         for i, msg in enumerate(batch):
-            if msg is not ABORT and msg[R_KIND] == DONE:
+            if msg is not abort and msg[kind] == done:
                 worker = msg[R_WORKER]
                 held[worker] -= 1
                 last_seen[worker] = now
             else:
                 others.append(i)
-                if msg is not ABORT and msg[R_KIND] == CHAIN:
+                if msg is not abort and msg[kind] == CHAIN:
                     worker = msg[R_WORKER]
                     held[worker] -= 1
                     last_seen[worker] = now

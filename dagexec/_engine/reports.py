@@ -71,7 +71,6 @@ class Reports:
             state.ended(batch)  # type: ignore[arg-type]  # only DONE reports, as others says
             batch.clear()
             return
-        off = self.balance.off
         start = 0  # the first returned value not yet applied
         for i in others:
             if start < i:  # the returned values before this message come first
@@ -84,7 +83,7 @@ class Reports:
             worker, task, kind, payload, started, ended = msg
             if kind == NOT_STARTED:  # refused by its worker: the run had stopped
                 self.stops.refused()
-                off(worker, now)
+                self.balance.off(worker, now)
                 if timers is not None:
                     timers.forget(task)
                 state.take_back(task)
@@ -105,12 +104,12 @@ class Reports:
                 # Its value is never used; it was off its worker already if the
                 # run let go of it at its timeout (its worker got a new thread).
                 if timers.overran(task, payload, worker, started, ended):
-                    off(worker, now)
+                    self.balance.off(worker, now)
             elif kind == CHAIN:  # off its worker already (Balance.off_workers)
                 state.chain_ended(task, payload, worker)
             else:  # a job is off its worker (noted already if it returned a value)
                 if kind != DONE:
-                    off(worker, now)
+                    self.balance.off(worker, now)
                 if timers is not None:
                     timers.ended(task)
                 outcome = S_DONE if kind == DONE else S_FAILED
