@@ -85,6 +85,10 @@ ALLOWED: dict[tuple[str, str], str] = {
         "the caller-driven path is Executor.run's, moved out for size: it takes the "
         "Executor whose locks and slot it holds (TYPE_CHECKING only)"
     ),
+    ("_engine.queued", "_engine.executor"): (
+        "the queued path is Executor.run's and submit's, moved out for size: it takes "
+        "the Executor whose locks, queue and scheduler thread it uses (TYPE_CHECKING only)"
+    ),
     ("_engine.items", "_engine.driver"): (
         "the item builders take the Driver they fill (TYPE_CHECKING only)"
     ),

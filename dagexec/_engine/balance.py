@@ -15,6 +15,12 @@ it knows which worker has gone quiet for much longer than tasks usually take:
 * a worker with nothing at all takes a waiting task from the longest inbox.
 
 A moved task keeps its place in the bounds: it was already counted in flight.
+
+The counters here (``held``, ``last_seen``, ``avoid``, ``dead``, ``peak_depth``)
+are written by this class only: the driver and the report handler tell it what
+was put into an inbox (:meth:`dispatched`) and what came off a worker
+(:meth:`off_workers`, :meth:`off`), the run what happened to a worker's thread
+(:meth:`replaced`, :meth:`lost`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .inbox import Inbox
+from .wire import ABORT, CHAIN, DONE, R_KIND, R_WORKER, Message
 
 __all__ = ["Balance"]
 
@@ -52,7 +59,12 @@ class Balance:
         "workers",
     )
 
-    def __init__(self, inboxes: Sequence[Inbox[Any]], queue_cap: int) -> None:
+    def __init__(
+        self,
+        inboxes: Sequence[Inbox[Any]],
+        queue_cap: int,
+        dead: frozenset[int] = frozenset(),
+    ) -> None:
         self.inboxes = inboxes
         self.queues = [inbox.queue for inbox in inboxes]  # the deques: length reads, no lock
         self.workers = range(len(inboxes))
@@ -61,8 +73,8 @@ class Balance:
         self.last_seen = [0.0] * len(inboxes)  # last report, or handed work while idle
         self.avoid: frozenset[int] = frozenset()  # stalled workers: no new work
         # Workers whose thread hangs in a timed-out attempt that could not be
-        # replaced (see _crew.py): no work at all.
-        self.dead: frozenset[int] = frozenset()
+        # replaced (see _crew.py): no work at all. Earlier runs' come in here.
+        self.dead = dead
         # Most tasks seen waiting in each inbox, sampled right after every put: the
         # only moments it can grow, since the scheduler is the only producer.
         self.peak_depth = [0] * len(inboxes)
@@ -129,6 +141,50 @@ class Balance:
         depth = len(self.queues[worker])
         if depth > self.peak_depth[worker]:
             self.peak_depth[worker] = depth
+
+    def off_workers(self, batch: list[Message], now: float) -> list[int]:
+        """Note the items in ``batch`` that are off their workers whatever they mean (a
+        job that returned a value, a chain that ended); the positions of the messages
+        other than returned values, which the caller looks at one by one (none: the
+        usual batch).
+
+        One pass over the batch, before the reports are applied: the other reports
+        that take an item off its worker are noted as they are applied (:meth:`off`).
+        """
+        held, last_seen = self.held, self.last_seen
+        abort, kind, done = ABORT, R_KIND, DONE  # locals: read for every message
+        others: list[int] = []
+        for i, msg in enumerate(batch):
+            if msg is not abort and msg[kind] == done:
+                worker = msg[R_WORKER]
+                held[worker] -= 1
+                last_seen[worker] = now
+            else:
+                others.append(i)
+                if msg is not abort and msg[kind] == CHAIN:
+                    worker = msg[R_WORKER]
+                    held[worker] -= 1
+                    last_seen[worker] = now
+        return others
+
+    def off(self, worker: int, now: float) -> None:
+        """An item is off ``worker`` that :meth:`off_workers` leaves to the report
+        handler (a failure, an item refused after a stop, an attempt that overran)."""
+        self.held[worker] -= 1
+        self.last_seen[worker] = now
+
+    def replaced(self, worker: int) -> None:
+        """``worker``'s thread, hung in a timed-out attempt, has a successor with an
+        inbox of its own (the list of inboxes changed in place): the hung attempt is
+        no longer on the worker."""
+        self.queues[worker] = self.inboxes[worker].queue
+        self.held[worker] -= 1
+
+    def lost(self, worker: int, dead: frozenset[int], now: float) -> None:
+        """``worker``'s thread hangs and no successor may start: the workers in
+        ``dead`` get no more work, and the tasks waiting for ``worker`` move."""
+        self.dead = dead
+        self.evacuate(worker, now)
 
     def steer(self, now: float, started: float, finished: int) -> None:
         """Mark stalled workers (no new work) and move their waiting tasks elsewhere.

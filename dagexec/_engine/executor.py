@@ -6,8 +6,8 @@ executor's workers and inboxes, so letting two runs share them would make the
 bounds of each meaningless. Whoever drives a run holds ``_slot``.
 
 Who drives a run: a plain :meth:`Executor.run` is driven by the calling
-thread itself (:mod:`.caller_drives`); every other run is handed to the
-executor's scheduler thread (:mod:`.submission`). The run's parameters are
+thread itself (:mod:`.caller_drives`); every other run is queued for the
+executor's scheduler thread (:mod:`.queued`, :mod:`.submission`). The run's parameters are
 checked in :mod:`.run_checks`, the workers ended by :mod:`.stopper`.
 """
 
@@ -17,9 +17,8 @@ import contextvars
 import os
 import queue
 import threading
-import time
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -30,6 +29,7 @@ from .attempts import AttemptBook
 from .caller_drives import _plain, run_here
 from .crew import Crew
 from .future import RunFuture
+from .queued import enqueue, run_queued
 from .run_checks import (
     Job,
     OnError,
@@ -41,10 +41,7 @@ from .run_checks import (
 from .scheduler import Run
 from .stopper import _Stopper
 from .submission import (
-    _INTERRUPT_POLL_SECONDS,
     _Ending,
-    _scheduler_loop,
-    _stop_interrupted,
     _Submission,
     _time_out,
     _wait_unless_never_started,
@@ -143,7 +140,7 @@ class Executor:
         self._runs: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
         # The scheduler thread, shared by every queued run, made and started with
         # the first (a plain Executor.run drives its run on the calling thread, and
-        # making a Thread costs ~8 us of a one-shot run); see _enqueue.
+        # making a Thread costs ~8 us of a one-shot run); see queued.enqueue.
         self._scheduler: threading.Thread | None = None  # lock held to set
         # Ends the workers: called by shutdown, or when this executor is garbage
         # collected without one (the workers hold no reference to it), like
@@ -260,7 +257,7 @@ class Executor:
         job = prepare(graph, targets, options)
         capacity = self._capacity(job.plan, options.resources)
         holder: list[tuple[_Submission, Run]] = []
-        submission = self._enqueue(job, capacity, holder)
+        submission = enqueue(self, job, capacity, holder)
         if job.timeout is not None:
             timer = threading.Timer(
                 job.timeout, _time_out, args=(submission.future, holder[0][1], job.timeout)
@@ -299,62 +296,9 @@ class Executor:
             context=context,
         )
 
-    def _enqueue(
-        self, job: Job, capacity: Mapping[str, float], holder: list[tuple[_Submission, Run]]
-    ) -> _Submission:
-        """Make the run and hand it to the scheduler thread; ``holder`` gets it before.
-
-        With a checkpoint the store is opened and the values it has are loaded
-        here, on the calling thread: a queued run sees what the file held when
-        it was submitted.
-        """
-        # Tasks see the caller's contextvars, as with asyncio.to_thread and dask's
-        # threads. Even an empty context is passed on: each task then runs in a
-        # fresh copy (~50 ns), so a ContextVar a task sets cannot leak into later
-        # tasks on the same worker, as it would in a plain thread pool.
-        context = contextvars.copy_context()
-        plan, store = job.plan, None
-        if job.checkpoint is not None:
-            from .._persist.resume import open_checkpoint
-
-            assert job.identities is not None
-            plan, store = open_checkpoint(job.checkpoint, plan, job.identities)
-        try:
-            with self._run_lock:
-                if self._closed:
-                    raise RuntimeError("this Executor is shut down; create a new one to run")
-                run = self._new_run(job, plan, capacity, context)
-                future = RunFuture()
-                future._run = run
-                future._own_thread = _weak_own_thread(self)
-                submission = _Submission(self, run, future, store)
-                holder.append((submission, run))
-                self._pending = [f for f in self._pending if not f.done()]
-                self._pending.append(future)
-                scheduler = self._scheduler
-                if scheduler is None:  # the first queued run
-                    # It holds only the queue, not the executor, so a dropped
-                    # executor still becomes unreachable.
-                    scheduler = threading.Thread(
-                        target=_scheduler_loop,
-                        args=(self._runs, self._slot),
-                        name="dagexec-scheduler",
-                        daemon=True,
-                    )
-                    self._scheduler = self._stopper.scheduler = scheduler
-                self._last = (scheduler, weakref.ref(submission))
-                if scheduler.ident is None:  # not started yet (or a Ctrl-C cut start() short)
-                    scheduler.start()
-                self._runs.put(submission)
-        except BaseException:
-            if store is not None and not holder:
-                store.close()
-            raise
-        return submission
-
     def _run_prepared(self, job: Job, capacity: Mapping[str, float]) -> RunResult:
-        """Run a checked job and wait for it: :meth:`submit` then ``result()``, with
-        Ctrl-C stopping the run and the run's own ``timeout`` waited for here."""
+        """Run a checked job and wait for it: on the calling thread if it may drive
+        it (:mod:`.caller_drives`), else queued (:mod:`.queued`)."""
         if self._on_own_thread():
             # A run waits for this executor's threads, and this is one of them.
             raise RuntimeError(
@@ -365,44 +309,7 @@ class Executor:
             result = run_here(self, job, capacity)
             if result is not None:
                 return result
-        with self._run_lock:
-            if self._closed:
-                raise RuntimeError("this Executor is shut down; create a new one to run")
-            self._wait_for_abandoned()
-        deadline = None if job.timeout is None else time.monotonic() + job.timeout
-        holder: list[tuple[_Submission, Run]] = []
-        try:
-            # The wait is inside the try: the first task may raise SIGINT at once,
-            # and the interrupt must then find the run already covered here.
-            submission = self._enqueue(job, capacity, holder)
-            future = submission.future
-            done = future._done
-            run = holder[0][1]
-            if deadline is None:
-                while not done.wait(_INTERRUPT_POLL_SECONDS):
-                    pass
-            else:
-                while not done.wait(min(_INTERRUPT_POLL_SECONDS, deadline - time.monotonic())):
-                    if time.monotonic() >= deadline:
-                        _time_out(future, run, job.timeout)
-        except BaseException as exc:
-            if not holder:
-                raise
-            # Ctrl-C (or any asynchronous exception) in the caller: stop
-            # dispatch, make sure nothing queued will start, and leave the
-            # running tasks to finish in the background. Recorded first, so a
-            # second Ctrl-C during the wait below cannot let the next run
-            # start beside this one.
-            submission, run = holder[0]
-            assert self._scheduler is not None  # made by _enqueue, as holder shows
-            self._abandoned = (self._scheduler, submission)
-            _stop_interrupted(submission, run, self._runs, exc)
-            raise
-        del submission, holder, done, run
-        try:
-            return future.result(0)
-        finally:
-            del future  # the caller's traceback should not pin the run's state
+        return run_queued(self, job, capacity)
 
     def _on_own_thread(self) -> bool:
         """Whether the calling thread is one a run or a shutdown of this executor waits for.
@@ -498,14 +405,3 @@ class Executor:
             f"<dagexec.Executor workers={self.workers} queue_cap={self.queue_cap} "
             f"max_in_flight={self.max_in_flight} ({state})>"
         )
-
-
-def _weak_own_thread(executor: Executor) -> Callable[[], bool]:
-    """``executor._on_own_thread`` without keeping the executor alive."""
-    ref = weakref.ref(executor)
-
-    def own() -> bool:
-        alive = ref()
-        return alive is not None and alive._on_own_thread()
-
-    return own

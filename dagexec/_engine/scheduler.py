@@ -1,5 +1,6 @@
-"""One run: its parts, its start and end, and surviving its own errors. The driver
-(the message loop, :mod:`dagexec._engine.driver`) is its base class.
+"""One run: its parts, its start and end, and surviving its own errors. It holds
+its driver (the message loop, :mod:`dagexec._engine.driver`), which moves the
+run's messages; the parts that decide are made here and handed to it.
 
 Data flow::
 
@@ -59,10 +60,12 @@ there while any task is in flight.
 
 Which worker gets a task, and rescuing tasks stuck behind a long one, is
 :mod:`dagexec._engine.balance`. Everything about tasks (order, readiness, resources,
-values, skips and cancels) is :mod:`dagexec._state.runstate`. On a stop the driver
-sets ``stop`` (chains stop between members), takes queued items back out of the
-inboxes and cancels them, and sets the token of every running attempt; tasks
-already running finish; only then is the outcome published.
+values, skips and cancels) is :mod:`dagexec._state.runstate`; what each report
+means for it, :mod:`dagexec._engine.reports`. On a stop
+(:mod:`dagexec._engine.run_stop`) the driver sets ``stop`` (chains stop between
+members), takes queued items back out of the inboxes and cancels them, and sets
+the token of every running attempt; tasks already running finish; only then is
+the outcome published.
 
 Per-task policy (only in runs whose plan has one): retry waits are timers in
 the state machine, attempt timeouts are :mod:`dagexec._engine.timers`, and both set
@@ -92,12 +95,15 @@ from .attempts import AttemptBook, LiveAttempt
 from .balance import Balance
 from .crew import Crew
 from .depth import Depth
-from .driver import ABORT, Driver
+from .driver import Driver
 from .flag import Flag
 from .inbox import Inbox
 from .outcome import Outcome, announce, conclude
+from .reports import Reports
+from .run_stop import RunStop
 from .timers import AttemptTimers
 from .wire import (
+    ABORT,
     CHAIN,
     DONE,
     FAILED,
@@ -133,7 +139,7 @@ def _namer(state: weakref.ref[RunState]) -> Callable[[int], Hashable]:
     return name_of
 
 
-class Run(Driver):
+class Run:
     """One run of a plan on a set of worker inboxes. :meth:`main` drives it.
 
     ``abort`` may be called from any thread; everything else belongs to the
@@ -163,33 +169,27 @@ class Run(Driver):
         self.abandoned = 0  # attempts still running when the run ended (RunStats)
         self.abandoned_attempts: set[tuple[int, int]] = set()  # (task, attempt), for the trace
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
-        # The most ever in flight (RunStats.effective_cap); ``cap`` is the current
-        # limit, below it while the memory-aware depth says so.
+        # The most ever in flight (RunStats.effective_cap); the driver's ``cap`` is
+        # the current limit, below it while the memory-aware depth says so.
         self.bound = min(max_in_flight, len(inboxes) * (queue_cap + 1))
         # A run with process tasks fills inboxes one deep, and its cap says so: else
         # the driver takes full inboxes for a moment's and re-checks every 1 ms.
         depth = inbox_depth(plan.policy, queue_cap)
-        self.cap = min(self.bound, len(inboxes) * (depth + 1))
+        cap = min(self.bound, len(inboxes) * (depth + 1))
         # No bound given: the cap follows the size of the values made (_engine/depth.py).
-        self.depth = Depth(len(inboxes), self.cap) if adaptive else None
-        if self.depth is not None:
-            self.cap = self.depth.start
+        memory_aware = Depth(len(inboxes), cap) if adaptive else None
+        if memory_aware is not None:
+            cap = memory_aware.start
         self.capacity = dict(capacity or {})
-        self.context = context  # the caller's contextvars, copied per task (None: empty)
         self.results: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.finished = Flag()  # outcome is ready
         self.stop = Flag()  # no item carrying it starts once set; see abort
         self.hard_stop = Flag()  # the same for cleanup tasks' items
         self.cancelled = Flag()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
-        self.abort_requested = False  # written by abort(), on any thread
         self.expired: float | None = None  # its timeout= passed (set before abort())
-        self.hard_requested = False  # likewise: a second Ctrl-C
-        self.begun = self.aborted = False  # the driving thread only, like all below
-        self.hard_aborted = False
-        self.detachable = self.detached = False  # see main()
+        self.begun = self.detached = False  # the driving thread only, like all below
         self.escaped: BaseException | None = None  # see main()
-        self.wake_every: float | None = None
         observed = trace or hooks.per_task
         self.state = state = RunState(
             plan,
@@ -203,19 +203,53 @@ class Run(Driver):
         state.tell_release = bool(hooks.attempt_release)
         self.trace = trace
         self.observer = Observer(hooks, state.names, None, state.fail)
-        self.flags = (TIMED if trace or hooks.task_end else 0) | (
+        flags = (TIMED if trace or hooks.task_end else 0) | (
             NOTIFY_START if hooks.task_start else 0
         )
-        self.balance = Balance(inboxes, depth)
-        if crew is not None:
-            self.balance.dead = crew.blocked_slots()  # hung threads of earlier runs
-        self.now = self.started_at = 0.0
-        self.timers = (
+        # Hung threads of earlier runs' timed-out attempts get no work.
+        dead = frozenset() if crew is None else crew.blocked_slots()
+        self.balance = balance = Balance(inboxes, depth, dead)
+        self.timers = timers = (
             None if plan.policy is None else AttemptTimers(state, self.book, self._replace_worker)
         )
-        if self.timers is not None:
-            self.timers.lend = self._lend
-        self.debug = False
+        if timers is not None:
+            timers.lend = self._lend
+        self.stops = stops = RunStop(
+            state,
+            self.observer,
+            balance,
+            timers,
+            self.results,
+            self.lent,
+            self.stop,
+            self.hard_stop,
+            self.cancelled,
+        )
+        self.driver = Driver(
+            plan,
+            inboxes,
+            self.results,
+            state,
+            self.observer,
+            balance=balance,
+            reports=Reports(state, balance, timers, stops, self.lent),
+            stops=stops,
+            timers=timers,
+            depth=memory_aware,
+            cap=cap,
+            flags=flags,
+            context=context,
+        )
+
+    def abort(self, hard: bool = False) -> None:
+        """Stop the run (a cancel, the run's timeout); safe from any thread but not
+        from a signal handler. See :meth:`RunStop.abort`."""
+        self.stops.abort(hard)
+
+    def request_abort(self, hard: bool = False) -> None:
+        """Ask the driver to stop the run; safe from a signal handler on any thread.
+        See :meth:`RunStop.request_abort`."""
+        self.stops.request_abort(hard)
 
     def main(self, *, detachable: bool = False, wake_every: float | None = None) -> None:
         """Drive the run to its end. Never raises: errors go into ``outcome``. A second
@@ -239,7 +273,7 @@ class Run(Driver):
         if self.begun:
             return
         self.begun = True
-        self.detachable, self.wake_every = detachable, wake_every
+        self.stops.detachable, self.driver.wake_every = detachable, wake_every
         try:
             self._run()
         except BaseException as exc:  # a bug here must still release the caller...
@@ -257,14 +291,14 @@ class Run(Driver):
     def take_over(self) -> None:
         """Finish a detached run on this thread: wait for its running tasks. Never raises."""
         assert self.detached
-        self.detachable = self.detached = False
-        self.wake_every = None
+        self.stops.detachable = self.detached = False
+        self.driver.wake_every = None
         try:
             if self.escaped is not None:  # the state may be half updated: trust none of it
                 self.escaped = None
                 self._drain_after_error()
             else:
-                self._loop()
+                self.driver.loop()
                 self._end()
         except BaseException as exc:
             self._failed(exc)
@@ -307,11 +341,11 @@ class Run(Driver):
             if self.cancelled.is_set():
                 # The balancer's per-worker counts drop before a report reaches
                 # the state machine, so they are right even if it failed mid-way.
-                held = self.balance.held
-                while sum(held) > 0:
+                balance = self.balance
+                while sum(balance.held) > 0:
                     msg = results.get()
                     if msg is not ABORT and msg[R_KIND] in (DONE, FAILED, CHAIN, NOT_STARTED):
-                        held[msg[R_WORKER]] -= 1
+                        balance.off(msg[R_WORKER], self.driver.now)
                 return
             for inbox in self.inboxes:
                 while True:
@@ -332,11 +366,11 @@ class Run(Driver):
             log.exception("stopping the run after an internal error failed")
 
     def _run(self) -> None:
-        state = self.state
-        self.started_at = self.now = perf_counter()
+        state, driver = self.state, self.driver
+        driver.started_at = driver.now = perf_counter()
         if self.trace:
-            self.observer.recorder = Recorder(state, self.started_at)
-        self.debug = log.isEnabledFor(logging.DEBUG)  # dispatch then pays one falsy test
+            self.observer.recorder = Recorder(state, driver.started_at)
+        driver.debug = log.isEnabledFor(logging.DEBUG)  # dispatch then pays one falsy test
         # current_task() in a plain task names it through this: the names grow as
         # maps expand, and were written before the task was handed out. Weakly:
         # a task may keep its token (the key) after the run, and the run's values
@@ -344,7 +378,7 @@ class Run(Driver):
         register_run(self.stop, _namer(weakref.ref(state)))
         self._borrow()
         announce(self)
-        self._loop()
+        self.detached = driver.loop()
         if not self.detached:
             self._end()
 
@@ -366,10 +400,10 @@ class Run(Driver):
                 )
         if state.events:
             self.observer.drain(state.events)
-        if self.aborted:
+        if self.stops.aborted:
             log.info("interrupted run: its last running tasks have finished")
             return  # the caller has gone; nobody reads an outcome
-        self.outcome = conclude(self, perf_counter() - self.started_at)
+        self.outcome = conclude(self, perf_counter() - self.driver.started_at)
 
     def _borrow(self) -> None:
         """Start the run owing what abandoned attempts of earlier runs still hold.
@@ -404,11 +438,9 @@ class Run(Driver):
         if self.crew is None:
             return False
         if not self.crew.replace(slot, why, done):
-            self.balance.dead = self.crew.blocked_slots()
-            self.balance.evacuate(slot, self.now)
+            self.balance.lost(slot, self.crew.blocked_slots(), self.driver.now)
             return False
-        self.balance.queues[slot] = self.inboxes[slot].queue
-        self.balance.held[slot] -= 1  # the hung attempt is no longer on it
+        self.balance.replaced(slot)
         return True
 
     def _lend(self, attempt: LiveAttempt) -> None:

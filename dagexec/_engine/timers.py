@@ -79,6 +79,13 @@ class AttemptTimers:
         self.lend: Callable[[LiveAttempt], object] | None = None  # the run's, see _time_out
         self.seq = 0
 
+    @property
+    def holds(self) -> bool:
+        """Whether attempts the run let go of at their timeout still run: their return
+        (a FREED report) may free resources or let a cleanup task through its gate,
+        so the run waits for it even with nothing in flight."""
+        return bool(self.let_go)
+
     def attempt(self, task: int, policy: Policy, flag_start: int) -> tuple[Attempt, int]:
         """The function of ``task``'s next attempt, wrapped so that it can see
         itself (``current_task()``), and the extra flags its job needs."""
