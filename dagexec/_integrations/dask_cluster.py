@@ -132,7 +132,7 @@ class ClusterRun:
     # ------------------------------------------------------------------ driving
     def _send_first_graph(self) -> None:
         cg = self.cg
-        dsk, tasks = cg.first_graph()
+        dsk, tasks = cg.first_graph(layered=True)
         if not tasks:
             return
         wanted = self._watched(tasks)
