@@ -315,6 +315,31 @@ def test_a_bad_checkpoint_path_is_refused_before_sending() -> None:
     assert client.calls == []
 
 
+def test_run_on_sends_the_tasks_of_to_dask_as_a_high_level_graph() -> None:
+    """Client.get names a dict graph by hashing every task (pickling each function,
+    ~0.2 ms a task) and a HighLevelGraph by a fresh token: run_on sends the latter,
+    the same tasks, unannotated; to_dask keeps the plain dict."""
+    from dask.highlevelgraph import HighLevelGraph
+
+    from dagexec._integrations.dask_translate import translate
+
+    g = dagexec.Graph()
+    g.add("a", lambda: 1)
+    g.add("b", lambda a: a, deps=["a"])
+    g.add("c", lambda a, b: a + b, deps=["a", "b"])
+    cg = translate(g, None, None)
+    plain, tasks = cg.first_graph()
+    layered, same_tasks = cg.first_graph(layered=True)
+    assert isinstance(plain, dict) and isinstance(layered, HighLevelGraph)
+    assert same_tasks == tasks
+    as_dict = layered.to_dict()
+    assert {k: t.dependencies for k, t in as_dict.items()} == {
+        k: t.dependencies for k, t in plain.items()
+    }
+    assert [t.func.name for t in as_dict.values()] == [t.func.name for t in plain.values()]
+    assert all(not layer.annotations for layer in layered.layers.values())
+
+
 def test_timeouts_and_retry_policies_travel_in_the_task_function() -> None:
     """What dask's annotations cannot say runs in dagexec's attempt loop on the worker;
     plain retries stay dask's own annotation, and a plain task gets no attempt loop."""
