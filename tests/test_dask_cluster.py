@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,61 @@ def test_submit_on_returns_a_run_that_distributed_progress_follows(client: Any) 
     assert run.done()
 
 
+def test_a_run_lets_go_of_its_keys_without_cancelling_the_clients_other_futures(
+    client: Any,
+) -> None:
+    """Targets "a" and "c" of a -> b -> c: "b", which no client wants, depends on a
+    target. The run used to end with Client.cancel, on which distributed's scheduler
+    fails an assertion at "b" and drops the client's connection; the client then
+    cancelled every future it held, another run's too (a flaky FuturesCancelledError
+    in the conformance suite, whose runs share one client)."""
+    held = client.submit(int, "41", pure=False)
+    assert held.result(timeout=30) == 41
+    g = dagexec.Graph()
+    g.add("a", lambda: 2)
+    g.add("b", lambda a: a * 3, deps=["a"])
+    g.add("c", lambda b: b + 1, deps=["b"])
+    assert dict(dd.run_on(client, g, ["a", "c"])) == {"a": 2, "c": 7}
+    # The stream to the scheduler is ordered: this is handled after the run's release.
+    assert client.submit(int, "42", pure=False).result(timeout=30) == 42
+    assert held.status == "finished" and held.result() == 41
+
+
+def test_cancel_ends_a_run_in_flight_and_the_client_works_on(client: Any) -> None:
+    """cancel() lets go of the run: it ends cancelled at once, the scheduler forgets
+    every task of it (what had not started never runs), the client's own futures stay."""
+    # Named gates on the scheduler (the task's function travels pickled).
+    started, gate = distributed.Event("started"), distributed.Event("gate")
+
+    def blocks(_: Any) -> int:
+        started.set()
+        gate.wait(30)
+        return 1
+
+    g = dagexec.Graph()
+    g.add("a", lambda: 0)
+    g.add("blocks", blocks, deps=["a"])
+    g.add("after", lambda b: b, deps=["blocks"])
+    g.add("other", lambda a: a, deps=["a"])
+    held = client.submit(int, "5", pure=False)
+    run = dd.submit_on(client, g, ["after", "other"])
+    try:
+        assert started.wait(30)
+        run.cancel()
+        with pytest.raises(CancelledError):
+            run.result(timeout=30)
+        # The stream to the scheduler is ordered: once this is back, the release was handled.
+        assert client.submit(int, "6", pure=False).result(timeout=30) == 6
+        token = run.cg.token
+        left = client.run_on_scheduler(
+            lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks if token in str(k)]
+        )
+        assert left == []
+    finally:
+        gate.set()
+    assert held.result(timeout=30) == 5
+
+
 # ---------------------------------------------------------------- what is refused
 @pytest.mark.parametrize(
     ("option", "value", "hint"),
@@ -257,6 +313,31 @@ def test_a_bad_checkpoint_path_is_refused_before_sending() -> None:
     with pytest.raises(TypeError, match="checkpoint must be a file path"):
         dd.run_on(client, g, checkpoint=3)
     assert client.calls == []
+
+
+def test_run_on_sends_the_tasks_of_to_dask_as_a_high_level_graph() -> None:
+    """Client.get names a dict graph by hashing every task (pickling each function,
+    ~0.2 ms a task) and a HighLevelGraph by a fresh token: run_on sends the latter,
+    the same tasks, unannotated; to_dask keeps the plain dict."""
+    from dask.highlevelgraph import HighLevelGraph
+
+    from dagexec._integrations.dask_translate import translate
+
+    g = dagexec.Graph()
+    g.add("a", lambda: 1)
+    g.add("b", lambda a: a, deps=["a"])
+    g.add("c", lambda a, b: a + b, deps=["a", "b"])
+    cg = translate(g, None, None)
+    plain, tasks = cg.first_graph()
+    layered, same_tasks = cg.first_graph(layered=True)
+    assert isinstance(plain, dict) and isinstance(layered, HighLevelGraph)
+    assert same_tasks == tasks
+    as_dict = layered.to_dict()
+    assert {k: t.dependencies for k, t in as_dict.items()} == {
+        k: t.dependencies for k, t in plain.items()
+    }
+    assert [t.func.name for t in as_dict.values()] == [t.func.name for t in plain.values()]
+    assert all(not layer.annotations for layer in layered.layers.values())
 
 
 def test_timeouts_and_retry_policies_travel_in_the_task_function() -> None:

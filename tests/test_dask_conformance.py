@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -351,18 +350,24 @@ def task_timeout(tmp: Path) -> Case:
     """An attempt past its timeout fails with TaskTimeout and sees its token set; it
     cannot be killed, so it runs on (here: until it sees the token) while the retry goes."""
 
+    # Both attempts run in one process (this one, or the worker's that runs the
+    # attempt loop) and call the same function object, so they share this dict;
+    # its Event is made there, on first use (an Event does not pickle).
+    shared: dict[str, threading.Event] = {}
+
+    def first_ended() -> threading.Event:
+        return shared.setdefault("first ended", threading.Event())
+
     def slow() -> str:
         me = dagexec.current_task()
         if me.attempt == 1:
             noticed = me.cancelled.wait(30)  # set at its timeout
             (tmp / "first").write_text(f"cancelled={noticed}")
+            first_ended().set()
             return "late"  # dropped: the attempt has timed out
-        # Wait for the first attempt's note (it runs on after its timeout), so the
+        # Wait for the first attempt to end (it runs on after its timeout), so the
         # test ends with no thread of it still running.
-        deadline = time.monotonic() + 30
-        while not (tmp / "first").exists() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return f"attempt {me.attempt}"
+        return f"attempt {me.attempt}" if first_ended().wait(30) else "the first ran on"
 
     def hangs() -> str:
         dagexec.current_task().cancelled.wait(30)

@@ -109,17 +109,30 @@ class ClusterRun:
         return self._outcome
 
     def cancel(self) -> None:
-        """Cancel what has not run and let go of every value of the run on the cluster."""
+        """Stop what has not run and let go of every value of the run on the cluster.
+
+        By releasing the run's futures, not by ``Client.cancel``: once no client
+        wants a key, the scheduler forgets it and every task of the run that only
+        it needed, run or not (a task already running on a worker finishes there,
+        its value dropped), and a future no one else holds ends cancelled here,
+        which wakes whatever waits for it. ``Client.cancel`` also cancels each
+        key's dependents, and distributed's scheduler (``stimulus_cancel``, 2026.8)
+        fails an assertion on a dependent that no client wants, such as ``b`` of
+        ``a -> b -> c`` run for the targets ``a`` and ``c``; it then drops the
+        client's connection, and the client cancels every future it holds,
+        another run's on the same client included.
+        """
         with self.lock:
             futures = list(self.futures_by_task.values())
             for items in self.items.values():
                 futures.extend(items)
-        self.client.cancel(futures)
+        for fut in futures:
+            fut.release()  # a future held twice (a map over a failed input) is released once
 
     # ------------------------------------------------------------------ driving
     def _send_first_graph(self) -> None:
         cg = self.cg
-        dsk, tasks = cg.first_graph()
+        dsk, tasks = cg.first_graph(layered=True)
         if not tasks:
             return
         wanted = self._watched(tasks)
@@ -272,10 +285,10 @@ class ClusterRun:
         if self.checkpoint is not None:
             self.checkpoint.save(values, savable)
         if raising:
-            self.cancel()
+            self.cancel()  # stop what still runs, as a local run stops at a failure
             raise _first(errors)
         threads = sum(self.client.nthreads().values())
-        self.cancel()  # release the run's keys on the cluster
+        self.cancel()  # all ended: this only lets go of the run's values on the cluster
         loaded = len(self.checkpoint.loaded) if self.checkpoint is not None else 0
         ran = sum(s is TaskState.DONE or s is TaskState.FAILED for s in status.values())
         stats = RunStats(

@@ -87,9 +87,16 @@ class ClusterGraph:
             return Attempts(fn, name, policy)
         return Named(fn, name)
 
-    def first_graph(self) -> tuple[Mapping[Any, Task], list[int]]:
+    def first_graph(self, layered: bool = False) -> tuple[Mapping[Any, Task], list[int]]:
         """The dask graph of every task not driven from the client, one layer per set
-        of options (dask keeps annotations per layer), and the tasks in it."""
+        of options (dask keeps annotations per layer), and the tasks in it.
+
+        A plain dict when no task has options, unless ``layered``: ``Client.get``
+        names a dict's graph by hashing every task in it (pickling each task's
+        function twice or more: ~0.2 ms a task, the most of what the client does
+        per task), and a ``HighLevelGraph``'s by a fresh token; the keys are
+        unique to the run either way.
+        """
         plan = self.plan
         layers: dict[tuple[Any, ...], dict[Any, Task]] = {}
         tasks = [t for t in self.order if t not in self.staged]
@@ -97,7 +104,7 @@ class ClusterGraph:
             key = self.keys[t]
             refs = [TaskRef(self.keys[d]) for d in plan.deps[t]]
             layers.setdefault(self.options(t), {})[key] = Task(key, self.function(t), *refs)
-        if len(layers) == 1 and (0, (), 0) in layers:
+        if len(layers) == 1 and (0, (), 0) in layers and not layered:
             return layers[(0, (), 0)], tasks
         hlg_layers: dict[str, MaterializedLayer] = {}
         dependencies: dict[str, set[str]] = {}
