@@ -9,7 +9,7 @@ for a chain), the one place a task ends. When a dispatched item (a task, or a
 chain of them) is off the worker, :meth:`RunState.release` frees its in-flight
 slot and its resources. Each rule has one place (docs/design.md, "One place
 per rule"): a value is let go of in :meth:`RunState.let_go`, a task becomes
-ready in :meth:`RunState.make_ready`, the order is :meth:`RunState._push_ready`'s.
+ready in :meth:`RunState.make_ready`, the order is ``RunState._push_ready``'s.
 
 States only move forward::
 
