@@ -269,6 +269,22 @@ def test_the_plain_loop_and_the_general_one_leave_the_same_run(plan: Plan, seed:
     assert plain.ran_on == general.ran_on and plain.unfinished == general.unfinished == 0
 
 
+@settings(max_examples=60, deadline=None)
+@given(plans())
+def test_a_plain_runs_roots_start_as_make_ready_would_make_them_ready(plan: Plan) -> None:
+    plain = RunState(plan)
+    assert plain.plain  # its roots took the inline loop
+    general = RunState(plan)
+    general.ready.clear()
+    general.state[:] = bytes(len(general.state))  # every task WAITING again
+    for root in general.push_order(plan.roots):
+        general.make_ready(root)
+    assert plain.state == general.state
+    assert list(plain.ready) == list(general.ready)
+    taken = [plain.take() for _ in plan.roots]
+    assert taken == list(plan.roots)  # taken in their own order (depth first)
+
+
 @pytest.mark.parametrize("general", [False, True])
 def test_a_stop_midway_ends_every_task_either_way(general: bool) -> None:
     g = Graph()

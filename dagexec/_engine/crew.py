@@ -70,6 +70,8 @@ class Crew:
     def blocked_slots(self) -> frozenset[int]:
         """Slots whose thread is still hung in an attempt and was not replaced; none
         if that is every slot (tasks then wait in the inboxes for a thread to return)."""
+        if not self.blocked:  # the usual case, once per run: no dict to rebuild
+            return frozenset()
         self.blocked = {s: done for s, done in self.blocked.items() if not done.is_set()}
         if len(self.blocked) >= len(self.threads):
             return frozenset()

@@ -1,31 +1,72 @@
-"""Flag: a ``threading.Event`` that is cheaper to make, for the few made per run.
+"""Flag: a ``threading.Event`` that is cheap to make and to set, for the few made per run.
 
 ``threading.Event()`` builds a ``Condition`` over a plain ``Lock``, and
 ``Condition.__init__`` looks up three methods a plain lock lacks
 (``_release_save``, ``_acquire_restore``, ``_is_owned``), raising and catching
 an ``AttributeError`` for each: ~4-6 us per Event on the project machine
-(CPython 3.11), where the same ``Condition`` over an ``RLock``, which has all
-three, costs ~1.5-2 us. A run makes four (``finished``, ``stop``,
-``hard_stop``, ``cancelled``), which was about a tenth of a 10-task run's
-Python work on the calling thread (``python benchmarks/small_runs.py --count``).
+(CPython 3.11). A run makes four (``finished``, ``stop``, ``hard_stop``,
+``cancelled``), which was about a tenth of a 10-task run's Python work on the
+calling thread (``python benchmarks/small_runs.py --count``), and sets two of
+them at its end, each ``set`` six Python calls into the ``Condition``.
 
-The lock being reentrant changes nothing an Event user can see: the lock is
-held only inside ``set``/``clear``/``wait``/``is_set``'s own code, never
-across a call out. (A signal handler that sets an Event on the thread already
-inside one of them would deadlock on a plain lock and re-enter here; the run
-never does that either way, see ``Driver.request_abort``.)
+Most of a run's flags are set and read, and never waited on: a plain run's
+caller drives it itself, and its workers only read ``stop``. So a Flag is a
+bool and a plain lock, and makes the ``Condition`` only for its first
+``wait``; ``set`` notifies through it only if one was made. Why that is safe:
+the flag is written, and the condition made, under ``_guard``; a waiter
+checks the flag again under the condition's own lock before it sleeps, and a
+``set`` that saw no condition happened before the waiter made one, so that
+waiter sees the flag set and does not sleep.
+
+A worker checks the stop flag of every item it takes, so it reads ``_flag``,
+the field ``is_set()`` returns, without the call (``worker._loop``): the call
+was a Python frame per task, ~260 instructions per task of the speed gate's
+one-worker run of the wide graph (1.7%; docs/speed-gate.md). The field has
+``threading.Event``'s name and meaning, so reading it works on any Event.
 """
 
 from __future__ import annotations
 
 import threading
+from _thread import allocate_lock
 
 __all__ = ["Flag"]
 
 
 class Flag(threading.Event):
-    """A ``threading.Event`` whose condition sits on an ``RLock``: same behaviour, made faster."""
+    """A ``threading.Event`` whose condition is made by its first ``wait``: same behaviour."""
 
     def __init__(self) -> None:  # no super().__init__(): it would build the slow Condition
-        self._cond = threading.Condition(threading.RLock())
         self._flag = False
+        self._guard = allocate_lock()  # held to write _flag and to make _waiting
+        self._waiting: threading.Condition | None = None  # made by the first wait()
+
+    def set(self) -> None:
+        """Set the flag and wake every thread waiting for it."""
+        with self._guard:
+            self._flag = True
+            waiting = self._waiting
+        if waiting is not None:
+            with waiting:
+                waiting.notify_all()
+
+    def clear(self) -> None:
+        """Unset the flag: ``wait`` blocks again until the next ``set``."""
+        with self._guard:
+            self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the flag is set or ``timeout`` seconds pass; the flag's state
+        then, as ``threading.Event.wait`` returns it."""
+        with self._guard:
+            if self._flag:
+                return True
+            waiting = self._waiting
+            if waiting is None:
+                # Over an RLock: a Condition over a plain Lock raises and catches
+                # three AttributeErrors to be made (see above).
+                waiting = self._waiting = threading.Condition(threading.RLock())
+        with waiting:
+            if self._flag:  # set since the check above, before we took this lock
+                return True
+            return waiting.wait(timeout)

@@ -84,7 +84,10 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
         # Drop every reference we can before running and after reporting: an idle
         # worker must not keep a large argument or result alive.
         del item
-        if stop.is_set():  # the run stopped since this was queued: it never starts
+        # The run stopped since this was queued: it never starts. ``stop`` is the
+        # run's Flag, read as an attribute: ``is_set()`` returns the same field
+        # behind a call, a Python frame per task (see flag.py).
+        if stop._flag:
             del fn, args, context
             report((worker_id, task, NOT_STARTED, None, 0.0, 0.0))
             del report, stop
