@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 import dagexec
+import dagexec._engine.depth
 from dagexec._engine.depth import BUDGET_BYTES, Depth, estimate_bytes
 from dagexec._engine.wire import CHAIN, DONE, FAILED
 
@@ -61,6 +63,33 @@ def test_small_values_open_the_full_depth_and_large_ones_close_it() -> None:
     for _ in range(200):
         depth.note(24)
     assert depth.cap() == 130
+
+
+class _PlanKey:
+    """Stands for a Plan: Depth keys its memory on the plan object, weakly."""
+
+
+def test_a_rerun_of_a_plan_starts_as_deep_as_its_last_run_went() -> None:
+    plan, other = _PlanKey(), _PlanKey()
+    first = Depth(workers=2, full=130, plan=plan)
+    assert first.start == 2  # nothing known: one task per worker
+    assert first.after([_report(1)]) == 130  # small values: full depth
+    assert Depth(workers=2, full=130, plan=plan).start == 130  # its rerun starts there
+    assert Depth(workers=2, full=64, plan=plan).start == 64  # never past its own full
+    assert Depth(workers=2, full=130, plan=other).start == 2  # another plan does not
+    assert Depth(workers=2, full=130).start == 2  # nor a run without a plan
+
+
+def test_a_plan_of_large_values_starts_its_rerun_shallow_and_is_forgotten_with_it() -> None:
+    plan = _PlanKey()
+    depth = Depth(workers=2, full=130, plan=plan)
+    assert depth.after([_report(b"x" * (8 << 20))]) == 2
+    assert Depth(workers=2, full=130, plan=plan).start == 2
+    deepest = dagexec._engine.depth._deepest
+    assert plan in deepest
+    del plan, depth
+    gc.collect()  # not needed on CPython's refcounting; kept for other builds
+    assert len([k for k in deepest if isinstance(k, _PlanKey)]) == 0
 
 
 def test_batches_are_sampled_each_time_until_the_depth_is_full() -> None:

@@ -44,7 +44,7 @@ _PLAN_CACHE_SIZE = 16
 _plans_lock = threading.Lock()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class Plan:
     """The tasks one run executes, in local index form (0..len-1).
 

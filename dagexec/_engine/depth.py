@@ -29,6 +29,7 @@ Owned by the thread that drives the run, like everything of the driver's.
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any
 
 from .wire import CHAIN, DONE, R_KIND, R_PAYLOAD, Message
@@ -84,6 +85,11 @@ def estimate_bytes(value: Any) -> int:
         return 0
 
 
+# The deepest cap a run of each plan reached, by plan (weakly: a plan that its
+# graph's cache dropped goes from here too). A later run of the plan starts there.
+_deepest: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
 class Depth:
     """The memory-aware cap of one run. Driving thread only.
 
@@ -92,19 +98,18 @@ class Depth:
         full: the deepest it goes, what the inboxes can hold.
     """
 
-    __slots__ = ("countdown", "current", "full", "typical", "workers")
+    __slots__ = ("countdown", "current", "full", "plan", "start", "typical", "workers")
 
-    def __init__(self, workers: int, full: int) -> None:
+    def __init__(self, workers: int, full: int, plan: Any = None) -> None:
         self.workers = workers
         self.full = max(full, workers)
         self.typical = -1.0  # nothing seen yet
-        self.current = workers  # the cap now
+        self.plan = plan
+        deepest = workers if plan is None else _deepest.get(plan, workers)
+        # The cap before any report: one task per worker, or as deep as the
+        # earlier runs of the same plan went.
+        self.start = self.current = max(workers, min(self.full, deepest))  # the cap now
         self.countdown = 1  # batches until the next sample
-
-    @property
-    def start(self) -> int:
-        """The cap before any report: one task per worker."""
-        return self.workers
 
     def after(self, batch: list[Message]) -> int:
         """The cap once ``batch`` (reports, as on the results queue) has arrived.
@@ -128,6 +133,8 @@ class Depth:
                 continue
             self.note(estimate_bytes(value))
             self.current = cap = self.cap()
+            if self.plan is not None and cap > _deepest.get(self.plan, 0):
+                _deepest[self.plan] = cap
             self.countdown = _SAMPLE_EVERY_WHEN_FULL if cap == self.full else 1
             break
         else:

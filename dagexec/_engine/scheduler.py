@@ -177,7 +177,7 @@ class Run:
         depth = inbox_depth(plan.policy, queue_cap)
         cap = min(self.bound, len(inboxes) * (depth + 1))
         # No bound given: the cap follows the size of the values made (_engine/depth.py).
-        memory_aware = Depth(len(inboxes), cap) if adaptive else None
+        memory_aware = Depth(len(inboxes), cap, plan) if adaptive else None
         if memory_aware is not None:
             cap = memory_aware.start
         self.capacity = dict(capacity or {})
