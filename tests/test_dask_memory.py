@@ -69,7 +69,7 @@ class _PlanKey:
     """Stands for a Plan: Depth keys its memory on the plan object, weakly."""
 
 
-def test_a_rerun_of_a_plan_starts_as_deep_as_its_last_run_went() -> None:
+def test_a_rerun_of_a_plan_starts_where_its_last_run_stood_after_its_first_report() -> None:
     plan, other = _PlanKey(), _PlanKey()
     first = Depth(workers=2, full=130, plan=plan)
     assert first.start == 2  # nothing known: one task per worker
@@ -80,16 +80,27 @@ def test_a_rerun_of_a_plan_starts_as_deep_as_its_last_run_went() -> None:
     assert Depth(workers=2, full=130).start == 2  # nor a run without a plan
 
 
-def test_a_plan_of_large_values_starts_its_rerun_shallow_and_is_forgotten_with_it() -> None:
+def test_big_inputs_then_small_results_start_the_rerun_shallow() -> None:
+    # A run whose opening tasks make big chunks and whose later ones reduce them
+    # goes deep by its end; its rerun must not start there, or it would make ~130
+    # chunks before the first report narrows it (what this module exists to stop).
     plan = _PlanKey()
     depth = Depth(workers=2, full=130, plan=plan)
     assert depth.after([_report(b"x" * (8 << 20))]) == 2
+    for _ in range(300):  # the reduction's small values open it up
+        depth.after([_report(1)])
+    assert depth.current == 130
     assert Depth(workers=2, full=130, plan=plan).start == 2
-    deepest = dagexec._engine.depth._deepest
-    assert plan in deepest
-    del plan, depth
+
+
+def test_a_plan_is_forgotten_with_it() -> None:
+    plan = _PlanKey()
+    Depth(workers=2, full=130, plan=plan).after([_report(1)])
+    memory = dagexec._engine.depth._first_cap
+    assert plan in memory
+    del plan
     gc.collect()  # not needed on CPython's refcounting; kept for other builds
-    assert len([k for k in deepest if isinstance(k, _PlanKey)]) == 0
+    assert len([k for k in memory if isinstance(k, _PlanKey)]) == 0
 
 
 def test_batches_are_sampled_each_time_until_the_depth_is_full() -> None:

@@ -70,3 +70,41 @@ def test_a_set_racing_a_first_wait_is_never_lost() -> None:
         flag.set()
         t.join(60)
         assert results == [True]
+
+
+def test_a_set_then_clear_between_a_waits_two_checks_still_wakes_it() -> None:
+    # threading.Event returns True for a set made after the wait began, even if
+    # cleared at once. Here the waiter is held between its first check (under the
+    # flag's own lock) and its second (under the Condition's): the set finds no
+    # sleeper to notify, the clear undoes the field, and the wait must still see it.
+    flag = Flag()
+    flag.wait(0)  # makes the Condition
+    at_gap, go_on = threading.Event(), threading.Event()
+
+    class HeldAtTheGap(threading.Condition):
+        def __enter__(self) -> bool:
+            if threading.current_thread().name == "waiter" and not at_gap.is_set():
+                at_gap.set()
+                go_on.wait(60)
+            return super().__enter__()
+
+    flag._waiting = HeldAtTheGap(threading.RLock())
+    results: list[bool] = []
+    t = threading.Thread(target=lambda: results.append(flag.wait(30)), name="waiter")
+    t.start()
+    assert at_gap.wait(60)
+    flag.set()
+    flag.clear()
+    go_on.set()
+    t.join(60)
+    assert results == [True]
+
+
+def test_a_forked_childs_reinit_gives_a_working_flag() -> None:
+    # What threading does to an Event in a forked child: a fresh lock, no waiters.
+    flag = Flag()
+    flag.wait(0)
+    flag._at_fork_reinit()
+    assert flag._waiting is None and not flag.is_set()
+    flag.set()
+    assert flag.wait(0) is True

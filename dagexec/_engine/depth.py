@@ -85,9 +85,12 @@ def estimate_bytes(value: Any) -> int:
         return 0
 
 
-# The deepest cap a run of each plan reached, by plan (weakly: a plan that its
-# graph's cache dropped goes from here too). A later run of the plan starts there.
-_deepest: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+# The cap the last run of each plan set at its first sample, by plan (weakly: a
+# plan that its graph's cache dropped goes from here too). A later run of the plan
+# starts there: where the last one stood after its first report, not where it
+# went later (a graph whose big inputs come first and small results after would
+# otherwise start its rerun at the depth of its small results).
+_first_cap: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 class Depth:
@@ -105,10 +108,10 @@ class Depth:
         self.full = max(full, workers)
         self.typical = -1.0  # nothing seen yet
         self.plan = plan
-        deepest = workers if plan is None else _deepest.get(plan, workers)
-        # The cap before any report: one task per worker, or as deep as the
-        # earlier runs of the same plan went.
-        self.start = self.current = max(workers, min(self.full, deepest))  # the cap now
+        known = workers if plan is None else _first_cap.get(plan, workers)
+        # The cap before any report: one task per worker, or where the last run
+        # of the same plan stood after its first report.
+        self.start = self.current = max(workers, min(self.full, known))  # the cap now
         self.countdown = 1  # batches until the next sample
 
     def after(self, batch: list[Message]) -> int:
@@ -131,10 +134,11 @@ class Depth:
                 value = payload.outcome
             else:
                 continue
+            first = self.typical < 0
             self.note(estimate_bytes(value))
             self.current = cap = self.cap()
-            if self.plan is not None and cap > _deepest.get(self.plan, 0):
-                _deepest[self.plan] = cap
+            if first and self.plan is not None:
+                _first_cap[self.plan] = cap
             self.countdown = _SAMPLE_EVERY_WHEN_FULL if cap == self.full else 1
             break
         else:

@@ -16,7 +16,14 @@ bool and a plain lock, and makes the ``Condition`` only for its first
 the flag is written, and the condition made, under ``_guard``; a waiter
 checks the flag again under the condition's own lock before it sleeps, and a
 ``set`` that saw no condition happened before the waiter made one, so that
-waiter sees the flag set and does not sleep.
+waiter sees the flag set and does not sleep. A waiter also notes how many
+sets there were when it looked: a ``set`` and a ``clear`` both landing between
+its two checks still wake it (``threading.Event`` holds one lock across both).
+
+``_guard`` is a plain lock, as ``threading.Event``'s is: a signal handler that
+sets a Flag on a thread already inside one of its methods would deadlock. The
+run's own handler never does (``RunStop.request_abort`` sets a bool and puts a
+message on the results queue).
 
 A worker checks the stop flag of every item it takes, so it reads ``_flag``,
 the field ``is_set()`` returns, without the call (``worker._loop``): the call
@@ -38,13 +45,20 @@ class Flag(threading.Event):
 
     def __init__(self) -> None:  # no super().__init__(): it would build the slow Condition
         self._flag = False
-        self._guard = allocate_lock()  # held to write _flag and to make _waiting
+        self._sets = 0  # how many set() calls: a wait() sees one it raced, even if cleared
+        self._guard = allocate_lock()  # held to write _flag and _sets, and to make _waiting
         self._waiting: threading.Condition | None = None  # made by the first wait()
+
+    def _at_fork_reinit(self) -> None:
+        """A fresh lock and no waiters, as ``threading.Event`` does in a forked child."""
+        self._guard = allocate_lock()
+        self._waiting = None
 
     def set(self) -> None:
         """Set the flag and wake every thread waiting for it."""
         with self._guard:
             self._flag = True
+            self._sets += 1
             waiting = self._waiting
         if waiting is not None:
             with waiting:
@@ -61,12 +75,16 @@ class Flag(threading.Event):
         with self._guard:
             if self._flag:
                 return True
+            sets = self._sets
             waiting = self._waiting
             if waiting is None:
                 # Over an RLock: a Condition over a plain Lock raises and catches
                 # three AttributeErrors to be made (see above).
                 waiting = self._waiting = threading.Condition(threading.RLock())
         with waiting:
-            if self._flag:  # set since the check above, before we took this lock
+            # Set since the check above, before we took this lock: True, as
+            # threading.Event returns for a set after the wait began, even if a
+            # clear() followed it at once (the set's notify found no sleeper).
+            if self._flag or self._sets != sets:
                 return True
             return waiting.wait(timeout)
