@@ -49,3 +49,33 @@ def test_share_equals_one_task_at_a_time(data: st.DataObject) -> None:
     expected = one_at_a_time(balance.held, depth, cap, avoid, n)
     assert balance.share(n) == expected
     assert [len(q) for q in balance.queues] == depth  # it only counts; nothing moves
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_one_task_fast_path_equals_the_level_loop(data: st.DataObject) -> None:
+    """share(1) with nothing stalled or lost takes its own path (_share_one): it must
+    give what the general level loop gives, and what one-at-a-time gives."""
+    workers = data.draw(st.integers(1, 6), label="workers")
+    cap = data.draw(st.integers(1, 4), label="queue_cap")
+    depth = data.draw(st.lists(st.integers(0, cap), min_size=workers, max_size=workers))
+    running = data.draw(st.lists(st.integers(0, 1), min_size=workers, max_size=workers))
+    inboxes: list[Inbox[int]] = [Inbox(cap) for _ in range(workers)]
+    for inbox, d in zip(inboxes, depth, strict=True):
+        for _ in range(d):
+            inbox.put_nowait(0)
+    balance = Balance(inboxes, cap)
+    balance.held[:] = [d + r for d, r in zip(depth, running, strict=True)]
+    fast = balance.share(1)
+    assert fast == balance._share_levels(1)
+    assert fast == one_at_a_time(balance.held, depth, cap, set(), 1)
+    assert sum(fast) == (1 if min(depth) < cap else 0)
+
+
+def test_one_task_skips_a_lost_worker() -> None:
+    """A worker whose thread was lost (dead) gets nothing, one task or many."""
+    inboxes: list[Inbox[int]] = [Inbox(4) for _ in range(3)]
+    balance = Balance(inboxes, 4, dead=frozenset({0}))
+    balance.held[:] = [0, 2, 1]
+    assert balance.share(1) == [0, 0, 1]
+    assert balance.share(3) == [0, 1, 2]

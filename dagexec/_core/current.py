@@ -9,11 +9,10 @@ engine writes into it rather than the core reaching up into the engine.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
-__all__ = ["Running", "register_run", "running_by_thread", "running_here", "unregister_run"]
+__all__ = ["Running", "running_by_thread", "running_here"]
 
 
 class Running:
@@ -38,34 +37,14 @@ class Running:
 # removed when it exits; read through running_here() on the same thread.
 running_by_thread: dict[int, Running] = {}
 
-# How to name a task of a run, keyed by the run's stop Event (which every item of
-# the run carries). Registered by the scheduler once per run and removed when
-# it ends. The key is weak, but the namer is not: a namer must not hold its run
-# (a task may keep current_task().cancelled, the key, long after the run).
-_namers: weakref.WeakKeyDictionary[threading.Event, Callable[[int], Hashable]] = (
-    weakref.WeakKeyDictionary()
-)
-_namers_lock = threading.Lock()
-
-
-def register_run(stop: threading.Event, name_of: Callable[[int], Hashable]) -> None:
-    """Let ``current_task()`` name the tasks of the run whose stop flag is ``stop``."""
-    with _namers_lock:
-        _namers[stop] = name_of
-
-
-def unregister_run(stop: threading.Event) -> None:
-    """The run whose stop flag is ``stop`` is over: forget how to name its tasks."""
-    with _namers_lock:
-        _namers.pop(stop, None)
-
 
 def running_here() -> tuple[Hashable, threading.Event] | None:
     """The name and the run's stop flag of the task this worker thread runs, or None."""
     here = running_by_thread.get(threading.get_ident())
     if here is None or here.stop is None:
         return None
-    with _namers_lock:
-        name_of = _namers.get(here.stop)
+    # How to name the run's tasks: its stop flag holds that (Flag.name_of), set
+    # before the run handed out its first task; a plain Event names none.
+    name_of: Callable[[int], Hashable] | None = getattr(here.stop, "name_of", None)
     name: Hashable = name_of(here.task) if name_of is not None else here.task
     return name, here.stop

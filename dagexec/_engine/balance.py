@@ -89,6 +89,31 @@ class Balance:
         holding the fewest are raised together to the next level up, so a round
         costs a few steps per worker however many tasks it hands out.
         """
+        if n == 1 and not self.avoid and not self.dead:
+            return self._share_one()
+        return self._share_levels(n)
+
+    def _share_one(self) -> list[int]:
+        """:meth:`share` of one task with no worker stalled or lost: the worker
+        holding the fewest, among those with room (lowest index on a tie).
+
+        The commonest round (a chain's next task, a root, a sink, the wide graph's
+        mostly one-task batches) without the level loop's dict and lists:
+        ~5% of a 10-task run's Python work (``benchmarks/small_runs.py``).
+        ``tests/test_balance.py`` compares it with :meth:`_share_levels`.
+        """
+        held, cap = self.held, self.queue_cap
+        counts = [0] * len(held)
+        best = -1
+        for w, waiting in enumerate(self.queues):
+            if len(waiting) < cap and (best < 0 or held[w] < held[best]):
+                best = w
+        if best >= 0:
+            counts[best] = 1
+        return counts
+
+    def _share_levels(self, n: int) -> list[int]:
+        """:meth:`share` in general: level by level, see there."""
         # Plain loops, no comprehensions: each of those is a frame of its own (3.11),
         # and this runs once per dispatch round (it was ~2% of a no-op run's time).
         held, avoid = self.held, self.avoid

@@ -35,8 +35,9 @@ _ESCAPED_NOTE = (
 
 
 def _plain(job: Job) -> bool:
-    """Whether the caller may drive this run itself (see caller_drives.run_here)."""
-    return job.timeout is None and job.checkpoint is None and not job.hooks and sigint_stops_runs()
+    """Whether the caller may drive this run itself, as far as its options go
+    (:func:`run_here` also asks about the thread and its SIGINT handler)."""
+    return job.timeout is None and job.checkpoint is None and not job.hooks
 
 
 def _take_over(run: Run, slot: threading.Lock) -> None:
@@ -47,8 +48,11 @@ def _take_over(run: Run, slot: threading.Lock) -> None:
         slot.release()
 
 
-def run_here(executor: Executor, job: Job, capacity: Mapping[str, float]) -> RunResult | None:
-    """Drive a plain run on the calling thread; None if it must be queued instead.
+def run_here(
+    executor: Executor, job: Job, capacity: Mapping[str, float], here: threading.Thread
+) -> RunResult | None:
+    """Drive a plain run on the calling thread (``here``); None if it must be queued
+    instead.
 
     A run handed to the scheduler thread costs two thread hand-offs more
     (there and back), about a third of a small run (docs/internals.md, "Small runs").
@@ -67,14 +71,17 @@ def run_here(executor: Executor, job: Job, capacity: Mapping[str, float]) -> Run
     is made and recorded as ``_last`` under ``_run_lock``, as a queued run
     is, so that a shutdown or a submit from another thread sees it.
     """
+    on_main = here is threading.main_thread()
+    if not sigint_stops_runs(on_main):
+        return None
     run: Run | None = None
     interrupted, escaped = False, None
-    with SigintToAbort() as sigint:  # from here on Ctrl-C only asks runs to stop
+    with SigintToAbort(on_main) as sigint:  # from here on Ctrl-C only asks runs to stop
         # Polled, so that a Ctrl-C while another thread holds the lock still raises.
         while not executor._run_lock.acquire(timeout=_INTERRUPT_POLL_SECONDS):
             if sigint.fired:
                 raise KeyboardInterrupt
-        run = _take_slot(executor, job, capacity)
+        run = _take_slot(executor, job, capacity, here)
         if run is not None:
             try:
                 sigint.abort = run.request_abort
@@ -115,7 +122,9 @@ def run_here(executor: Executor, job: Job, capacity: Mapping[str, float]) -> Run
     return result
 
 
-def _take_slot(executor: Executor, job: Job, capacity: Mapping[str, float]) -> Run | None:
+def _take_slot(
+    executor: Executor, job: Job, capacity: Mapping[str, float], here: threading.Thread
+) -> Run | None:
     """With ``_run_lock`` held: take ``_slot`` and make the run, recorded as the
     executor's last; or None if a queued or interrupted run must go first.
     Lets ``_run_lock`` go either way."""
@@ -130,7 +139,7 @@ def _take_slot(executor: Executor, job: Job, capacity: Mapping[str, float]) -> R
             return None  # a queued or interrupted run goes first: queue behind it
         try:
             run = executor._new_run(job, job.plan, capacity, contextvars.copy_context())
-            executor._last = (threading.current_thread(), weakref.ref(run))
+            executor._last = (here, weakref.ref(run))
             executor._driver = threading.get_ident()
         except BaseException:
             executor._slot.release()

@@ -101,14 +101,16 @@ class Depth:
         full: the deepest it goes, what the inboxes can hold.
     """
 
-    __slots__ = ("countdown", "current", "full", "plan", "start", "typical", "workers")
+    __slots__ = ("countdown", "current", "full", "known", "plan", "start", "typical", "workers")
 
     def __init__(self, workers: int, full: int, plan: Any = None) -> None:
         self.workers = workers
         self.full = max(full, workers)
         self.typical = -1.0  # nothing seen yet
         self.plan = plan
-        known = workers if plan is None else _first_cap.get(plan, workers)
+        # What _first_cap says of the plan now (its default if nothing): a rerun
+        # that lands where the last one did writes nothing (a weak key costs ~1 us).
+        self.known = known = workers if plan is None else _first_cap.get(plan, workers)
         # The cap before any report: one task per worker, or where the last run
         # of the same plan stood after its first report.
         self.start = self.current = max(workers, min(self.full, known))  # the cap now
@@ -137,7 +139,7 @@ class Depth:
             first = self.typical < 0
             self.note(estimate_bytes(value))
             self.current = cap = self.cap()
-            if first and self.plan is not None:
+            if first and self.plan is not None and cap != self.known:
                 _first_cap[self.plan] = cap
             self.countdown = _SAMPLE_EVERY_WHEN_FULL if cap == self.full else 1
             break

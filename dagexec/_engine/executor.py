@@ -299,25 +299,28 @@ class Executor:
     def _run_prepared(self, job: Job, capacity: Mapping[str, float]) -> RunResult:
         """Run a checked job and wait for it: on the calling thread if it may drive
         it (:mod:`.caller_drives`), else queued (:mod:`.queued`)."""
-        if self._on_own_thread():
+        here = threading.current_thread()
+        if self._on_own_thread(here):
             # A run waits for this executor's threads, and this is one of them.
             raise RuntimeError(
                 "Executor.run called from one of this executor's own tasks or callbacks, "
                 "which would wait for itself forever; use another Executor for nested runs"
             )
         if _plain(job):
-            result = run_here(self, job, capacity)
+            result = run_here(self, job, capacity, here)
             if result is not None:
                 return result
         return run_queued(self, job, capacity)
 
-    def _on_own_thread(self) -> bool:
-        """Whether the calling thread is one a run or a shutdown of this executor waits for.
+    def _on_own_thread(self, here: threading.Thread | None = None) -> bool:
+        """Whether the calling thread (``here``, if the caller has it already) is one a
+        run or a shutdown of this executor waits for.
 
         That is a worker (a task), or the scheduler of the current run or of an
         interrupted one still finishing (a callback).
         """
-        here = threading.current_thread()
+        if here is None:
+            here = threading.current_thread()
         abandoned = self._abandoned
         return (
             here is self._scheduler

@@ -36,12 +36,25 @@ from __future__ import annotations
 
 import threading
 from _thread import allocate_lock
+from collections.abc import Callable, Hashable
 
 __all__ = ["Flag"]
 
 
 class Flag(threading.Event):
-    """A ``threading.Event`` whose condition is made by its first ``wait``: same behaviour."""
+    """A ``threading.Event`` whose condition is made by its first ``wait``: same behaviour.
+
+    A run's stop flag, which every item of the run carries, also says how to name
+    the run's tasks (``name_of``, read by ``current_task()`` on a worker): set by
+    the scheduler before the run hands out its first task, so the inbox's lock
+    orders the write before any worker's read. Not a registry keyed by the flag:
+    adding and removing an entry was two calls, a lock and a weak reference per
+    run (~2% of a small run's Python work). The namer must not hold its run (a
+    task may keep ``current_task().cancelled``, this flag, long after the run).
+    """
+
+    # Class-level default: the three flags of a run that name nothing pay no store.
+    name_of: Callable[[int], Hashable] | None = None
 
     def __init__(self) -> None:  # no super().__init__(): it would build the slow Condition
         self._flag = False

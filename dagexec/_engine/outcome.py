@@ -35,13 +35,14 @@ class Outcome:
 def announce(run: Run) -> None:
     """Log the run's start and call ``on_run_start``."""
     plan, workers = run.plan, len(run.inboxes)
-    log.info(
-        "run start: %d tasks, %d targets, %d workers, effective cap %d",
-        len(plan),
-        len(plan.targets),
-        workers,
-        run.bound,
-    )
+    if run.info:
+        log.info(
+            "run start: %d tasks, %d targets, %d workers, effective cap %d",
+            len(plan),
+            len(plan.targets),
+            workers,
+            run.bound,
+        )
     if run.hooks.run_start:
         info = PlanInfo(
             tasks=plan.names,
@@ -68,7 +69,7 @@ def log_interrupted(cancelled: int, running: int) -> None:
 def conclude(run: Run, wall: float) -> Outcome:
     """The outcome of a finished run; logs its end and calls ``on_run_end``."""
     result = build_result(run, wall)
-    if log.isEnabledFor(logging.INFO):
+    if run.info:
         counts = Counter(s.name.lower() for s in result.status.values())
         log.info(
             "run end: %s in %.3f s; peak in flight %d of %d",

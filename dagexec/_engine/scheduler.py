@@ -83,7 +83,6 @@ from collections.abc import Callable, Hashable, Mapping
 from time import perf_counter
 from typing import Any
 
-from .._core.current import register_run, unregister_run
 from .._core.hooks import Hooks
 from .._core.isolate import inbox_depth
 from .._core.plan import Plan
@@ -191,13 +190,15 @@ class Run:
         self.begun = self.detached = False  # the driving thread only, like all below
         self.escaped: BaseException | None = None  # see main()
         observed = trace or hooks.per_task
+        # Asked once per run: the start, the end and the state's log all need it.
+        self.info = log.isEnabledFor(logging.INFO)
         self.state = state = RunState(
             plan,
             on_error=on_error,
             workers=len(inboxes),
             observed=observed,
             capacity=capacity,
-            log=log.info if log.isEnabledFor(logging.INFO) else None,
+            log=log.info if self.info else None,
             warn=log.warning,
         )
         state.tell_release = bool(hooks.attempt_release)
@@ -316,7 +317,6 @@ class Run:
 
     def _let_go(self) -> None:
         self.book.unsubscribe(self._freed)
-        unregister_run(self.stop)
         for error in self.observer.errors:
             release_frames(error)
         self.observer.errors.clear()
@@ -370,12 +370,13 @@ class Run:
         driver.started_at = driver.now = perf_counter()
         if self.trace:
             self.observer.recorder = Recorder(state, driver.started_at)
-        driver.debug = log.isEnabledFor(logging.DEBUG)  # dispatch then pays one falsy test
+        # Dispatch then pays one falsy test; DEBUG is off whenever INFO is.
+        driver.debug = self.info and log.isEnabledFor(logging.DEBUG)
         # current_task() in a plain task names it through this: the names grow as
         # maps expand, and were written before the task was handed out. Weakly:
-        # a task may keep its token (the key) after the run, and the run's values
+        # a task may keep its token (this flag) after the run, and the run's values
         # must not live on through it.
-        register_run(self.stop, _namer(weakref.ref(state)))
+        self.stop.name_of = _namer(weakref.ref(state))
         self._borrow()
         announce(self)
         self.detached = driver.loop()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # no stubs
 import signal
-import threading
 from collections.abc import Callable
 from types import FrameType, TracebackType
 
@@ -39,14 +38,15 @@ _setsignal: Callable[[int, object], object] = _signal.signal
 _WAKE_EVERY_SECONDS = 0.05
 
 
-def sigint_stops_runs() -> bool:
-    """Whether a Ctrl-C can be turned into a stop while this thread drives a run.
+def sigint_stops_runs(on_main: bool) -> bool:
+    """Whether a Ctrl-C can be turned into a stop while this thread drives a run;
+    ``on_main``: this is the main thread (the caller knows, and asks once).
 
     Threads other than the main thread never see a SIGINT. In the main thread
     it raises only through Python's default handler, which is ours to swap; a
     SIGINT that is ignored or kills the process needs nothing.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if not on_main:
         return True
     handler = _getsignal(signal.SIGINT)
     return handler is signal.default_int_handler or handler in (signal.SIG_IGN, signal.SIG_DFL)
@@ -59,9 +59,10 @@ class SigintToAbort:
     block (None: forever, off the main thread, where no handler runs).
     """
 
-    __slots__ = ("abort", "fired", "previous", "wake_every")
+    __slots__ = ("abort", "fired", "on_main", "previous", "wake_every")
 
-    def __init__(self) -> None:
+    def __init__(self, on_main: bool) -> None:
+        self.on_main = on_main  # the main thread, where SIGINT lands
         # Set once the run exists; a Ctrl-C before that is only ``fired``.
         # ``Run.request_abort`` (signal-safe); its argument: a second Ctrl-C.
         self.abort: Callable[[bool], None] | None = None
@@ -72,10 +73,7 @@ class SigintToAbort:
     def __enter__(self) -> SigintToAbort:
         # Only Python's own handler is swapped (sigint_stops_runs was checked by
         # the caller on this thread, and only code on this thread can change it).
-        if (
-            threading.current_thread() is threading.main_thread()
-            and _getsignal(signal.SIGINT) is signal.default_int_handler
-        ):
+        if self.on_main and _getsignal(signal.SIGINT) is signal.default_int_handler:
             self.wake_every = _WAKE_EVERY_SECONDS
             self.previous = _setsignal(signal.SIGINT, self._handle)
         return self
