@@ -396,3 +396,45 @@ def test_result_repr_and_missing_key() -> None:
     assert "RunResult" in repr(result)
     with pytest.raises(KeyError):
         result["nope"]
+
+
+def test_stats_fields_each_hold_their_own_value() -> None:
+    """The engine hands RunResult the RunStats fields in order (the dataclass is
+    made at the first read): every field must land under its own name, and a
+    field added to RunStats must be added there too (a wrong count fails here)."""
+    import dataclasses
+    import pickle
+
+    g = dagexec.Graph()
+    g.add("a", lambda: 1, resources={"slot": 1})
+    g.add("b", lambda a: a + 1, deps=["a"])
+    with dagexec.Executor(workers=2, queue_cap=3, max_in_flight=5) as ex:
+        result = ex.run(g, resources={"slot": 2})
+    stats = result.stats
+    assert result.stats is stats  # made once
+    assert type(stats) is dagexec.RunStats
+    assert dataclasses.asdict(stats) == {
+        "tasks_planned": 2,
+        "tasks_run": 2,
+        "wall_seconds": stats.wall_seconds,
+        "workers": 2,
+        "queue_cap": 3,
+        "max_in_flight": 5,
+        "effective_cap": 5,
+        "peak_in_flight": 1,
+        "peak_queue_depth": stats.peak_queue_depth,
+        "tasks_per_worker": stats.tasks_per_worker,
+        "resources": {"slot": 2},
+        "peak_resources": {"slot": 1},
+        "tasks_loaded": 0,
+        "retries": 0,
+        "abandoned": 0,
+    }
+    assert isinstance(stats.wall_seconds, float) and stats.wall_seconds > 0
+    assert len(stats.peak_queue_depth) == len(stats.tasks_per_worker) == 2
+    assert sum(stats.tasks_per_worker) == 2
+    # A result pickled before its stats were read keeps them.
+    g2 = dagexec.Graph()
+    g2.add("x", int)
+    fresh = dagexec.run(g2, workers=1)
+    assert pickle.loads(pickle.dumps(fresh)).stats == fresh.stats

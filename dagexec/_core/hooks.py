@@ -173,8 +173,10 @@ class Hooks:
     """The hooks a run's callbacks implement, bound once so the hot path is a list walk."""
 
     __slots__ = (
+        "any",
         "attempt_release",
         "map_expand",
+        "per_task",
         "run_end",
         "run_start",
         "task_dispatch",
@@ -203,14 +205,13 @@ class Hooks:
         self.attempt_release = tuple(found["on_attempt_release"])
         self.map_expand = tuple(found["on_map_expand"])
         self.run_end = tuple(found["on_run_end"])
-
-    @property
-    def per_task(self) -> bool:
-        """Whether a hook called for each task (or map) is set: every hook but
-        ``on_run_start`` and ``on_run_end``. Only then must the run report each
-        task's events, so the list of such hooks lives here, next to them: a new
-        per-task hook added to this class is not silently left unobserved."""
-        return bool(
+        # Whether a hook called for each task (or map) is set: every hook but
+        # on_run_start and on_run_end. Only then must the run report each task's
+        # events, so the list of such hooks lives here, next to them: a new
+        # per-task hook added to this class is not silently left unobserved.
+        # Fields, not properties: every run asks (a property is a call, ~1% of a
+        # small run's Python work), and a Hooks never changes once made.
+        self.per_task = bool(
             self.task_dispatch
             or self.task_start
             or self.task_end
@@ -219,6 +220,7 @@ class Hooks:
             or self.attempt_release
             or self.map_expand
         )
+        self.any = bool(self.run_start or self.run_end) or self.per_task
 
     def __bool__(self) -> bool:
-        return bool(self.run_start or self.run_end) or self.per_task
+        return self.any

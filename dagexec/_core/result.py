@@ -161,14 +161,14 @@ class RunResult(Mapping[Hashable, Any]):
     bounds and ``trace`` per-task timings (empty unless the run had ``trace=True``).
     """
 
-    __slots__ = ("_targets", "_values", "errors", "stats", "status", "trace")
+    __slots__ = ("_stats", "_targets", "_values", "errors", "status", "trace")
 
     def __init__(
         self,
         values: dict[Hashable, Any],
         status: Mapping[Hashable, TaskState],
         errors: dict[Hashable, BaseException],
-        stats: RunStats,
+        stats: RunStats | tuple[Any, ...],
         trace: tuple[TraceRecord, ...] = (),
         targets: tuple[Hashable, ...] | None = None,
     ) -> None:
@@ -178,8 +178,20 @@ class RunResult(Mapping[Hashable, Any]):
         self._targets = targets
         self.status: Mapping[Hashable, TaskState] = status
         self.errors: Mapping[Hashable, BaseException] = errors
-        self.stats = stats
+        # A RunStats, or its fields in order, made into one when first read: the
+        # engine passes the fields, since most callers of a small run never read
+        # them and the frozen dataclass costs ~4 us to make (15 object.__setattr__
+        # calls), ~5% of a 1-task run's Python work (benchmarks/small_runs.py).
+        self._stats = stats
         self.trace = trace
+
+    @property
+    def stats(self) -> RunStats:
+        """The bounds the run reached: :class:`RunStats`."""
+        stats = self._stats
+        if type(stats) is tuple:
+            stats = self._stats = RunStats(*stats)  # two threads may both: equal values
+        return stats  # type: ignore[return-value]  # a RunStats, as checked above
 
     def __getitem__(self, name: Hashable) -> Any:
         try:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from .._core.errors import TaskTimeout
 from .._core.hooks import PlanInfo
-from .._core.result import DONE, RunResult, RunStats, StatusMap, TraceRecord
+from .._core.result import DONE, RunResult, StatusMap, TraceRecord
 
 if TYPE_CHECKING:
     from .scheduler import Run
@@ -102,29 +102,30 @@ def build_result(run: Run, wall: float) -> RunResult:
             if code == DONE
         }
     status = StatusMap(names, state.index, codes)
-    errors = {names[t]: e for t, e in state.errors.items()}
+    errors = {names[t]: e for t, e in state.errors.items()} if state.errors else {}
     loaded = 0
     if plan.loaded:
         loaded = sum(1 for t in plan.loaded if codes[t] == DONE)
     if plan.loaded_during is not None:  # decided on their workers (dagexec._core.loads)
         index = state.index
         loaded += sum(1 for n in plan.loaded_during.names() if codes[index[n]] == DONE)
-    stats = RunStats(
-        tasks_planned=len(names),  # with the items of the maps that expanded
-        tasks_run=sum(state.ran_on) - loaded,
-        wall_seconds=wall,
-        workers=len(run.inboxes),
-        queue_cap=run.queue_cap,
-        max_in_flight=run.max_in_flight,
-        effective_cap=run.bound,
-        peak_in_flight=state.peak_in_flight,
-        peak_queue_depth=tuple(run.balance.peak_depth),
-        tasks_per_worker=tuple(state.ran_on),
-        resources=run.capacity,
-        peak_resources=state.peak_resources(run.capacity),
-        tasks_loaded=loaded,
-        retries=state.retries,
-        abandoned=run.abandoned,
+    # RunStats' fields in order: the result makes the RunStats when first read.
+    stats = (
+        len(names),  # tasks_planned, with the items of the maps that expanded
+        sum(state.ran_on) - loaded,  # tasks_run
+        wall,  # wall_seconds
+        len(run.inboxes),  # workers
+        run.queue_cap,
+        run.max_in_flight,
+        run.bound,  # effective_cap
+        state.peak_in_flight,
+        tuple(run.balance.peak_depth),  # peak_queue_depth
+        tuple(state.ran_on),  # tasks_per_worker
+        run.capacity,  # resources
+        state.peak_resources(run.capacity) if run.capacity else {},
+        loaded,  # tasks_loaded
+        state.retries,
+        run.abandoned,
     )
     recorder = run.observer.recorder
     trace: tuple[TraceRecord, ...] = ()
