@@ -26,6 +26,14 @@ stall moves one round, not the median.
 Targets (issue 20, step 6): ``Executor.run`` <= the hand-off floor + 150 us,
 ``dagexec.run`` <= 1.0x graphlib + a new TPE, both measured in the same run.
 
+``--back-to-back`` times the contenders as the issue did when it set the
+targets: each one's runs all in a row (``--block`` of them, 2,000 by default,
+a tenth of that for the fresh pools), the contenders in turn, the median of
+``--rounds`` (5). Runs that follow each other at once hand off slower on this
+VM (a thread that just went to sleep is slow to wake), so the floor reads
+about twice what it reads in short rotating blocks: the two modes disagree on
+the floor, not on the order of the executors (docs/performance.md).
+
 ``--count`` prints what noise cannot move: Python calls per run on the calling
 thread (cProfile; a plain ``Executor.run`` is driven on it, so that is all the
 run's own work but the workers') and, with valgrind on PATH, instructions per
@@ -33,6 +41,7 @@ run of the whole process (cachegrind ``--cache-sim=no``, a process with more
 runs minus one with fewer, so start-up cancels out; workers included).
 
     python benchmarks/small_runs.py [--rounds 300] [--block 10] [--workers 2]
+    python benchmarks/small_runs.py --back-to-back [--rounds 5] [--block 2000]
     python benchmarks/small_runs.py --count
 """
 
@@ -145,8 +154,10 @@ def timed(fn: Callable[[], Any], runs: int) -> float:
     return (time.perf_counter() - start) / runs * 1e6
 
 
-def measure(rounds: int, block: int, w: int) -> dict[str, float]:
-    """Median over ``rounds`` of each contender's mean per run over a block of runs."""
+def measure(rounds: int, block: int, w: int, back_to_back: bool = False) -> dict[str, float]:
+    """Median over ``rounds`` of each contender's mean per run over a block of runs:
+    in a rotating order, or (``back_to_back``) in a fixed one, a tenth of the block
+    for the contenders that start threads every run."""
     g = dagexec_graph()
     deps = shape()
     floor = HandOffFloor()
@@ -169,20 +180,22 @@ def measure(rounds: int, block: int, w: int) -> dict[str, float]:
         fresh_tpe()
         results: dict[str, list[float]] = {name: [] for name in contenders}
         names = list(contenders)
+        fresh = {"dagexec.run", "graphlib+new TPE"}
         for i in range(rounds):
-            turn = i % len(names)
+            turn = 0 if back_to_back else i % len(names)
             for name in names[turn:] + names[:turn]:
-                results[name].append(timed(contenders[name], block))
+                runs = max(1, block // 10) if back_to_back and name in fresh else block
+                results[name].append(timed(contenders[name], runs))
     floor.close()
     return {name: statistics.median(v) for name, v in results.items()}
 
 
-def report(med: dict[str, float], rounds: int, block: int, w: int) -> bool:
+def report(med: dict[str, float], rounds: int, block: int, w: int, mode: str) -> bool:
     """Print the table and the two targets; True if both pass."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"1 -> 8 -> 1 no-op graph, {w} workers, median of {rounds} rounds of {block} runs "
-        f"(us per run), load average {load:.1f}"
+        f"{mode} (us per run), load average {load:.1f}"
     )
     for name, us in med.items():
         print(f"  {name:18s} {us:9.1f}")
@@ -308,8 +321,9 @@ def count(w: int, quick: bool) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--rounds", type=int, default=300, help="rounds (the median is quoted)")
-    p.add_argument("--block", type=int, default=10, help="runs per contender per round")
+    p.add_argument("--rounds", type=int, help="rounds (the median is quoted); 300, or 5")
+    p.add_argument("--block", type=int, help="runs per contender per round; 10, or 2000")
+    p.add_argument("--back-to-back", action="store_true", help="long blocks in a fixed order")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--count", action="store_true", help="calls and instructions per run")
     p.add_argument("--quick", action="store_true", help="a few rounds: checks it runs")
@@ -321,8 +335,13 @@ def main() -> None:
     if args.count:
         count(args.workers, args.quick)
         return
-    rounds, block = (3, 2) if args.quick else (args.rounds, args.block)
-    report(measure(rounds, block, args.workers), rounds, block, args.workers)
+    b2b = args.back_to_back
+    rounds = args.rounds or (5 if b2b else 300)
+    block = args.block or (2000 if b2b else 10)
+    if args.quick:
+        rounds, block = 3, 2
+    mode = "back to back" if b2b else "in rotating order"
+    report(measure(rounds, block, args.workers, b2b), rounds, block, args.workers, mode)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,16 @@ def test_small_runs_prints_its_table_targets_and_counts() -> None:
         r"Executor.run - hand-off floor += [+-]\d+\.\d us .* (PASS|FAIL)$", table, re.M
     )
     assert re.search(r"dagexec.run / graphlib\+new TPE += \d+\.\d\dx .* (PASS|FAIL)$", table, re.M)
+    assert "in rotating order" in table, table
+    in_a_row = subprocess.run(
+        [sys.executable, script, "--quick", "--back-to-back"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert "back to back" in in_a_row, in_a_row
+    assert re.search(r"^  hand-off floor +\d+\.\d$", in_a_row, re.M), in_a_row
     counts = subprocess.run(
         [sys.executable, script, "--count", "--quick"],
         capture_output=True,
