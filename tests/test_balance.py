@@ -30,6 +30,18 @@ def one_at_a_time(
     return counts
 
 
+def loaded(workers: int, cap: int, depth: list[int], running: list[int]) -> Balance:
+    """A Balance over inboxes holding ``depth`` items each, its workers each also
+    running ``running`` (0 or 1) tasks."""
+    inboxes: list[Inbox[int]] = [Inbox(cap) for _ in range(workers)]
+    for inbox, d in zip(inboxes, depth, strict=True):
+        for _ in range(d):
+            inbox.put_nowait(0)
+    balance = Balance(inboxes, cap)
+    balance.held[:] = [d + r for d, r in zip(depth, running, strict=True)]
+    return balance
+
+
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
 def test_share_equals_one_task_at_a_time(data: st.DataObject) -> None:
@@ -39,12 +51,7 @@ def test_share_equals_one_task_at_a_time(data: st.DataObject) -> None:
     running = data.draw(st.lists(st.integers(0, 1), min_size=workers, max_size=workers))
     avoid = data.draw(st.sets(st.integers(0, workers - 1)), label="stalled")
     n = data.draw(st.integers(0, 3 * workers * (cap + 1)), label="n")
-    inboxes: list[Inbox[int]] = [Inbox(cap) for _ in range(workers)]
-    for inbox, d in zip(inboxes, depth, strict=True):
-        for _ in range(d):
-            inbox.put_nowait(0)
-    balance = Balance(inboxes, cap)
-    balance.held[:] = [d + r for d, r in zip(depth, running, strict=True)]
+    balance = loaded(workers, cap, depth, running)
     balance.avoid = frozenset(avoid)
     expected = one_at_a_time(balance.held, depth, cap, avoid, n)
     assert balance.share(n) == expected
@@ -60,12 +67,7 @@ def test_one_task_fast_path_equals_the_level_loop(data: st.DataObject) -> None:
     cap = data.draw(st.integers(1, 4), label="queue_cap")
     depth = data.draw(st.lists(st.integers(0, cap), min_size=workers, max_size=workers))
     running = data.draw(st.lists(st.integers(0, 1), min_size=workers, max_size=workers))
-    inboxes: list[Inbox[int]] = [Inbox(cap) for _ in range(workers)]
-    for inbox, d in zip(inboxes, depth, strict=True):
-        for _ in range(d):
-            inbox.put_nowait(0)
-    balance = Balance(inboxes, cap)
-    balance.held[:] = [d + r for d, r in zip(depth, running, strict=True)]
+    balance = loaded(workers, cap, depth, running)
     fast = balance.share(1)
     assert fast == balance._share_levels(1)
     assert fast == one_at_a_time(balance.held, depth, cap, set(), 1)

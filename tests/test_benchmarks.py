@@ -74,14 +74,22 @@ def test_partial_spec_needs_fewer_tasks_than_the_graph(bench: tuple[Any, Any]) -
     assert 0 < spec.tasks_run < len(spec.tasks)
 
 
+def script_output(script: str, *args: str) -> str:
+    """What ``benchmarks/<script> <args>`` prints; it must exit 0 within 2 minutes."""
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+
+
 def test_small_runs_prints_its_table_targets_and_counts() -> None:
     """benchmarks/small_runs.py in its quick mode, so it cannot rot: the table of
     contenders, both targets with a verdict, and the calls per run (their
     values are timings and counts of this machine, not checked here)."""
-    script = str(BENCHMARKS / "small_runs.py")
-    table = subprocess.run(
-        [sys.executable, script, "--quick"], capture_output=True, text=True, check=True, timeout=120
-    ).stdout
+    table = script_output("small_runs.py", "--quick")
     for line in (
         "hand-off floor",
         "Executor.run",
@@ -95,24 +103,23 @@ def test_small_runs_prints_its_table_targets_and_counts() -> None:
     )
     assert re.search(r"dagexec.run / graphlib\+new TPE += \d+\.\d\dx .* (PASS|FAIL)$", table, re.M)
     assert "in rotating order" in table, table
-    in_a_row = subprocess.run(
-        [sys.executable, script, "--quick", "--back-to-back"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
+    in_a_row = script_output("small_runs.py", "--quick", "--back-to-back")
     assert "back to back" in in_a_row, in_a_row
     assert re.search(r"^  hand-off floor +\d+\.\d$", in_a_row, re.M), in_a_row
-    counts = subprocess.run(
-        [sys.executable, script, "--count", "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
+    counts = script_output("small_runs.py", "--count", "--quick")
     if not getattr(sys, "_is_gil_enabled", lambda: True)():
         assert "not counted, cProfile hangs on a free-threaded build" in counts, counts
         return
     for name in ("Executor.run", "dagexec.run"):
         assert re.search(rf"^  {re.escape(name)} +\d+\.\d calls per run", counts, re.M), counts
+
+
+def test_handoff_modes_prints_each_case() -> None:
+    """benchmarks/handoff_modes.py with a few rounds, so it cannot rot: one line
+    per case with the put's cost and the round trip (this machine's timings,
+    not checked)."""
+    out = script_output("handoff_modes.py", "--rounds", "3", "--block", "5")
+    for case in ("nothing", "30 us of Python", "30 us + sleep(0)"):
+        assert re.search(
+            rf"^  {re.escape(case)} +put +\d+\.\d us +round trip +\d+\.\d us$", out, re.M
+        ), out
