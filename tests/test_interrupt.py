@@ -101,28 +101,47 @@ def test_interrupted_executor_block_exits_without_waiting_for_running_tasks() ->
 
 
 class _WatchedLock:
-    """The executor's run lock, telling a test when a thread starts waiting for it.
+    """A run lock for the executor that tells a test when a thread starts waiting for it.
 
     It tells by writing a byte to a pipe, not by setting an Event: the Ctrl-C
     the test sends may land anywhere in the main thread once it is told, and
     one landing inside ``Event.set`` (between its Condition's acquire and the
     ``with``) would leave that lock held for good, hanging the next ``set``
     (seen on the free-threaded build, where the woken thread runs at once).
+
+    For the same reason it is an ``RLock`` underneath, which knows its owner:
+    the Ctrl-C may land in this wrapper's own Python frames just after the lock
+    was taken (a plain lock's ``with`` takes it in C, where it cannot), and the
+    ``with`` would then never let it go, hanging the executor's ``shutdown``
+    (seen once on the free-threaded build, in a full run of the suite). Nothing
+    in the test takes it twice on one thread, so it locks as a plain lock does.
     """
 
-    def __init__(self, lock: threading.Lock, waiting_fd: int) -> None:
-        self._lock, self._waiting_fd = lock, waiting_fd
+    def __init__(self, waiting_fd: int) -> None:
+        self._lock, self._waiting_fd = threading.RLock(), waiting_fd
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if blocking and threading.current_thread() is threading.main_thread():
             os.write(self._waiting_fd, b"w")
-        return self._lock.acquire(blocking, timeout)
+        try:
+            return self._lock.acquire(blocking, timeout)
+        except BaseException:  # a Ctrl-C after the lock was taken: let it go
+            self._let_go_if_mine()
+            raise
+
+    def _let_go_if_mine(self) -> None:
+        if self._lock._is_owned():  # type: ignore[attr-defined]  # RLock's, in C
+            self._lock.release()
 
     def release(self) -> None:
         self._lock.release()
 
     def __enter__(self) -> bool:
-        return self.acquire()
+        try:
+            return self.acquire()
+        except BaseException:  # as in acquire: the with would not let it go
+            self._let_go_if_mine()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.release()
@@ -140,7 +159,7 @@ def test_ctrl_c_while_waiting_for_another_threads_run_is_noticed(
     gate = Gate(timeout=30)
     waiting, told = os.pipe()
     ex = dagexec.Executor(workers=1)
-    ex._run_lock = _WatchedLock(ex._run_lock, told)  # type: ignore[assignment]
+    ex._run_lock = _WatchedLock(told)  # type: ignore[assignment]
     busy = dagexec.Graph()
     busy.add("slow", gate.gated(lambda: "slow"))
     other = threading.Thread(target=ex.run, args=(busy,))
