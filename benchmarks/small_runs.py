@@ -38,7 +38,8 @@ the floor, not on the order of the executors (docs/performance.md).
 thread (cProfile; a plain ``Executor.run`` is driven on it, so that is all the
 run's own work but the workers') and, with valgrind on PATH, instructions per
 run of the whole process (cachegrind ``--cache-sim=no``, a process with more
-runs minus one with fewer, so start-up cancels out; workers included).
+runs minus one with fewer, so start-up cancels out; workers included), and of
+``Executor.run``'s calling thread alone (callgrind, a count per thread).
 
     python benchmarks/small_runs.py [--rounds 300] [--block 10] [--workers 2]
     python benchmarks/small_runs.py --back-to-back [--rounds 5] [--block 2000]
@@ -290,6 +291,39 @@ def instructions_per_run(which: str, w: int, few: int, many: int) -> float:
     return (counts[1] - counts[0]) / (many - few)
 
 
+def caller_instructions_per_run(w: int, few: int, many: int) -> float:
+    """Instructions per ``Executor.run`` on the calling thread alone (callgrind, one
+    count per thread: the main thread is the first), many runs minus few.
+
+    The calling thread drives a plain run, so this is the run's own work without
+    the workers': what the driver does between hand-offs, which is what a
+    small run's wall time above the floor is made of."""
+    counts = []
+    for runs in (few, many):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "cg.out")
+            cmd = [
+                "valgrind",
+                "--tool=callgrind",
+                "--separate-threads=yes",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                __file__,
+                "--repeat-child",
+                "Executor.run",
+                str(runs),
+                "--workers",
+                str(w),
+            ]
+            env = {**os.environ, "PYTHONHASHSEED": "0"}
+            subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+            text = Path(out + "-01").read_text()
+            m = re.search(r"^summary:\s+(\d+)", text, re.M)
+            assert m, text[:2000]
+            counts.append(int(m.group(1)))
+    return (counts[1] - counts[0]) / (many - few)
+
+
 # cProfile on a free-threaded 3.13 spins forever in ``enable()`` once a thread
 # was started under an earlier profile (CPython gh-125165): no counts there.
 CPROFILE_HANGS = not getattr(sys, "_is_gil_enabled", lambda: True)()
@@ -312,6 +346,8 @@ def count(w: int, quick: bool) -> None:
     }
     for name, n in instr.items():
         print(f"  {name:16s} {n:10,.0f} instructions per run (all threads, cachegrind)")
+    caller = caller_instructions_per_run(w, 10, 60)
+    print(f"  Executor.run     {caller:10,.0f} instructions per run (calling thread, callgrind)")
     print(
         f"  Executor.run / graphlib+TPE = {instr['Executor.run'] / instr['graphlib+TPE']:.2f}x, "
         f"dagexec.run / graphlib+new TPE = "
