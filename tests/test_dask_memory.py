@@ -93,6 +93,20 @@ def test_big_inputs_then_small_results_start_the_rerun_shallow() -> None:
     assert Depth(workers=2, full=130, plan=plan).start == 2
 
 
+def test_a_first_cap_at_the_worker_count_is_remembered_too() -> None:
+    # A rerun that lands where the last run stood writes nothing (a speed cut):
+    # but a first run whose first cap is its own worker count still leaves it,
+    # so a rerun with fewer workers starts there, not at its own count.
+    plan = _PlanKey()
+    four = Depth(workers=4, full=260, plan=plan)
+    assert four.after([_report(b"x" * (8 << 20))]) == 4
+    assert dagexec._engine.depth._first_cap[plan] == 4
+    again = Depth(workers=2, full=130, plan=plan)
+    assert again.start == 4
+    assert again.after([_report(b"x" * (8 << 20))]) == 2  # its own first cap: written
+    assert dagexec._engine.depth._first_cap[plan] == 2
+
+
 def test_a_plan_is_forgotten_with_it() -> None:
     plan = _PlanKey()
     Depth(workers=2, full=130, plan=plan).after([_report(1)])

@@ -38,3 +38,23 @@ def test_a_failure_is_logged_at_info_and_counted(caplog: pytest.LogCaptureFixtur
     assert any(m.startswith("task 'bad' failed: ZeroDivisionError") for m in messages)
     assert any(m.startswith("run end: 3 done, 1 failed") for m in messages)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_queued_run_logs_by_the_level_when_it_starts(caplog: pytest.LogCaptureFixture) -> None:
+    """A submitted run is made at submit() but starts later: its start and end are
+    logged by the level the logger has then, not by the one it had at submit()."""
+    gate = dagexec.testing.Gate(timeout=30)
+    first = dagexec.Graph()
+    first.add("hold", gate.gated(lambda: 0))
+    caplog.set_level(logging.WARNING, logger="dagexec")
+    with dagexec.Executor(workers=1) as ex:
+        held = ex.submit(first)
+        assert gate.wait_for_waiting(1)  # the first run holds the executor
+        later = ex.submit(graph())  # made now, with INFO off
+        caplog.set_level(logging.INFO, logger="dagexec")
+        gate.open()
+        held.result()
+        later.result()
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any(m.startswith("run start: 3 tasks") for m in infos), infos
+    assert any(m.startswith("run end: 3 done") for m in infos), infos

@@ -193,6 +193,19 @@ class RunResult(Mapping[Hashable, Any]):
             stats = self._stats = RunStats(*stats)  # two threads may both: equal values
         return stats  # type: ignore[return-value]  # a RunStats, as checked above
 
+    @stats.setter
+    def stats(self, stats: RunStats) -> None:
+        # An attribute it always was: a result pickled before the stats were made
+        # lazily comes back through here (its state names ``stats``).
+        self._stats = stats
+
+    def __getstate__(self) -> tuple[None, dict[str, Any]]:
+        """Pickled as before the stats were made lazily: ``stats`` a RunStats, so
+        that a result pickled here loads where ``stats`` is a plain slot too."""
+        state = {name: getattr(self, name) for name in self.__slots__ if name != "_stats"}
+        state["stats"] = self.stats
+        return None, state
+
     def __getitem__(self, name: Hashable) -> Any:
         try:
             return self._values[name]

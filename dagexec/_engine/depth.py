@@ -108,9 +108,10 @@ class Depth:
         self.full = max(full, workers)
         self.typical = -1.0  # nothing seen yet
         self.plan = plan
-        # What _first_cap says of the plan now (its default if nothing): a rerun
-        # that lands where the last one did writes nothing (a weak key costs ~1 us).
-        self.known = known = workers if plan is None else _first_cap.get(plan, workers)
+        # What _first_cap holds for the plan now (None: nothing): a rerun that
+        # lands where the last one did writes nothing (a weak key costs ~1 us).
+        self.known = None if plan is None else _first_cap.get(plan)
+        known = workers if self.known is None else self.known
         # The cap before any report: one task per worker, or where the last run
         # of the same plan stood after its first report.
         self.start = self.current = max(workers, min(self.full, known))  # the cap now

@@ -46,11 +46,13 @@ class Flag(threading.Event):
 
     A run's stop flag, which every item of the run carries, also says how to name
     the run's tasks (``name_of``, read by ``current_task()`` on a worker): set by
-    the scheduler before the run hands out its first task, so the inbox's lock
-    orders the write before any worker's read. Not a registry keyed by the flag:
-    adding and removing an entry was two calls, a lock and a weak reference per
-    run (~2% of a small run's Python work). The namer must not hold its run (a
-    task may keep ``current_task().cancelled``, this flag, long after the run).
+    the scheduler before the run hands out its first task, so the put of that
+    task into an inbox, which the worker's take follows (the deque: the GIL, or
+    its own lock on 3.13t), orders the write before any worker's read. Not a
+    registry keyed by the flag: adding and removing an entry was two calls, a
+    lock and a weak reference per run (~2% of a small run's Python work). The
+    namer must not hold its run (a task may keep ``current_task().cancelled``,
+    this flag, long after the run).
     """
 
     # Class-level default: the three flags of a run that name nothing pay no store.

@@ -190,7 +190,8 @@ class Run:
         self.begun = self.detached = False  # the driving thread only, like all below
         self.escaped: BaseException | None = None  # see main()
         observed = trace or hooks.per_task
-        # Asked once per run: the start, the end and the state's log all need it.
+        # Asked when the run is made for the state's log, and again when it starts
+        # (a queued run starts later) for its start, end and dispatch logs.
         self.info = log.isEnabledFor(logging.INFO)
         self.state = state = RunState(
             plan,
@@ -370,7 +371,9 @@ class Run:
         driver.started_at = driver.now = perf_counter()
         if self.trace:
             self.observer.recorder = Recorder(state, driver.started_at)
-        # Dispatch then pays one falsy test; DEBUG is off whenever INFO is.
+        # Once per run, for its start and end logs (see __init__); dispatch then
+        # pays one falsy test. DEBUG is off whenever INFO is.
+        self.info = log.isEnabledFor(logging.INFO)
         driver.debug = self.info and log.isEnabledFor(logging.DEBUG)
         # current_task() in a plain task names it through this: the names grow as
         # maps expand, and were written before the task was handed out. Weakly:
