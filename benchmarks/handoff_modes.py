@@ -4,20 +4,19 @@ Two bare threads, no dagexec: the caller puts a no-op on a worker's
 ``SimpleQueue`` and waits for the reply on another, round after round. What
 varies is what the caller does between one reply and the next put:
 
-* ``nothing``           the next put at once;
-* ``30 us of Python``   computing for 30 us first (a scheduler's bookkeeping);
-* ``30 us + sleep(0)``  the same, then ``time.sleep(0)`` (a syscall that
-  releases the GIL and returns at once).
+* ``nothing``           the next put at once (what the hand-off floor does);
+* ``30 us of Python``   computing for 30 us first (a scheduler's bookkeeping).
 
-On the project's 2-vCPU VM the middle case costs the caller ~12 us for the
-put (the wake-up of the sleeping worker) and ~70 us per round trip, the other
-two ~2-3 us and ~7-10 us: which one a run gets depends on how the kernel
-places the threads on the vCPUs, not on the work either thread does. A
-scheduler that does Python work between reports and puts, as any does, lands
-in the slow case unless something else moves it; the hand-off floor of
-``small_runs.py`` does no work at all and reads 64-243 us per run depending on
-what ran around it (docs/performance.md, "Small runs"). Blocks of rounds of
-each case alternate, so load hits them alike; the medians are printed.
+On the project's 2-vCPU VM (2026-11-26, four processes) the second case cost
+the caller 12.1-12.5 us for the put (the wake-up of the sleeping worker) and
+70-73 us per round trip every time; the first cost 2.3-11.8 us and 12-69 us,
+depending on the process: how the kernel placed the two threads on the vCPUs,
+which the program does not choose. A scheduler does Python work between a
+report and the next put, as any does, so it pays the slow case; a loop that
+does none pays it only sometimes, which is why ``small_runs.py``'s floor reads
+64-243 us per run depending on what ran around it (docs/performance.md,
+"Small runs"). Blocks of rounds of each case alternate, so load hits them
+alike; the medians are printed.
 
     python benchmarks/handoff_modes.py [--rounds 10] [--block 300]
 """
@@ -28,7 +27,6 @@ import argparse
 import queue
 import statistics
 import threading
-import time
 from collections.abc import Callable
 from time import perf_counter_ns
 
@@ -43,15 +41,9 @@ def spin(us: float) -> None:
         pass
 
 
-def spin_then_sleep() -> None:
-    spin(30)
-    time.sleep(0)
-
-
 CASES: dict[str, Callable[[], None]] = {
     "nothing": lambda: None,
     "30 us of Python": lambda: spin(30),
-    "30 us + sleep(0)": spin_then_sleep,
 }
 
 

@@ -119,7 +119,7 @@ def test_handoff_modes_prints_each_case() -> None:
     per case with the put's cost and the round trip (this machine's timings,
     not checked)."""
     out = script_output("handoff_modes.py", "--rounds", "3", "--block", "5")
-    for case in ("nothing", "30 us of Python", "30 us + sleep(0)"):
+    for case in ("nothing", "30 us of Python"):
         assert re.search(
             rf"^  {re.escape(case)} +put +\d+\.\d us +round trip +\d+\.\d us$", out, re.M
         ), out
