@@ -317,6 +317,12 @@ class Run:
         self._drain_after_error()
 
     def _let_go(self) -> None:
+        # The run is over: no part of it refers back to another any more (its
+        # state and all it holds then go with the last reference, not at the
+        # next cyclic collection: tests/test_runstate_world.py).
+        self.state.close()
+        if self.timers is not None:
+            self.timers.close()
         self.book.unsubscribe(self._freed)
         for error in self.observer.errors:
             release_frames(error)

@@ -79,6 +79,12 @@ class AttemptTimers:
         self.lend: Callable[[LiveAttempt], object] | None = None  # the run's, see _time_out
         self.seq = 0
 
+    def close(self) -> None:
+        """The run is over: drop the run's callbacks (bound methods of the run, which
+        holds these timers), so that the run goes by reference counting, not at
+        the next cyclic collection."""
+        self.replace = self.lend = None
+
     @property
     def holds(self) -> bool:
         """Whether attempts the run let go of at their timeout still run: their return

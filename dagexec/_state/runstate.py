@@ -178,16 +178,15 @@ class RunState:
         self.stacked = not self.keyed and self.depth_first
         ready: Any = [] if self.keyed or self.stacked else deque()
         self.ready = ready
-        # Put a READY task into the ready set, where its rank says: a plain push
-        # (the list's or deque's own append, no Python frame) when nothing ranks.
-        self._push_ready: Callable[[int], None] = self._push_ranked if self.keyed else ready.append
-        # take(): remove and return the next task to hand out, or -1 if none can go
-        # now. Call only while ``has_ready()``. A task taken holds its resources
-        # until :meth:`release`; it must be passed to :meth:`dispatch` next. Without
-        # ranks or resources it is the deque's own pop: no Python frame per task.
-        self.take: Callable[[], int] = (
-            self._take_ranked if self.keyed else ready.pop if self.depth_first else ready.popleft
-        )
+        # Put a READY task into the ready set, where its rank says (_push_ready),
+        # and take(): remove and return the next task to hand out, or -1 if none can
+        # go now. Call only while ``has_ready()``. A task taken holds its resources
+        # until :meth:`release`; it must be passed to :meth:`dispatch` next. When
+        # nothing ranks, the ready list's own append and pop (no Python frame per
+        # task); else the class's ranked methods (see ``became_ready``).
+        if not self.keyed:
+            self._push_ready = ready.append  # type: ignore[method-assign]
+            self.take = ready.pop if self.depth_first else ready.popleft  # type: ignore[method-assign]
         # Resource accounting (resources.py), only when some task needs any: the
         # needs column in resource ids, the names in id order.
         self.resource_names: tuple[str, ...] = ()
@@ -195,12 +194,11 @@ class RunState:
         if plan.needs is not None:
             self.resource_names, self.needs = resource_ids(plan.needs)
             self.resources = Resources(self, self.resource_names, capacity or {})
-        self.became_ready = self.make_ready
         self.fanout: Fanout | None = None
         if plan.maps is not None:
             columns.make_growable(self)
             self.fanout = Fanout(self, plan.maps)
-            self.became_ready = self.fanout.ready
+            self.became_ready = self.fanout.ready  # type: ignore[method-assign]
         # With nothing to rank, expand, tell or retry, ended() takes its plain
         # path: a task that became ready is only pushed, inline.
         self.plain = (
@@ -294,6 +292,28 @@ class RunState:
             if self.resources.try_hold(entry, needs[task]):
                 return task
         return -1
+
+    # Per-run hooks whose defaults are looked up here, on the class: a bound method
+    # of the state stored on the state would make it a reference cycle, which only
+    # the cyclic GC frees, with every value still in its columns (a run's state
+    # outlived its run until the next collection; tests/test_runstate_world.py).
+    # What a task that became ready goes through: a map's Fanout puts its own.
+    became_ready = make_ready
+    _push_ready = _push_ranked
+    take = _take_ranked
+
+    def close(self) -> None:
+        """The run is over: drop what refers back to this state (a map's Fanout and
+        its hook, the cleanup gate, the resource accounts), so that the state, and
+        any value still in its columns, goes when its last user lets go of it, not
+        at the next cyclic collection. Nothing may be asked of it afterwards but
+        its columns and counts."""
+        if self.fanout is not None:
+            self.fanout = None
+            del self.became_ready  # the Fanout's; the class's make_ready again
+        self.gate = None
+        if self.resources is not None:
+            self.resources.run = None  # type: ignore[assignment]  # closed: never used again
 
     def let_go(self, used: Sequence[int]) -> None:
         """Each of ``used`` (a task, once per user done with its value) has one

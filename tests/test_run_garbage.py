@@ -1,0 +1,104 @@
+"""A finished run leaves nothing for the cyclic garbage collector.
+
+A run's parts that refer back to one another (the state and a bound method of
+its own, a map's Fanout, the cleanup gate, the resource accounts, the attempt
+timers and the run) used to form reference cycles: each run's state, with the
+values still in its columns, then lived until the next cyclic collection, and
+every small run fed the collector a dozen objects. A run now breaks them when
+it ends, so reference counting frees it at once. Checked per kind of run, with
+the collector paused and every unreachable object kept for inspection.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import dagexec
+from dagexec.testing import InFlightRecorder
+
+
+@pytest.fixture
+def collector_paused() -> Iterator[None]:
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()
+
+
+def _cyclic_garbage(run: Callable[[], object]) -> Counter[str]:
+    """What three more calls of ``run`` leave that only the cyclic GC would free."""
+    run()  # warm: plans cached, threads started
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    for _ in range(3):
+        run()
+    gc.collect()
+    found = Counter(type(o).__name__ for o in gc.garbage)
+    gc.garbage.clear()
+    gc.set_debug(0)
+    return found
+
+
+def _pair(**options: object) -> dagexec.Graph:
+    g = dagexec.Graph()
+    g.add("a", lambda: 1, **options)  # type: ignore[arg-type]
+    g.add("b", lambda a: a + 1, deps=["a"])
+    return g
+
+
+def _graphs() -> dict[str, tuple[dagexec.Graph, dict[str, object]]]:
+    mapped = dagexec.Graph()
+    mapped.add("xs", lambda: [1, 2, 3])
+    mapped.map("m", lambda x: x * 2, over="xs")
+    cleanup = _pair()
+    cleanup.add("tidy", lambda b: None, deps=["b"], run_if="all_done")
+    failing = _pair()
+    failing.add("bad", lambda: 1 / 0)
+    return {
+        "plain": (_pair(), {}),
+        "traced": (_pair(), {"trace": True}),
+        "callbacks": (_pair(), {"callbacks": [InFlightRecorder()]}),
+        "retries and timeout": (_pair(retries=1, timeout=30), {}),
+        "priority": (_pair(priority=3), {}),
+        "resources": (_pair(resources={"slot": 1}), {"resources": {"slot": 1}}),
+        "map": (mapped, {}),
+        "cleanup task": (cleanup, {}),
+        "a failure, continue": (failing, {"on_error": "continue"}),
+        "run timeout": (_pair(), {"timeout": 30}),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_graphs()))
+def test_a_run_leaves_no_cycles(kind: str, collector_paused: None) -> None:
+    graph, options = _graphs()[kind]
+    with dagexec.Executor(workers=2) as ex:
+        assert _cyclic_garbage(lambda: ex.run(graph, **options)) == Counter()  # type: ignore[arg-type]
+
+
+def test_a_run_that_raises_leaves_no_cycles(collector_paused: None) -> None:
+    failing = _pair()
+    failing.add("bad", lambda: 1 / 0)
+
+    def run_and_catch(ex: dagexec.Executor) -> None:
+        with pytest.raises(ZeroDivisionError):
+            ex.run(failing)
+
+    with dagexec.Executor(workers=2) as ex:
+        assert _cyclic_garbage(lambda: run_and_catch(ex)) == Counter()
+
+
+def test_fresh_and_submitted_runs_leave_no_cycles(collector_paused: None) -> None:
+    graph = _pair()
+    assert _cyclic_garbage(lambda: dagexec.run(graph, workers=2)) == Counter()
+    with dagexec.Executor(workers=2) as ex:
+        assert _cyclic_garbage(lambda: ex.submit(graph).result()) == Counter()
