@@ -143,7 +143,7 @@ def _run_chain(worker_id: int, box: list[Chain], here: Running) -> None:
     done = 0
     last = len(fns) - 1
     for k, fn in enumerate(fns):
-        if stop.is_set():
+        if stop._flag:  # type: ignore[attr-defined]  # is_set()'s field (see _loop)
             if not k:
                 del args, value
                 report((worker_id, tasks[0], NOT_STARTED, None, 0.0, 0.0))
