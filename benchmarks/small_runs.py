@@ -265,16 +265,21 @@ def repeat_child(which: str, runs: int, w: int) -> None:
             fn()
 
 
-def instructions_per_run(which: str, w: int, few: int, many: int) -> float:
-    """Instructions per run of ``which``, all threads, by cachegrind: many runs minus few."""
+def valgrind_per_run(
+    tool: list[str], which: str, w: int, few: int, many: int, read: Callable[[str, str], int]
+) -> float:
+    """A count per run of ``which`` under valgrind's ``tool`` (its name, then its
+    options): a process of ``many`` runs minus one of ``few``, so start-up cancels
+    out. ``read(stderr, out_file)`` takes the count from what the tool wrote."""
     counts = []
     for runs in (few, many):
         with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out")
             cmd = [
                 "valgrind",
-                "--tool=cachegrind",
-                "--cache-sim=no",
-                f"--cachegrind-out-file={os.path.join(tmp, 'cg.out')}",
+                f"--tool={tool[0]}",
+                *tool[1:],
+                f"--{tool[0]}-out-file={out}",
                 sys.executable,
                 __file__,
                 "--repeat-child",
@@ -285,43 +290,38 @@ def instructions_per_run(which: str, w: int, few: int, many: int) -> float:
             ]
             env = {**os.environ, "PYTHONHASHSEED": "0"}
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
-            m = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
-            assert m, proc.stderr[-2000:]
-            counts.append(int(m.group(1).replace(",", "")))
+            counts.append(read(proc.stderr, out))
     return (counts[1] - counts[0]) / (many - few)
+
+
+def _cachegrind_total(stderr: str, out: str) -> int:
+    m = re.search(r"I\s+refs:\s+([\d,]+)", stderr)
+    assert m, stderr[-2000:]
+    return int(m.group(1).replace(",", ""))
+
+
+def _callgrind_main_thread(stderr: str, out: str) -> int:
+    text = Path(out + "-01").read_text()  # one file per thread: the main thread's first
+    m = re.search(r"^summary:\s+(\d+)", text, re.M)
+    assert m, text[:2000]
+    return int(m.group(1))
+
+
+def instructions_per_run(which: str, w: int, few: int, many: int) -> float:
+    """Instructions per run of ``which``, all threads, by cachegrind: many runs minus few."""
+    tool = ["cachegrind", "--cache-sim=no"]
+    return valgrind_per_run(tool, which, w, few, many, _cachegrind_total)
 
 
 def caller_instructions_per_run(w: int, few: int, many: int) -> float:
     """Instructions per ``Executor.run`` on the calling thread alone (callgrind, one
-    count per thread: the main thread is the first), many runs minus few.
+    count per thread), many runs minus few.
 
     The calling thread drives a plain run, so this is the run's own work without
     the workers': what the driver does between hand-offs, which is what a
     small run's wall time above the floor is made of."""
-    counts = []
-    for runs in (few, many):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "cg.out")
-            cmd = [
-                "valgrind",
-                "--tool=callgrind",
-                "--separate-threads=yes",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                __file__,
-                "--repeat-child",
-                "Executor.run",
-                str(runs),
-                "--workers",
-                str(w),
-            ]
-            env = {**os.environ, "PYTHONHASHSEED": "0"}
-            subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
-            text = Path(out + "-01").read_text()
-            m = re.search(r"^summary:\s+(\d+)", text, re.M)
-            assert m, text[:2000]
-            counts.append(int(m.group(1)))
-    return (counts[1] - counts[0]) / (many - few)
+    tool = ["callgrind", "--separate-threads=yes"]
+    return valgrind_per_run(tool, "Executor.run", w, few, many, _callgrind_main_thread)
 
 
 # cProfile on a free-threaded 3.13 spins forever in ``enable()`` once a thread

@@ -319,7 +319,7 @@ class Run:
     def _let_go(self) -> None:
         # The run is over: no part of it refers back to another any more (its
         # state and all it holds then go with the last reference, not at the
-        # next cyclic collection: tests/test_runstate_world.py).
+        # next cyclic collection: tests/test_run_garbage.py).
         self.state.close()
         if self.timers is not None:
             self.timers.close()

@@ -296,7 +296,7 @@ class RunState:
     # Per-run hooks whose defaults are looked up here, on the class: a bound method
     # of the state stored on the state would make it a reference cycle, which only
     # the cyclic GC frees, with every value still in its columns (a run's state
-    # outlived its run until the next collection; tests/test_runstate_world.py).
+    # outlived its run until the next collection; tests/test_run_garbage.py).
     # What a task that became ready goes through: a map's Fanout puts its own.
     became_ready = make_ready
     _push_ready = _push_ranked
