@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -80,6 +81,18 @@ def _pair(**options: object) -> dagexec.Graph:
     return g
 
 
+def one() -> int:
+    """A task a child process can find by module and name (isolate="process")."""
+    return 1
+
+
+def _in_a_process() -> dagexec.Graph:
+    g = dagexec.Graph()
+    g.add("a", one, isolate="process")
+    g.add("b", lambda a: a + 1, deps=["a"])
+    return g
+
+
 def _graphs() -> dict[str, tuple[dagexec.Graph, dict[str, object]]]:
     mapped = dagexec.Graph()
     mapped.add("xs", lambda: [1, 2, 3])
@@ -99,6 +112,7 @@ def _graphs() -> dict[str, tuple[dagexec.Graph, dict[str, object]]]:
         "cleanup task": (cleanup, {}),
         "a failure, continue": (failing, {"on_error": "continue"}),
         "run timeout": (_pair(), {"timeout": 30}),
+        "process task": (_in_a_process(), {}),
     }
 
 
@@ -119,6 +133,13 @@ def test_a_run_that_raises_leaves_no_cycles(collector_paused: None) -> None:
 
     with dagexec.Executor(workers=2) as ex:
         assert _cyclic_garbage(lambda: run_and_catch(ex)) == Counter()
+
+
+def test_a_checkpointed_run_leaves_no_cycles(collector_paused: None, tmp_path: Path) -> None:
+    graph = _pair()
+    path = tmp_path / "cp.sqlite"
+    with dagexec.Executor(workers=2) as ex:
+        assert _cyclic_garbage(lambda: ex.run(graph, checkpoint=path)) == Counter()
 
 
 def test_fresh_and_submitted_runs_leave_no_cycles(collector_paused: None) -> None:
