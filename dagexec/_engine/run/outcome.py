@@ -132,4 +132,7 @@ def build_result(run: Run, wall: float) -> RunResult:
     if recorder is not None:
         timed_out = {t for t, e in state.errors.items() if isinstance(e, TaskTimeout)}
         trace = recorder.records(status, codes, timed_out, run.abandoned_attempts)
-    return RunResult(values, status, errors, stats, trace, target_names)
+    if run.capture is None:
+        return RunResult(values, status, errors, stats, trace, target_names)
+    logs = run.capture.close(names, state.index)
+    return RunResult(values, status, errors, stats, trace, target_names, logs)
