@@ -18,8 +18,8 @@ import pytest
 import dagexec
 from dagexec import Executor, Graph, TaskLogs, TaskState
 from dagexec._core.task_logs import RECORDS_PER_ATTEMPT
-from dagexec._observation import capture
 from dagexec._integrations.dask_translate import check_run_options
+from dagexec._observation import capture
 
 WAIT = 30.0  # a safety net for gates: a hang fails here, a pass never waits this long
 log = logging.getLogger("app.tasks")
@@ -218,7 +218,7 @@ def test_records_pickle_whatever_their_args_extras_and_exceptions() -> None:
     back = pickle.loads(pickle.dumps(result))
     first, caught, bad = back.logs["t"][0].records
     assert first.getMessage() == "arg <Unpicklable>"
-    assert first.thing == "<Unpicklable>" and first.n == 3  # type: ignore[attr-defined]
+    assert first.thing == "<Unpicklable>" and first.n == 3
     assert caught.exc_info is None and "RuntimeError: inside" in (caught.exc_text or "")
     assert "could not format" in bad.getMessage()
     assert logging.Formatter().format(caught).endswith("RuntimeError: inside")

@@ -164,7 +164,7 @@ class RunResult(Mapping[Hashable, Any]):
     :class:`TaskLogs` (empty unless the run had ``logs=``).
     """
 
-    __slots__ = ("_stats", "_targets", "_values", "errors", "logs", "status", "trace")
+    __slots__ = ("_needs", "_stats", "_targets", "_values", "errors", "logs", "status", "trace")
 
     def __init__(
         self,
@@ -189,6 +189,9 @@ class RunResult(Mapping[Hashable, Any]):
         self._stats = stats
         self.trace = trace
         self.logs: Mapping[Hashable, tuple[TaskLogs, ...]] = logs
+        # A traced run's resource needs by task (those that need any), for
+        # report_html()'s resource use over time; empty otherwise.
+        self._needs: Mapping[Hashable, tuple[tuple[str, float], ...]] = {}
 
     @property
     def stats(self) -> RunStats:
@@ -215,7 +218,7 @@ class RunResult(Mapping[Hashable, Any]):
         """Load a pickle of this or an older version: one from before ``logs``
         existed has none (the run captured none)."""
         _, slots = state
-        self.logs = NO_LOGS
+        self.logs, self._needs = NO_LOGS, {}
         for name, value in slots.items():
             setattr(self, name, value)
 

@@ -94,7 +94,7 @@ class LogsMap(Mapping[Hashable, tuple[TaskLogs, ...]]):
         self,
         names: Sequence[Hashable],
         index: Mapping[Hashable, int],
-        by_task: Mapping[int, list[AttemptLog]] | Mapping[int, tuple[TaskLogs, ...]],
+        by_task: Mapping[int, Sequence[AttemptLog | TaskLogs]],
         enabled: bool = True,
     ) -> None:
         self._names = names
@@ -132,7 +132,7 @@ class LogsMap(Mapping[Hashable, tuple[TaskLogs, ...]]):
 
     def __contains__(self, name: object) -> bool:
         try:
-            return self._index[name] in self._by_task  # type: ignore[index]
+            return self._index[name] in self._by_task
         except (KeyError, TypeError):
             return False
 

@@ -39,7 +39,6 @@ import logging
 import threading
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from threading import get_ident
-from typing import Any
 
 from .._core.current import running_by_thread
 from .._core.policy import attempt_here
@@ -134,21 +133,20 @@ _original_enabled = logging.Logger.isEnabledFor
 _original_handle = logging.Logger.handle
 
 
-def _capturing(here: Any) -> Capture | None:
-    return None if here is None else getattr(here.stop, "capture", None)
-
-
 def _is_enabled_for(self: logging.Logger, level: int) -> bool:
     if _original_enabled(self, level):
         return True
-    capture = _capturing(running_by_thread.get(get_ident()))
+    here = running_by_thread.get(get_ident())
+    if here is None:
+        return False
+    capture: Capture | None = getattr(here.stop, "capture", None)
     return capture is not None and capture.wants(self.name, level)
 
 
 def _handle(self: logging.Logger, record: logging.LogRecord) -> None:
     here = running_by_thread.get(get_ident())
-    capture = _capturing(here)
-    if capture is None or not capture.wants(record.name, record.levelno):
+    capture: Capture | None = None if here is None else getattr(here.stop, "capture", None)
+    if here is None or capture is None or not capture.wants(record.name, record.levelno):
         _original_handle(self, record)
     elif _original_enabled(self, record.levelno):
         _original_handle(self, record)  # the user's handlers first, the record as made
