@@ -14,6 +14,7 @@ with the mouse, type, take a screenshot.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import select
@@ -96,20 +97,16 @@ class Chromium:
         self.close()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # gone already: made sure of below
             self.send("Browser.close", timeout=5)
-        except Exception:  # gone already: make sure below
-            pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
         for fd in (self._read, self._write):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self._profile.cleanup()
 
     # ---- the protocol
@@ -178,7 +175,8 @@ class Chromium:
         where = self.eval(
             f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
             " if (!e) return null; e.scrollIntoView({block: 'center'});"
-            " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+            " const r = e.getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
         )
         if where is None:
             raise LookupError(f"nothing on the page matches {selector!r}")
