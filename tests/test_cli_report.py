@@ -82,10 +82,10 @@ def test_report_writes_the_page_with_tracebacks_and_logs(tmp_path: Path) -> None
     assert f"report written to {out}" in proc.stdout
     data = page_data(out)
     assert data["names"] == ["load", "check"]
-    assert "ValueError: check failed" in data["tracebacks"]["1"]  # type: ignore[index]
+    assert "ValueError: check failed" in data["tracebacks"]["1"]
     logged = data["logs"]
-    assert [r[3] for r in logged["0"][0][2]] == ["load: started"]  # type: ignore[index]
-    assert len(data["attempts"]) == 2 * 8  # type: ignore[arg-type]  # traced: both ran
+    assert [r[3] for r in logged["0"][0][2]] == ["load: started"]
+    assert len(data["attempts"]) == 2 * 8  # traced: both ran
     # Without --logs the failed task's records are not printed, only kept for the page.
     assert "task check logged" not in proc.stderr
 
@@ -94,4 +94,4 @@ def test_report_with_a_level_keeps_that_level(tmp_path: Path) -> None:
     out = tmp_path / "night.html"
     dagexec("run", f"{job(tmp_path)}:graph", "--report", out, "--logs=DEBUG")
     logged = page_data(out)["logs"]
-    assert [r[3] for r in logged["0"][0][2]] == ["load: debug", "load: started"]  # type: ignore[index]
+    assert [r[3] for r in logged["0"][0][2]] == ["load: debug", "load: started"]
