@@ -20,12 +20,18 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 __all__ = ["Chromium", "find_chromium"]
+
+_TRAMPOLINE = (
+    "import os, sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); "
+    "os.execv(sys.argv[3], sys.argv[3:])"
+)
 
 
 def find_chromium() -> str | None:
@@ -44,14 +50,18 @@ class Chromium:
 
     def __init__(self, binary: str, width: int = 1280, height: int = 900) -> None:
         self._profile = tempfile.TemporaryDirectory(prefix="dagexec-chromium-")
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115  # closed by close()
         to_chrome, self._write = os.pipe()
         self._read, from_chrome = os.pipe()
-        # The shell puts our pipe ends on descriptors 3 and 4, where Chromium looks.
+        # A Python trampoline puts our pipe ends on descriptors 3 and 4, where
+        # Chromium looks (a shell's "3<&12" fails in dash for descriptors above 9).
         self.proc = subprocess.Popen(
             [
-                "sh",
+                sys.executable,
                 "-c",
-                f'exec "$0" "$@" 3<&{to_chrome} 4>&{from_chrome}',
+                _TRAMPOLINE,
+                str(to_chrome),
+                str(from_chrome),
                 binary,
                 "--headless=new",
                 "--remote-debugging-pipe",
@@ -69,13 +79,27 @@ class Chromium:
             pass_fds=(to_chrome, from_chrome),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=self._log,
         )
         os.close(to_chrome)
         os.close(from_chrome)
         self._buffer = b""
         self._next = 0
         self.events: list[dict[str, Any]] = []
+        try:
+            self._attach(width, height)
+        except BaseException as exc:
+            exc.add_note(f"Chromium said: {self.said()[-2000:]}")
+            self.close()
+            raise
+
+    def said(self) -> str:
+        """What Chromium wrote on its stderr so far."""
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    def _attach(self, width: int, height: int) -> None:
         target = self.send("Target.createTarget", url="about:blank")["targetId"]
         self.session = self.send("Target.attachToTarget", targetId=target, flatten=True)[
             "sessionId"
@@ -108,6 +132,7 @@ class Chromium:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._profile.cleanup()
+        self._log.close()
 
     # ---- the protocol
     def send(
