@@ -32,7 +32,8 @@ HERE = Path(__file__).resolve().parent
 
 CHILD = r"""
 import logging, os, sys
-src, case, repeat, tasks, records = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+src, case = sys.argv[1], sys.argv[2]
+repeat, tasks, records = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 sys.path[:0] = [src, {here!r}]
 import dagexec
 log = logging.getLogger("bench")
