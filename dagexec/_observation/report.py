@@ -57,8 +57,9 @@ def write_report(result: RunResult, path: str | os.PathLike[str]) -> None:
 def report_page(result: RunResult) -> str:
     """The page for ``result``: the template with the run's data in it."""
     data = json.dumps(report_data(result), separators=(",", ":"), ensure_ascii=False)
-    # Inside <script>, only "</" (a closing tag) and "<!--" can end the element early.
-    data = data.replace("</", "<\\/").replace("<!--", "<\\!--")
+    # Inside <script>, "</" (a closing tag) and "<!--" could end the element early;
+    # "<" only occurs in JSON strings, where \u003c is the same character.
+    data = data.replace("<", "\\u003c")
     folder = resources.files(__package__)
     css = folder.joinpath("report.css").read_text(encoding="utf-8")
     script = folder.joinpath("report.js").read_text(encoding="utf-8")
