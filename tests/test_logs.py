@@ -324,3 +324,16 @@ def test_dask_run_on_refuses_logs_by_name() -> None:
     with pytest.raises(TypeError, match="logs="):
         check_run_options({"logs": True})
     check_run_options({"logs": False})
+
+
+def test_process_tasks_capture_nothing_yet_and_still_run(user: Keep) -> None:
+    """isolate="process": the child's records are its own logging's (a documented
+    limitation until the child streams them); the run and the other tasks' logs
+    are as without it."""
+    g = Graph()
+    g.add("child", logging.info, args=("from the child",), isolate="process")
+    g.add("a", chatty)
+    result = dagexec.run(g, workers=2, logs=True)
+    assert result.status["child"] is TaskState.DONE
+    assert result.logs.get("child", ()) == ()
+    assert messages(result.logs["a"]) == ["info kept", "warning 2"]
