@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from test_cli import REPO
+from test_cli import dagexec
 
 JOB = """\
 import logging
@@ -27,17 +25,6 @@ graph = Graph()
 graph.add("load", load)
 graph.add("check", check, deps=["load"])
 """
-
-
-def dagexec(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dagexec", *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def job(tmp_path: Path) -> Path:
