@@ -18,7 +18,6 @@ import pytest
 import dagexec
 from dagexec import Executor, Graph, TaskLogs, TaskState
 from dagexec._core.task_logs import RECORDS_PER_ATTEMPT
-from dagexec._integrations.dask_translate import check_run_options
 from dagexec._observation import capture
 
 WAIT = 30.0  # a safety net for gates: a hang fails here, a pass never waits this long
@@ -321,6 +320,9 @@ def test_a_timed_out_attempt_logs_into_its_attempt_then_is_only_counted() -> Non
 
 
 def test_dask_run_on_refuses_logs_by_name() -> None:
+    pytest.importorskip("dask", reason="needs the dask extra")
+    from dagexec._integrations.dask_translate import check_run_options
+
     with pytest.raises(TypeError, match="logs="):
         check_run_options({"logs": True})
     check_run_options({"logs": False})
