@@ -7,6 +7,8 @@
   const S = D.summary, names = D.names, groups = D.groups, outcomes = D.outcomes;
   const states = D.states, T = D.tasks, A = D.attempts;
   const N = names.length, NA = A.length / 8;
+  // Times come in microseconds (ints: a shorter file); the page works in seconds.
+  for (let k = 0; k < NA; k++) for (let f = 3; f < 7; f++) A[8 * k + f] /= 1e6;
   const $ = (id) => document.getElementById(id);
   const esc = (s) => String(s).replace(/[&<>"]/g, (c) =>
     ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
