@@ -14,7 +14,7 @@ import hashlib
 import pickle
 import struct
 import types
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from .._core.errors import CheckpointError
@@ -311,7 +311,9 @@ class _Encoder:
             if not klass.__flags__ & _HEAPTYPE:
                 continue  # a class written in C (object, dict): no Python code
             own = getattr(klass, "__module__", None) == module
-            members = klass.__members__ if own and isinstance(klass, enum.EnumMeta) else {}
+            members: Mapping[str, enum.Enum] = (
+                klass.__members__ if own and isinstance(klass, enum.EnumMeta) else {}
+            )
             for attr, member in sorted(vars(klass).items()):
                 parts = _functions_of(member)
                 if parts:
