@@ -99,6 +99,7 @@ def explain(
     """
     from .._core.options import check_checkpoint_path
     from .._core.plan import plan_run
+    from .checkpoint_file import resolve_link
     from .resume import checkpoint_identities
 
     if not isinstance(graph, Graph):
@@ -108,6 +109,7 @@ def explain(
         raise TypeError("explain needs checkpoint=, the file a run would use, like 'batch.sqlite'")
     plan = plan_run(graph._compile(), targets)
     ids = checkpoint_identities(graph, plan)
+    path = resolve_link(path)  # a link the run would refuse is refused here too
     if not os.path.exists(path):
         return _predict(graph, plan, ids, None, path)
     from .checkpoint import CheckpointStore
