@@ -30,7 +30,8 @@ from typing import Any
 
 from .._core.errors import describe
 from .._core.plan import topological_order
-from .explain import (
+from .identity import code_of, combine, constants_of, key_of
+from .reasons import (
     CODE_CHANGED,
     CONSTANT_CHANGED,
     DAMAGED,
@@ -40,7 +41,6 @@ from .explain import (
     MapItems,
     Reason,
 )
-from .identity import code_of, combine, constants_of, key_of
 from .savers import MAP, STATIC, item_identity, map_identity, map_mark
 
 __all__ = ["Forecast"]
