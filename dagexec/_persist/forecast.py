@@ -222,6 +222,12 @@ class Forecast:
                     f"downstream of {describe(names[d])} (checkpoint=False): loads if its "
                     "value comes back equal, decided once it exists"
                 )
+            if d in self.list_in_run and self.items[d].load == 0:
+                return (
+                    f"downstream of map {describe(names[d])}, whose items all run under an "
+                    "identity nothing was stored under: it runs too, unless the list it "
+                    "maps over comes back empty"
+                )
             if d in self.list_in_run:
                 return (
                     f"downstream of map {describe(names[d])}, whose list is made during the "
