@@ -161,3 +161,12 @@ def test_a_cached_task_edited_between_runs_runs_again(tmp_path: Path) -> None:
     assert e.run["x"].kind == "code changed" and e.load == ()
     result = dagexec.run(graph(2), checkpoint=path)
     assert result["x"] == 3 and result.stats.tasks_run == 1
+
+
+def test_a_cached_property_of_a_class_the_task_uses_is_covered(tmp_path: Path) -> None:
+    template = (
+        "import functools\nclass Prices:\n    @functools.cached_property\n"
+        "    def base(self):\n        return {}\n"
+        "def task(x):\n    return x + Prices().base\n"
+    )
+    assert _identity(tmp_path, template.format(1)) != _identity(tmp_path, template.format(2))

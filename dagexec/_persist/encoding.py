@@ -418,9 +418,12 @@ def _wrapped(fn: object) -> object | None:
 
 
 def _functions_of(member: object) -> list[types.FunctionType]:
-    """The Python functions behind a class attribute: method, static, class, property."""
+    """The Python functions behind a class attribute: method, static, class, property,
+    cached property."""
     if isinstance(member, (staticmethod, classmethod)):
         member = member.__func__
+    elif isinstance(member, functools.cached_property):
+        member = member.func
     if isinstance(member, property):
         return [
             f for f in (member.fget, member.fset, member.fdel) if isinstance(f, types.FunctionType)
