@@ -62,9 +62,8 @@ def options():
 with dagexec.Executor(workers=workers) as ex:
     ex.run(g, targets, **options())  # warm: plan cached, threads started
     if mode == "calls":
-        # The engine in its rooms, the engine before them (issue 29), then the flat
-        # tree of before issue 20 (spelled in parts so that tools which rename
-        # module paths leave them alone).
+        # The layered tree, then the flat one of before issue 20 (spelled in two
+        # parts so that tools which rename module paths leave it alone).
         for path in (
             "dagexec._engine.run.scheduler",
             "dagexec._engine." + "scheduler",
