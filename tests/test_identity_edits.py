@@ -9,34 +9,18 @@ yesterday's value before issue 31.
 from __future__ import annotations
 
 import functools
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_identity import _module_task
 
 import dagexec
 from dagexec._persist.identity import task_identities
 
 
-def _load(tmp_path: Path, source: str) -> Any:
-    """``source`` loaded as a fresh module, as if its file had been edited."""
-    path = tmp_path / f"m{abs(hash(source))}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("edited_module", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["edited_module"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["edited_module"]
-    return module
-
-
 def _identity(tmp_path: Path, source: str, name: str = "task") -> bytes:
-    fn = getattr(_load(tmp_path, source), name)
+    fn = _module_task(tmp_path, source, name)
     (identity,) = task_identities(["t"], [fn], [()])
     assert identity is not None
     return identity
@@ -107,10 +91,10 @@ def test_a_cache_that_fills_does_not_change_the_identity(tmp_path: Path) -> None
         "        return self.__wrapped__",
         "        self.seen[a] = 1\n        return self.__wrapped__",
     )
-    module = _load(tmp_path, source)
-    (before,) = task_identities(["t"], [module.task], [()])
-    assert module.task(1) == 2  # its state (a cache, a counter) changed
-    assert task_identities(["t"], [module.task], [()]) == [before]  # before: it differed
+    task = _module_task(tmp_path, source)
+    (before,) = task_identities(["t"], [task], [()])
+    assert task(1) == 2  # its state (a cache, a counter) changed
+    assert task_identities(["t"], [task], [()]) == [before]  # before: it differed
 
 
 def test_class_state_and_python_names_do_not_count(tmp_path: Path) -> None:
@@ -121,10 +105,10 @@ def test_class_state_and_python_names_do_not_count(tmp_path: Path) -> None:
         "def task(x):\n    Plugin.registry[x] = x\n    Plugin._made_ += 1\n"
         "    return x * Plugin.RATE\n"
     )
-    module = _load(tmp_path, source)
-    (before,) = task_identities(["t"], [module.task], [()])
-    module.task(1)
-    assert task_identities(["t"], [module.task], [()]) == [before]
+    task = _module_task(tmp_path, source)
+    (before,) = task_identities(["t"], [task], [()])
+    task(1)
+    assert task_identities(["t"], [task], [()]) == [before]
 
 
 def test_a_partial_over_another_modules_function_counts_by_name(tmp_path: Path) -> None:
@@ -153,7 +137,7 @@ def test_a_cached_task_edited_between_runs_runs_again(tmp_path: Path) -> None:
 
     def graph(k: int) -> dagexec.Graph:
         g = dagexec.Graph()
-        g.add("x", _load(tmp_path, template.format(k)).task, args=(1,))
+        g.add("x", _module_task(tmp_path, template.format(k)), args=(1,))
         return g
 
     assert dagexec.run(graph(1), checkpoint=path)["x"] == 2

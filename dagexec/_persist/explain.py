@@ -33,31 +33,9 @@ from typing import Any
 
 from .._core.errors import describe
 from .._core.graph import Graph
-from .reasons import (
-    CODE_CHANGED,
-    CONSTANT_CHANGED,
-    DAMAGED,
-    KINDS,
-    NOT_CHECKPOINTED,
-    NOT_STORED,
-    UPSTREAM_CHANGED,
-    MapItems,
-    Reason,
-)
+from .reasons import MapItems, Reason
 
-__all__ = [
-    "CODE_CHANGED",
-    "CONSTANT_CHANGED",
-    "DAMAGED",
-    "KINDS",
-    "NOT_CHECKPOINTED",
-    "NOT_STORED",
-    "UPSTREAM_CHANGED",
-    "Explanation",
-    "MapItems",
-    "Reason",
-    "explain",
-]
+__all__ = ["Explanation", "MapItems", "Reason", "explain"]
 
 
 @dataclass(frozen=True)
