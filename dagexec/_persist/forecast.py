@@ -154,16 +154,16 @@ class Forecast:
         item_ids = [item_identity(own, e, index)[0] for index, e in enumerate(elements)]
         self.known[i] = map_identity(own, item_ids)
         found = self._loadable(item_ids)
-        loads = sum(1 for item in item_ids if item in found)
-        self.items[i] = MapItems(total, loads)
-        if loads == total:
+        size, loads = len(item_ids), sum(1 for item in item_ids if item in found)
+        self.items[i] = MapItems(size, loads)
+        if loads == size:
             self.load.add(i)
             self.values[i] = [found[item] for item in item_ids]
             return
         if loads == 0:
-            share = f"every item runs ({_items(total)})"  # type: ignore[arg-type]
+            share = f"every item runs ({_items(size)})"
         else:
-            share = f"{total - loads} of {_items(total)} run, {loads} load"  # type: ignore[operator,arg-type]
+            share = f"{size - loads} of {_items(size)} run, {loads} load"
         if why is None:
             why = Reason(NOT_STORED, "not stored (items missing or damaged)")
         self.run[i] = Reason(why.kind, f"{why.text}: {share}")
