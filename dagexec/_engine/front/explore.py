@@ -26,7 +26,15 @@ from ..._core.plan import Plan
 from ..._core.result import RunResult
 from ..run.explore_driver import Chooser, Controller, take_control
 from ..run.scheduler import Run
-from ..run.strategies import Exhaustive, Natural, Pairs, Pct, RandomOrder, Replay
+from ..run.strategies import (
+    Exhaustive,
+    Natural,
+    Pairs,
+    Pct,
+    RandomOrder,
+    Replay,
+    count_schedules,
+)
 from .divergence import Observed, describe_difference, first_difference, inversions, shrink
 from .executor import Executor
 from .run_checks import RunOptions
@@ -243,7 +251,21 @@ def explore(
             if walker is not None:
                 prefix = walker.next_prefix()
                 uncovered = 0 if prefix is None else walker.untaken() + 1
+        if uncovered:  # stopped early: exactly how many, when the graph is static
+            total = _static_count(graph, ref, workers > 1)
+            if total is not None:
+                uncovered = total - done
     return Exploration(done, len(seen), uncovered, ref.result)
+
+
+def _static_count(graph: Graph, ref: Observed, overlap: bool) -> int | None:
+    """All the exhaustive walk's paths, if every task ran once and none is a map's
+    item (else None: the lower bound stands)."""
+    tasks = graph.tasks
+    if len(ref.order) != len(ref.schedule.order) or not all(n in tasks for n in ref.order):
+        return None
+    ran = set(ref.order)
+    return count_schedules({n: [d for d in tasks[n].deps if d in ran] for n in ref.order}, overlap)
 
 
 def _equals(a: Any, b: Any) -> object:

@@ -20,9 +20,13 @@ task in every run of the graph (a map's items are numbered as they expand).
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 
-__all__ = ["Exhaustive", "Natural", "Pairs", "Pct", "RandomOrder", "Replay"]
+__all__ = ["Exhaustive", "Natural", "Pairs", "Pct", "RandomOrder", "Replay", "count_schedules"]
+
+# Most states count_schedules visits before it gives up (None): the count is a
+# walk over the sets of tasks done, which grows fast with independent tasks.
+COUNT_LIMIT = 200_000
 
 # How often a random or PCT step starts two tasks together. Higher finds races
 # that need an overlap sooner; lower finds orders (B wholly before A) sooner,
@@ -134,6 +138,35 @@ class Exhaustive:
         """Branches the walk has not entered yet from this path: a lower bound
         on the schedules it could not cover, were it to stop here."""
         return sum(b - c - 1 for c, b in zip(self.choices, self.branching, strict=True))
+
+
+def count_schedules(deps: Mapping[Hashable, Collection[Hashable]], overlap: bool) -> int | None:
+    """How many paths :class:`Exhaustive` has on a graph with these ``deps`` (each
+    task once: no map items, no retries), or None if there are too many states
+    to count."""
+    names = list(deps)
+    bit = {name: 1 << i for i, name in enumerate(names)}
+    need = [sum(bit[d] for d in deps[name] if d in bit) for name in names]
+    full = (1 << len(names)) - 1
+    memo: dict[int, int] = {full: 1}
+
+    def count(done: int) -> int:
+        known = memo.get(done)
+        if known is not None:
+            return known
+        if len(memo) > COUNT_LIMIT:
+            raise OverflowError
+        ready = [i for i in range(len(names)) if not done >> i & 1 and need[i] & done == need[i]]
+        options = [1 << i for i in ready]
+        if overlap:
+            options += [1 << i | 1 << j for k, i in enumerate(ready) for j in ready[k + 1 :]]
+        total = memo[done] = sum(count(done | o) for o in options)
+        return total
+
+    try:
+        return count(0)
+    except (OverflowError, RecursionError):
+        return None
 
 
 class Replay:
