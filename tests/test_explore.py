@@ -36,7 +36,7 @@ def _message(reader: Hashable, writer: Hashable) -> str:
     return (
         f"task {r} gave a different value when it started before {w} ended: does {r} read "
         f"something {w} writes? add deps=[{w}]"
-    )
+    ) + (" to the map 'price'" if isinstance(reader, tuple) else "")
 
 
 def _bug(kind: str, tmp_path: Path, fixed: bool = False) -> eb.Bug:

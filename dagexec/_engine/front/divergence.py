@@ -10,10 +10,11 @@ a run that raised (``on_error="raise"``), its exception, by type and message.
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Container, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._core.item_names import item_of
 from ..._core.result import RunResult, TaskState
 from ..._core.safe import task_for_message
 from .schedule import Schedule
@@ -158,9 +159,11 @@ def describe_difference(
     shrunk: Schedule,
     obs: Observed,
     ref: Observed,
+    tasks: Container[Hashable] = (),
 ) -> str:
     """The first line of a divergence: the task, how it differed, and the likely
-    missing dependency (from the shrunk pairs, else from the inversions)."""
+    missing dependency (from the shrunk pairs, else from the inversions). A map's
+    item (``tasks`` are the graph's, to tell) gets the dependency on its map."""
     pairs = list(shrunk.pairs) if shrunk.pairs is not None else inversions(ref, obs)
     ordered = [p for p in pairs if p[0] == task] or pairs
     if task is None:
@@ -170,14 +173,17 @@ def describe_difference(
         return f"task {task_for_message(task)} {how} under this schedule"
     reader, writer = ordered[0]
     r, w = task_for_message(reader), task_for_message(writer)
+    item = None if reader in tasks else item_of(reader, tasks)
+    where = "" if item is None else f" to the map {task_for_message(item[0])}"
     if reader == task:
         first = (
             f"task {r} {verb} when it started before {w} ended: does {r} read something "
-            f"{w} writes? add deps=[{w}]"
+            f"{w} writes? add deps=[{w}]{where}"
         )
     else:
         first = (
             f"task {task_for_message(task)} {verb} when {r} started before {w} ended: "
-            f"does {r} read something {w} writes? add deps=[{w}] to {r}"
+            f"does {r} read something {w} writes? add deps=[{w}] to "
+            f"{r if item is None else task_for_message(item[0])}"
         )
     return f"{first}\n  task {task_for_message(task)} {how}"

@@ -299,7 +299,7 @@ def _divergence(
         pairs, diverges
     )
     shrunk = Schedule(pairs=tuple(smallest)) if smallest is not None else obs.schedule
-    first = describe_difference(task, how, shrunk, obs, ref)
+    first = describe_difference(task, how, shrunk, obs, ref, graph.tasks)
     message = (
         f"{first}\n"
         f"  schedule (seed {run_seed}): {obs.schedule}\n"
