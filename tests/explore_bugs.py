@@ -2,11 +2,13 @@
 module-level cache, a database row. Used by tests/test_explore.py and
 benchmarks/explore.py; docs/explore.md shows the same three.
 
-Each graph adds its writer first, so the plain order (a run on one worker, and
-explore's reference) runs the writer before the reader: the bug is hidden
-there, deterministically. Each has a ``setup`` that puts the world back (the
-old file, an empty cache, the old row), and a ``fixed`` variant with the
-missing ``deps=`` declared. Importable by name, so that a child process can
+In each, the writer and the reader share one resource (the disk, the rates
+API, the database connection: ``capacity``), so a plain run never overlaps
+them, and the writer, added first, always goes first: every plain run hides
+the bug, on any number of workers. ``explore`` reorders them within the
+bounds. Each has a ``setup`` that puts the world back (the old file, an empty
+cache, the old row), and a ``fixed`` variant with the missing ``deps=``
+declared. Importable by name, so that a child process can
 load the file bug's tasks (``isolate="process"``).
 """
 
@@ -25,6 +27,7 @@ class Bug(NamedTuple):
     setup: Callable[[], None]
     readers: tuple[Any, ...]  # the tasks that read what the writer writes
     writer: Any
+    capacity: dict[str, float]  # the run's resources= (one slot the two share)
 
 
 # -- 1. a shared file: "load" reads the config that "write_config" writes.
@@ -47,12 +50,14 @@ def file_bug(directory: Path, *, fixed: bool = False, isolate: str | None = None
         Path(path).write_text("threads = 1\n")
 
     g = dagexec.Graph()
-    options: dict[str, Any] = {} if isolate is None else {"isolate": isolate}
+    options: dict[str, Any] = {"resources": {"disk": 1}}
+    if isolate is not None:
+        options["isolate"] = isolate
     g.add("write_config", write_config, args=[path], **options)
     deps = {"after": "write_config"} if fixed else {}
     g.add("load", load_config, args=[path], deps=deps, **options)
     g.add("plan", lambda threads: f"{threads} threads", deps=["load"])
-    return Bug(g, setup, ("load",), "write_config")
+    return Bug(g, setup, ("load",), "write_config", {"disk": 1})
 
 
 # -- 2. a module-level cache: the map "price" reads rates that "load_rates" caches.
@@ -72,11 +77,11 @@ def price(amount: tuple[str, float], after: object = None) -> float:
 
 def cache_bug(*, fixed: bool = False) -> Bug:
     g = dagexec.Graph()
-    g.add("load_rates", load_rates)
-    g.add("orders", lambda: [("EUR", 10.0), ("GBP", 20.0)])
+    g.add("load_rates", load_rates, resources={"api": 1})
+    g.add("orders", lambda: [("EUR", 10.0), ("GBP", 20.0)], resources={"api": 1})
     g.map("price", price, over="orders", deps=["load_rates"] if fixed else [])
     g.add("total", sum, deps=["price"])
-    return Bug(g, _rates.clear, (("price", 0), ("price", 1)), "load_rates")
+    return Bug(g, _rates.clear, (("price", 0), ("price", 1)), "load_rates", {"api": 1})
 
 
 # -- 3. a database row: "statement" reads the balance that "deposit" updates.
@@ -103,7 +108,8 @@ def database_bug(directory: Path, *, fixed: bool = False) -> Bug:
             con.execute("INSERT OR REPLACE INTO accounts VALUES (1, 100)")
 
     g = dagexec.Graph()
-    g.add("deposit", deposit, args=[db])
-    g.add("statement", statement, args=[db], deps={"after": "deposit"} if fixed else {})
+    g.add("deposit", deposit, args=[db], resources={"db": 1})
+    deps = {"after": "deposit"} if fixed else {}
+    g.add("statement", statement, args=[db], deps=deps, resources={"db": 1})
     g.add("mail", str.upper, deps=["statement"])
-    return Bug(g, setup, ("statement",), "deposit")
+    return Bug(g, setup, ("statement",), "deposit", {"db": 1})

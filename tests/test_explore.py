@@ -52,10 +52,14 @@ def test_each_bug_is_found_named_shrunk_and_replayed(kind: str, tmp_path: Path) 
     bug = _bug(kind, tmp_path)
     # The plain order hides it: the writer goes first.
     bug.setup()
-    plain = replay_schedule(bug.graph, Schedule(pairs=()))
+    plain = replay_schedule(bug.graph, Schedule(pairs=()), resources=bug.capacity)
+    with dagexec.Executor(2) as ex:  # and so does every plain run, on two workers too
+        for _ in range(20):
+            bug.setup()
+            assert dict(ex.run(bug.graph, resources=bug.capacity)) == dict(plain)
     for seed in range(20):
         with pytest.raises(ScheduleDivergence) as caught:
-            explore(bug.graph, setup=bug.setup, seed=seed)
+            explore(bug.graph, setup=bug.setup, seed=seed, resources=bug.capacity)
         e = caught.value
         assert isinstance(e, AssertionError)
         assert e.task in bug.readers
@@ -71,17 +75,17 @@ def test_each_bug_is_found_named_shrunk_and_replayed(kind: str, tmp_path: Path) 
     wrong = []
     for _ in range(3):
         bug.setup()
-        wrong.append(dict(replay_schedule(bug.graph, str(e.shrunk))))
+        wrong.append(dict(replay_schedule(bug.graph, str(e.shrunk), resources=bug.capacity)))
     assert wrong[0] != dict(plain)
     assert wrong == [wrong[0]] * 3
     # The fix the message names makes every schedule agree.
     fixed = _bug(kind, tmp_path, fixed=True)
-    assert explore(fixed.graph, setup=fixed.setup, runs=30).runs == 30
+    assert explore(fixed.graph, setup=fixed.setup, runs=30, resources=bug.capacity).runs == 30
 
 
 def plain_order(bug: eb.Bug) -> tuple[Hashable, ...]:
     bug.setup()
-    result = replay_schedule(bug.graph, Schedule(pairs=()), trace=True)
+    result = replay_schedule(bug.graph, Schedule(pairs=()), trace=True, resources=bug.capacity)
     return tuple(r.name for r in sorted(result.trace, key=lambda r: r.started))
 
 
@@ -90,7 +94,7 @@ def test_other_strategies_find_the_bugs(strategy: str, tmp_path: Path) -> None:
     for kind in ("file", "cache", "database"):
         bug = _bug(kind, tmp_path)
         with pytest.raises(ScheduleDivergence) as caught:
-            explore(bug.graph, setup=bug.setup, strategy=strategy)
+            explore(bug.graph, setup=bug.setup, strategy=strategy, resources=bug.capacity)
         assert caught.value.shrunk.pairs == ((caught.value.task, bug.writer),)
         assert caught.value.task in bug.readers
 
@@ -98,12 +102,12 @@ def test_other_strategies_find_the_bugs(strategy: str, tmp_path: Path) -> None:
 def test_replaying_the_full_schedule_repeats_its_steps(tmp_path: Path) -> None:
     bug = eb.file_bug(tmp_path)
     with pytest.raises(ScheduleDivergence) as caught:
-        explore(bug.graph, setup=bug.setup, workers=1)  # steps never overlap on one worker
+        explore(bug.graph, setup=bug.setup, workers=1, resources=bug.capacity)
     schedule = caught.value.schedule
     assert all(len(step) == 1 for step in schedule.steps)
     for _ in range(3):
         bug.setup()
-        result = replay_schedule(bug.graph, str(schedule), trace=True)
+        result = replay_schedule(bug.graph, str(schedule), trace=True, resources=bug.capacity)
         started = tuple(r.name for r in sorted(result.trace, key=lambda r: r.started))
         assert started == schedule.order == caught.value.orders[1]
         assert result["plan"] == "1 threads"
@@ -112,7 +116,7 @@ def test_replaying_the_full_schedule_repeats_its_steps(tmp_path: Path) -> None:
 def test_process_tasks_are_explored(tmp_path: Path) -> None:
     bug = eb.file_bug(tmp_path, isolate="process")
     with pytest.raises(ScheduleDivergence) as caught:
-        explore(bug.graph, setup=bug.setup, seed=0)
+        explore(bug.graph, setup=bug.setup, seed=0, resources=bug.capacity)
     assert caught.value.shrunk.pairs == (("load", "write_config"),)
 
 

@@ -142,7 +142,7 @@ class Exhaustive:
 
 def count_schedules(deps: Mapping[Hashable, Collection[Hashable]], overlap: bool) -> int | None:
     """How many paths :class:`Exhaustive` has on a graph with these ``deps`` (each
-    task once: no map items, no retries), or None if there are too many states
+    task once: no map items, no retried attempts), or None if there are too many states
     to count."""
     names = list(deps)
     bit = {name: 1 << i for i, name in enumerate(names)}
