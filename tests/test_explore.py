@@ -290,6 +290,25 @@ def test_overlapping_steps_really_overlap() -> None:
     assert dict(result) == {"a": 1, "b": 1} and met == [True, True]
 
 
+def test_a_failure_in_an_overlap_stops_the_run_without_a_hang() -> None:
+    def boom() -> int:
+        raise ValueError("boom")
+
+    g = dagexec.Graph()
+    g.add("a", boom)
+    g.add("b", lambda: 2)
+    g.add("c", lambda b: b, deps=["b"])
+    for _ in range(5):
+        with pytest.raises(ValueError, match="boom"):
+            replay_schedule(g, "a@0+b@1 c@0", on_error="raise")
+        result = replay_schedule(g, "a@0+b@1 c@0")
+        assert dict(result) == {"c": 2} and list(result.errors) == ["a"]
+    # A run that fails the same way under every schedule agrees with itself; NaN too.
+    g.add("nan", lambda: float("nan"))
+    assert explore(g, runs=10).runs == 10
+    assert explore(g, runs=10, on_error="raise").runs == 10
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [

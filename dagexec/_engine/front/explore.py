@@ -269,6 +269,9 @@ def _static_count(graph: Graph, ref: Observed, overlap: bool) -> int | None:
 
 
 def _equals(a: Any, b: Any) -> object:
+    """``==``, except that two float NaNs are the same value (no order made them)."""
+    if type(a) is float and type(b) is float and a != a and b != b:
+        return True
     return a == b
 
 

@@ -176,8 +176,14 @@ class ExploringDriver(Driver):
             args = _pick(state, task, worker)
             if args is not None:
                 picked.append((task, worker, args))
-        if not picked:
-            return False
+        if not picked:  # its pick waits for a resource held from outside: any other goes
+            for task in ready_in_order(state):
+                args = _pick(state, task, 0)
+                if args is not None:
+                    picked.append((task, 0, args))
+                    break
+            else:
+                return False
         barrier = threading.Barrier(len(picked)) if len(picked) > 1 else None
         if barrier is not None:
             control.barriers = [barrier]
