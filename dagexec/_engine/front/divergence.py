@@ -173,8 +173,8 @@ def describe_difference(
         return f"task {task_for_message(task)} {how} under this schedule"
     reader, writer = ordered[0]
     r, w = task_for_message(reader), task_for_message(writer)
-    item = None if reader in tasks else item_of(reader, tasks)
-    where = "" if item is None else f" to the map {task_for_message(item[0])}"
+    owner, _ = (None, 0) if reader in tasks else item_of(reader, tasks) or (None, 0)
+    where = "" if owner is None else f" to the map {task_for_message(owner)}"
     if reader == task:
         first = (
             f"task {r} {verb} when it started before {w} ended: does {r} read something "
@@ -184,6 +184,6 @@ def describe_difference(
         first = (
             f"task {task_for_message(task)} {verb} when {r} started before {w} ended: "
             f"does {r} read something {w} writes? add deps=[{w}] to "
-            f"{r if item is None else task_for_message(item[0])}"
+            f"{r if owner is None else task_for_message(owner)}"
         )
     return f"{first}\n  task {task_for_message(task)} {how}"

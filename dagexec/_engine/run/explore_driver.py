@@ -169,18 +169,26 @@ class ExploringDriver(Driver):
         names = [state.names[t] for t in ready]
         chosen = control.chooser.choose(names, control.workers)
         picked: list[tuple[int, int, tuple[Any, ...]]] = []
+        dead = self.balance.dead  # threads hung in a timed-out attempt: no work
         for position, worker in chosen:
             task = ready[position]
             if picked and not _fits(state, task):
                 continue  # an overlap the bounds do not allow
+            if worker in dead:
+                used = {w for _, w, _ in picked}
+                alive = [w for w in range(len(self.inboxes)) if w not in dead and w not in used]
+                if not alive:
+                    continue
+                worker = alive[0]
             args = _pick(state, task, worker)
             if args is not None:
                 picked.append((task, worker, args))
         if not picked:  # its pick waits for a resource held from outside: any other goes
+            first = min(set(range(len(self.inboxes))) - dead, default=0)
             for task in ready_in_order(state):
-                args = _pick(state, task, 0)
+                args = _pick(state, task, first)
                 if args is not None:
-                    picked.append((task, 0, args))
+                    picked.append((task, first, args))
                     break
             else:
                 return False
