@@ -54,6 +54,11 @@ __all__ = [
     "run_in_thread",
 ]
 
+# Reprs and tracebacks show the public module, not the private one that defines them.
+for _public in (Exploration, Schedule, ScheduleDivergence, explore, replay_schedule):
+    _public.__module__ = __name__
+del _public
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
