@@ -105,6 +105,17 @@ def test_replaying_the_full_schedule_repeats_its_steps(tmp_path: Path) -> None:
         explore(bug.graph, setup=bug.setup, workers=1, resources=bug.capacity)
     schedule = caught.value.schedule
     assert all(len(step) == 1 for step in schedule.steps)
+    # Its seed runs the same schedule first.
+    with pytest.raises(ScheduleDivergence) as again:
+        explore(
+            bug.graph,
+            setup=bug.setup,
+            workers=1,
+            resources=bug.capacity,
+            seed=caught.value.seed,
+            runs=1,
+        )
+    assert again.value.schedule == schedule
     for _ in range(3):
         bug.setup()
         result = replay_schedule(bug.graph, str(schedule), trace=True, resources=bug.capacity)
