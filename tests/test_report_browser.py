@@ -263,3 +263,21 @@ def test_the_readme_nightly_batch_writes_a_report_a_browser_opens(
     logs = detail(browser, "detail-logs")
     assert "attempt 1: 1 record" in logs and "attempt 2: 1 record" in logs
     assert "uploading 3 rows" in logs
+
+
+def test_many_failures_list_the_first_200_and_say_how_many_more(
+    browser: Chromium, tmp_path: Path
+) -> None:
+    def bad(i: int) -> None:
+        raise ValueError(f"bad {i}")
+
+    g = Graph()
+    g.add("n", lambda: list(range(250)))
+    g.map("bad", bad, over="n")
+    result = dagexec.run(g, workers=2, trace=True, on_error="continue")
+    page = tmp_path / "many.html"
+    result.report_html(page)
+    browser.open(page)
+    items = browser.eval("[...document.querySelectorAll('#failures li')].map(li => li.innerText)")
+    assert len(items) == 201
+    assert items[-1] == "and 50 more: filter the table by the state failed"

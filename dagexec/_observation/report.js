@@ -69,10 +69,14 @@
     $("summary").innerHTML = h;
     const failed = [];
     for (let t = 0; t < N; t++) if (D.tracebacks[t] !== undefined) failed.push(t);
-    $("failures").innerHTML = failed.length ? failed.map((t) => {
+    // The first MAX_FAILURES are listed; the table's state filter finds the rest.
+    const MAX_FAILURES = 200, listed = failed.slice(0, MAX_FAILURES);
+    $("failures").innerHTML = failed.length ? listed.map((t) => {
       return '<li><button type="button" data-t="' + t + '" class="failure">' + esc(names[t]) +
         "</button> <span class=\"muted\">" + esc(D.errors[t]) + "</span></li>";
-    }).join("") : '<li class="muted">No task failed.</li>';
+    }).join("") + (failed.length > listed.length ? '<li class="muted">and ' +
+      (failed.length - listed.length) + " more: filter the table by the state failed</li>" : "")
+      : '<li class="muted">No task failed.</li>';
     $("failures").addEventListener("click", (e) => {
       const b = e.target.closest("button[data-t]");
       if (b) openDetail(+b.dataset.t, "traceback");
