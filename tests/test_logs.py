@@ -113,6 +113,7 @@ def test_a_user_level_below_the_captures_still_reaches_the_user(user: Keep) -> N
     ("logs", "kept"),
     [
         ("DEBUG", ["debug never", "info kept", "warning 2", "other"]),
+        ("debug", ["debug never", "info kept", "warning 2", "other"]),  # any case
         (logging.WARNING, ["warning 2", "other"]),
         ("app", ["info kept", "warning 2"]),
         ("app.tasks", ["info kept", "warning 2"]),

@@ -128,8 +128,9 @@ def check_logs(logs: object) -> tuple[int, str | None] | None:
     """``logs=``: None for False; else (the least level kept, the logger or None).
 
     True keeps INFO and up from every logger; a level (``logging.DEBUG``, or a
-    level's name such as ``"WARNING"``) keeps that level and up; any other string
-    names a logger, whose records and its children's are kept at INFO and up.
+    level's name in any case, ``"WARNING"``, ``"debug"``) keeps that level and up;
+    any other string names a logger, whose records and its children's are kept at
+    INFO and up.
     """
     if logs is False:
         return None
@@ -145,7 +146,7 @@ def check_logs(logs: object) -> tuple[int, str | None] | None:
                 "logs= must not be empty: True for every logger, a level such as "
                 "'DEBUG', or a logger's name"
             )
-        level = logging.getLevelNamesMapping().get(logs)
+        level = logging.getLevelNamesMapping().get(logs.upper())
         return (logging.INFO, logs) if level is None else (level, None)
     raise TypeError(
         "logs= must be True or False, a level (logging.DEBUG, 'WARNING') or a logger's "
