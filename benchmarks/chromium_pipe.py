@@ -205,7 +205,10 @@ class Chromium:
         )
         if where is None:
             raise LookupError(f"nothing on the page matches {selector!r}")
-        x, y = where
+        self.click_at(*where)
+
+    def click_at(self, x: float, y: float) -> None:
+        """Press and release the left mouse button at (x, y) of the window."""
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
             self.page("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 

@@ -231,6 +231,14 @@ def test_the_report_of_a_real_night_clicked_through(browser: Chromium, tmp_path:
     states = [order.index(r[1]) for r in rows(browser)]
     assert states == sorted(states, reverse=True)
 
+    # A bar of the timeline opens its task: the timed-out attempt of 'hang'.
+    browser.eval("document.getElementById('timeline').scrollIntoView()")
+    hang = browser.eval(f"window.dagexecReport.barOf({list(result.status).index('hang')})")
+    browser.click_at(*hang)
+    assert browser.eval("document.querySelector('#detail h3').innerText") == "hang"
+    assert "timed out" in detail(browser, "detail-body")
+    browser.click("#detail-close")
+
     # Zooming the timeline narrows the time shown.
     whole = browser.eval("document.getElementById('zoom-range').innerText")
     browser.click("#zoom-in")

@@ -412,6 +412,19 @@
   timeline();
   resourcesChart();
   table();
-  window.dagexecReport = { readyAt: performance.now(), openDetail: openDetail };
+  // Where task t's last attempt is drawn, in the window's coordinates (for tests).
+  function barOf(t) {
+    for (const b of bands) {
+      for (let l = 0; l < b.lanes.length; l++) {
+        const k = b.lanes[l].indexOf(last[t]);
+        if (k < 0) continue;
+        const r = canvas.getBoundingClientRect(), W = wrap.clientWidth;
+        const s = Math.max(A[8 * last[t] + 5], v0), e = Math.min(A[8 * last[t] + 6], v1);
+        return [r.left + ((s + e) / 2 - v0) / (v1 - v0) * W, r.top + b.y + HEAD + l * LH + BAR / 2];
+      }
+    }
+    return null;
+  }
+  window.dagexecReport = { readyAt: performance.now(), openDetail: openDetail, barOf: barOf };
   document.body.dataset.ready = "1";
 })();
