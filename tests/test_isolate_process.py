@@ -614,14 +614,15 @@ def test_a_wait_ended_by_anything_else_never_reads_a_stale_answer(
         slot.close()
 
 
-def test_an_exception_that_cannot_be_unpickled_arrives_as_a_stand_in(
+def test_an_exception_whose_class_the_parent_cannot_find_arrives_as_a_stand_in(
     ex: dagexec.Executor,
 ) -> None:
     g = dagexec.Graph()
-    g.add("odd", pt.raise_two_arg_error, isolate="process")
-    with pytest.raises(RuntimeError, match=r"task 'odd' raised TwoArgError: 1 and 2") as info:
+    g.add("odd", pt.raise_unimportable_error, isolate="process")
+    with pytest.raises(RuntimeError, match=r"task 'odd' raised GhostError: boo") as info:
         ex.run(g)
-    assert "TwoArgError" in "\n".join(info.value.__notes__)  # the child's traceback
+    assert "process_tasks.GhostError cannot be imported" in str(info.value)
+    assert "GhostError" in "\n".join(info.value.__notes__)  # the child's traceback
 
 
 def test_graph_files_loaded_by_the_cli_run_in_children(tmp_path: Path) -> None:
