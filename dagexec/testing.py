@@ -393,16 +393,11 @@ def no_leaked_threads(timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
     dropped without ``shutdown()`` exit when it is collected, and on free-threaded
     CPython a reference dropped by another thread (the scheduler's, at the end of
     a run) is merged lazily, so only a collection makes the executor unreachable
-    while this thread waits. The one thread dagexec keeps for the life of the
-    program, ``dagexec-spawner`` (started by the first ``isolate="process"`` task,
-    to start every child process), does not count.
+    while this thread waits.
     """
     _check_seconds("no_leaked_threads(timeout=...)", timeout)
     before = set(threading.enumerate())
     yield
-    # The thread that starts every isolate="process" child lives as long as the
-    # program, on purpose (dagexec/_engine/process/lifecycle.py): not a leak.
-    before |= {t for t in threading.enumerate() if t.name == _PROGRAM_THREAD}
     deadline = time.monotonic() + timeout
     while True:
         alive = [t for t in set(threading.enumerate()) - before if t.is_alive()]
@@ -416,6 +411,5 @@ def no_leaked_threads(timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
     assert not leaked, f"threads still running after the test: {sorted(leaked)}"
 
 
-_PROGRAM_THREAD = "dagexec-spawner"
 # How long no_leaked_threads joins a thread before collecting garbage again.
 _JOIN_SLICE = 0.1

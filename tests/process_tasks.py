@@ -299,3 +299,28 @@ class SlowToUnpickle:
 
 def my_name(*values: Any) -> Any:
     return dagexec.current_task().name
+
+
+def grandchild_for_a_while(item: int, data: bytes, seconds: float) -> int:
+    """Start ``sleep 60`` and wait ``seconds`` in Python (the GIL free), then end it:
+    what this task starts lives only while it runs. Returns ``len(data)``."""
+    import subprocess
+
+    grandchild = subprocess.Popen(["sleep", "60"])
+    try:
+        threading.Event().wait(seconds)
+    finally:
+        grandchild.kill()
+        grandchild.wait()
+    return len(data)
+
+
+def hold_the_gil(data: bytes, n: int) -> int:
+    """Sum ``range(n)`` in one C call, which never lets go of the GIL."""
+    return sum(range(n)) + len(data)
+
+
+def arrive_then_hold_the_gil(gate_dir: str) -> int:
+    """Arrive at the gate, then hold the GIL in C for minutes."""
+    arrive(gate_dir)
+    return sum(range(10**12))

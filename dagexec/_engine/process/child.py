@@ -27,21 +27,9 @@ started) with it:
   shared-memory segment of this child and kills the group at once, even while a
   task runs;
 * the parent dies while a task holds the GIL in C code, where no Python thread
-  here can run: the kernel sends SIGKILL (``PR_SET_PDEATHSIG``, set at start-up).
-  That signal follows the *thread* that started this child, so the parent starts
-  every child from one thread that lives as long as it does (see
-  :mod:`dagexec._engine.process.lifecycle`); what the task started then stays,
-  and a later program sweeps the segments.
-
-What the call sees: modules imported fresh by name (the parent's ``sys.path``
-is sent along whenever it changed), or loaded from their file for a script's
-``__main__`` (as ``__mp_main__``, like :mod:`multiprocessing`'s spawn, so its
-``if __name__ == "__main__":`` block does not run) and for graph files the CLI
-loaded. ``dagexec.current_task()`` gives the task's name and attempt (it reads
-:data:`calling` here), and its ``cancelled`` is set when the parent forwards a stop.
-Tasks arrive as their parts (function, dependency values, constants, the
-parameters keyword dependencies go to), not as dagexec's call objects, so that
-unpickling them does not import dagexec either.
+  here can run: the watchdog, a tiny process this child forks as it starts, does
+  the same (see :mod:`dagexec._engine.process.lifecycle` for why a process, not
+  ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -85,7 +73,6 @@ except ImportError:  # loaded by file as _dagexec_child, beside _dagexec_transfe
 __all__ = ["calling", "loading_main", "main"]
 
 _SEQ = struct.Struct("<Q")
-_PR_SET_PDEATHSIG = 1
 
 # The call running now, as (name, attempt, stop event), for dagexec.current_task()
 # (which looks here when it finds no task of its own); None between calls.
@@ -96,14 +83,14 @@ calling: tuple[Any, int, threading.Event] | None = None
 loading_main = False
 
 
-def main(requests: int, replies: int, stops: int, parent: int) -> None:
+def main(requests: int, replies: int, stops: int, life: int, parent: int) -> None:
     """Serve requests until the request pipe closes (or the reply pipe breaks: the
     parent is gone, and nobody is left to tell), then end this child's process
-    group. ``parent`` is the parent's pid, which names this child's shared-memory
-    segments."""
+    group. ``life`` is the pipe whose end of file says the parent died; ``parent``
+    is the parent's pid, which names this child's shared-memory segments."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent(parent)
     tag = f"{SEGMENT_PREFIX}{parent}-{os.getpid()}-"
+    _start_watchdog(life, (requests, replies, stops), tag)
     try:
         with contextlib.suppress(BrokenPipeError):
             _serve(requests, replies, stops, tag)
@@ -114,25 +101,41 @@ def main(requests: int, replies: int, stops: int, parent: int) -> None:
         _end_group()
 
 
-def _die_with_parent(parent: int) -> None:
-    """Have the kernel kill this child when its parent dies (Linux), for when no
-    Python code can run here to notice. Exits if the parent died already."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
+def _start_watchdog(life: int, others: tuple[int, ...], tag: str) -> None:
+    """Fork the watchdog: a process that waits for the end of file of ``life`` (the
+    parent died), then unlinks this child's segments and kills its group.
 
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # no libc prctl: the stop listener still works
-        return
-    if os.getppid() != parent:  # it died before the prctl: nobody would signal
-        os._exit(1)
+    Forked twice, before any thread starts (a fork of a threaded process is not
+    safe): it is nobody's child here, so a task's ``os.wait()`` never sees it. It
+    holds none of this child's other pipes, so that the parent still reads the end
+    of file of a child that died.
+    """
+    me = os.getpid()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            if os.fork() == 0:
+                for fd in others:
+                    os.close(fd)
+                with contextlib.suppress(OSError):
+                    while os.read(life, 1):
+                        pass  # nothing is written to it: this waits for end of file
+                unlink_segments(tag)
+                _end_group(me)
+        finally:
+            os._exit(0)
+    os.waitpid(middle, 0)
+    os.close(life)
 
 
-def _end_group() -> None:
-    """Kill this child's process group (what its tasks started, and itself)."""
-    if os.getpgrp() == os.getpid():  # it leads its group, as the parent starts it
-        os.killpg(0, signal.SIGKILL)
+def _end_group(leader: int | None = None) -> None:
+    """Kill the process group this child leads (what its tasks started, the watchdog
+    and this child); only the child ``leader`` itself if it leads none."""
+    leader = os.getpid() if leader is None else leader
+    if os.getpgrp() == leader:  # it leads its group, as the parent starts it
+        os.killpg(leader, signal.SIGKILL)
+    else:
+        os.kill(leader, signal.SIGKILL)
 
 
 def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
@@ -261,7 +264,6 @@ def _listen_for_stops(stops: int, stop: threading.Event, running: list[int], tag
             stop.set()
     unlink_segments(tag)
     _end_group()
-    os._exit(1)  # not a group leader (started by hand): this process at least
 
 
 def _run_main_by_name(module: str) -> None:

@@ -1,112 +1,47 @@
-"""How children start and end: from one long-lived thread, and always with their group.
+"""How children end: always with their process group, and never after their parent.
 
-Three rules, one place each:
-
-* **Started from one thread** (:func:`spawn`). A child asks the kernel to kill it
-  when its parent dies (``PR_SET_PDEATHSIG``, see ``child.py``), for when no Python
-  code of its own can run (a C call holding the GIL). Linux sends that signal when
-  the *thread* that started the child exits, not the process: a child started by a
-  worker thread would be killed the moment that thread ended (a worker replaced
-  after a timeout, a caller's thread that ran tasks itself), healthy or not. So
-  every child is started by :data:`_spawner`, a daemon thread started once and
-  never ended: it goes only with the process, which is when the signal is meant
-  to come. Its cost is two thread hand-offs per child start (~50 ms), none per call.
 * **Ended with its group** (:func:`end_group`). A child leads its own process
   group, and whatever its tasks start (a compiler, a db client, ``ffmpeg``) is in
   it unless it left (``setsid``, ``setpgid``): a timeout, a stop, a crash and
   interpreter exit kill the group, not the child alone.
+* **Never after its parent.** Each child is given the read end of a *life pipe*
+  whose write end only the parent holds, and never writes to: the kernel closes
+  it when the parent process dies, however it dies (SIGKILL, the OOM killer). A
+  tiny watchdog process the child forks as it starts (before any thread) sleeps
+  in a ``read`` of it; at end of file it unlinks the child's shared-memory
+  segments and kills the child's group, itself included (``child.py``). Being a
+  process of its own, it acts even while the child's task holds the GIL in a C
+  call, where no thread of the child could run. The child's own stop listener
+  does the same at once when it can.
+
+  Why not ``PR_SET_PDEATHSIG``: Linux sends that signal when the *thread* that
+  started the child exits, not the process, so a child started by a worker
+  thread would be killed when that thread ends (a worker replaced after a
+  timeout, a caller's thread that ran tasks itself), healthy or not; to avoid
+  that every child would have to be started from one thread living as long as
+  the program. And its SIGKILL kills the child alone, at once: the child's
+  segments and what its task started would stay, as the signal beats the stop
+  listener to it. A pipe belongs to the process, and the watchdog ends the
+  whole group.
 * **Segments of dead parents swept** (:func:`sweep_segments`), once per program,
-  when its first child starts: a child killed by the kernel's fallback could not
-  unlink its shared-memory segments, and they would stay in RAM until a reboot.
+  when its first child starts: segments a parent and its child both left (the
+  machine's OOM killer took both, say) would stay in RAM until a reboot.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import re
 import signal
 import subprocess
-import threading
-from typing import Any
 
 from .transfer import SEGMENT_PREFIX, shm_dir
 
-__all__ = ["end_group", "spawn", "sweep_segments"]
-
-_requests: queue.SimpleQueue[_Spawn] = queue.SimpleQueue()
-_spawner: threading.Thread | None = None
-_spawner_lock = threading.Lock()
-_swept = False
+__all__ = ["end_group", "sweep_segments"]
 
 
-class _Spawn:
-    """One child to start on the spawner thread, and what came of it."""
-
-    __slots__ = ("args", "done", "error", "given_up", "lock", "proc")
-
-    def __init__(self, args: dict[str, Any]) -> None:
-        self.args = args
-        self.done = threading.Event()
-        self.lock = threading.Lock()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.error: BaseException | None = None
-        self.given_up = False  # the asker stopped waiting (a KeyboardInterrupt)
-
-
-def spawn(**popen_args: Any) -> subprocess.Popen[bytes]:
-    """``subprocess.Popen(**popen_args)``, run on the spawner thread; blocks until started.
-
-    Raises what ``Popen`` raised. If the wait is interrupted (a KeyboardInterrupt on
-    the main thread), the child, once started, is killed with its group.
-    """
-    request = _Spawn(popen_args)
-    _spawner_thread()
-    _requests.put(request)
-    try:
-        request.done.wait()
-    except BaseException:
-        with request.lock:
-            request.given_up = True
-            proc = request.proc
-        if proc is not None:
-            end_group(proc)
-        raise
-    if request.error is not None:
-        raise request.error
-    assert request.proc is not None
-    return request.proc
-
-
-def _spawner_thread() -> None:
-    global _spawner
-    if _spawner is not None:
-        return
-    with _spawner_lock:
-        if _spawner is None:
-            thread = threading.Thread(target=_serve, daemon=True, name="dagexec-spawner")
-            thread.start()
-            _spawner = thread
-
-
-def _serve() -> None:
-    """The spawner thread: start children as asked, for the life of the process."""
-    while True:
-        request = _requests.get()
-        try:
-            proc: subprocess.Popen[bytes] = subprocess.Popen(**request.args)
-        except BaseException as exc:  # handed to the asker, who raises it
-            request.error = exc
-            request.done.set()
-            continue
-        with request.lock:
-            request.proc = proc
-            given_up = request.given_up
-        request.done.set()
-        if given_up:
-            end_group(proc)
-        del request, proc
+_swept = False  # sweep_segments ran in this program
 
 
 def end_group(proc: subprocess.Popen[bytes]) -> None:

@@ -72,7 +72,7 @@ from ..._core.current import running_by_thread, running_here
 from ..._core.errors import Cancelled, TaskTimeout, WorkerCrashed, describe
 from ..._core.isolate import IsolatedCall
 from ..._core.policy import CurrentTask, _local
-from .lifecycle import end_group, spawn, sweep_segments
+from .lifecycle import end_group, sweep_segments
 from .transfer import CALL, VALUE, Reader, dumps, lift, receive, send, shm_dir, unlink_quietly
 from .travel import parts, rebuilt_error, travelling_name, unpicklable
 
@@ -104,8 +104,8 @@ _BOOT = (
     "    module = sys.modules[name] = u.module_from_spec(spec)\n"
     "    spec.loader.exec_module(module)\n"
     "    return module\n"
-    "load('_dagexec_transfer', sys.argv[5])\n"
-    "load('_dagexec_child', sys.argv[6]).main(*map(int, sys.argv[1:5]))\n"
+    "load('_dagexec_transfer', sys.argv[6])\n"
+    "load('_dagexec_child', sys.argv[7]).main(*map(int, sys.argv[1:6]))\n"
 )
 
 _live: weakref.WeakSet[ChildSlot] = weakref.WeakSet()
@@ -162,6 +162,7 @@ class ChildSlot:
         "__weakref__",
         "busy",
         "deadline",
+        "life",
         "loaded",
         "poller",
         "proc",
@@ -175,7 +176,7 @@ class ChildSlot:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
-        self.requests = self.stops = -1
+        self.requests = self.stops = self.life = -1
         self.reader: Reader | None = None
         self.poller: select.poll | None = None
         self.seq = 0
@@ -192,9 +193,10 @@ class ChildSlot:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         stop_r, stop_w = os.pipe()
+        life_r, life_w = os.pipe()  # never written: its end of file says the parent died
         try:
-            self.proc = spawn(
-                args=[
+            self.proc = subprocess.Popen(
+                [
                     sys.executable,
                     # -O, -X, -W and the like, as multiprocessing passes them on
                     *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
@@ -203,11 +205,12 @@ class ChildSlot:
                     str(req_r),
                     str(rep_w),
                     str(stop_r),
+                    str(life_r),
                     str(os.getpid()),
                     os.path.join(_HERE, "transfer.py"),
                     os.path.join(_HERE, "child.py"),
                 ],
-                pass_fds=(req_r, rep_w, stop_r),
+                pass_fds=(req_r, rep_w, stop_r, life_r),
                 stdin=subprocess.DEVNULL,
                 # Its own process group: a terminal's Ctrl-C goes to the parent only
                 # (the child also ignores SIGINT), which decides what to kill; and
@@ -215,13 +218,13 @@ class ChildSlot:
                 process_group=0,
             )
         except BaseException:
-            for fd in (req_w, rep_r, stop_w):
+            for fd in (req_w, rep_r, stop_w, life_w):
                 os.close(fd)
             raise
         finally:
-            for fd in (req_r, rep_w, stop_r):
+            for fd in (req_r, rep_w, stop_r, life_r):
                 os.close(fd)
-        self.requests, self.stops = req_w, stop_w
+        self.requests, self.stops, self.life = req_w, stop_w, life_w
         self.reader = Reader(rep_r)
         self.poller = select.poll()
         self.poller.register(rep_r, select.POLLIN)
@@ -432,11 +435,11 @@ class ChildSlot:
 
     def _discard(self) -> None:
         reader = self.reader
-        for fd in (self.requests, -1 if reader is None else reader.fd, self.stops):
+        for fd in (self.requests, -1 if reader is None else reader.fd, self.stops, self.life):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.requests = self.stops = -1
+        self.requests = self.stops = self.life = -1
         self.reader = None
         self.busy = False
         self.proc = None
