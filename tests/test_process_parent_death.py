@@ -146,6 +146,7 @@ def test_a_child_holding_the_gil_dies_with_its_parent(tmp_path: Path) -> None:
     (tmp_path / "hog.py").write_text(script)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
     parent = subprocess.Popen([sys.executable, str(tmp_path / "hog.py")], env=env)
+    child = 0
     try:
         (child,) = gate.wait_for_arrivals(1)
         os.kill(parent.pid, signal.SIGKILL)
@@ -157,6 +158,8 @@ def test_a_child_holding_the_gil_dies_with_its_parent(tmp_path: Path) -> None:
     finally:
         parent.kill()
         parent.wait()
+        if child and _alive(child):  # (before the fix) no CPU left spinning
+            os.kill(child, signal.SIGKILL)
         gate.close()
 
 
