@@ -25,6 +25,15 @@ HOLD_SECONDS = 20.0
 _PID = struct.Struct("<q")
 
 
+def alive(pid: int) -> bool:
+    """True if ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 class ProcessGate:
     """Holds tasks running in child processes until the test opens it."""
 

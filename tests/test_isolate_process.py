@@ -29,13 +29,7 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
 
-def alive(pid: int) -> bool:
-    """True if ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+alive = pt.alive
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +41,6 @@ def ex() -> Iterator[dagexec.Executor]:
         # test: the no-leaked-threads check compares each test's threads.
         executor.submit(_pid_graph()).result()
         yield executor
-
-
-@pytest.fixture
-def gate(tmp_path: Path) -> Iterator[pt.ProcessGate]:
-    g = pt.ProcessGate(tmp_path)
-    try:
-        yield g
-    finally:
-        g.open()
-        g.close()
 
 
 # -- values in and out ---------------------------------------------------------

@@ -35,13 +35,7 @@ ROOT = TESTS.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
 
 
-def alive(pid: int) -> bool:
-    """True if ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+alive = pt.alive
 
 
 def gone(pid: int, within: float = 10.0) -> bool:
@@ -52,16 +46,6 @@ def gone(pid: int, within: float = 10.0) -> bool:
             return False
         time.sleep(0.01)
     return True
-
-
-@pytest.fixture
-def gate(tmp_path: Path) -> Iterator[pt.ProcessGate]:
-    g = pt.ProcessGate(tmp_path)
-    try:
-        yield g
-    finally:
-        g.open()
-        g.close()
 
 
 @pytest.fixture(scope="module")

@@ -152,23 +152,15 @@ def test_a_child_holding_the_gil_dies_with_its_parent(tmp_path: Path) -> None:
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
+        while pt.alive(child) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert not _alive(child)
+        assert not pt.alive(child)
     finally:
         parent.kill()
         parent.wait()
-        if child and _alive(child):  # (before the fix) no CPU left spinning
+        if child and pt.alive(child):  # (before the fix) no CPU left spinning
             os.kill(child, signal.SIGKILL)
         gate.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_child_outlives_the_thread_that_first_used_it() -> None:
@@ -182,7 +174,7 @@ def test_a_child_outlives_the_thread_that_first_used_it() -> None:
     first.start()
     first.join()
     try:
-        assert slot.proc is not None and _alive(slot.proc.pid)
+        assert slot.proc is not None and pt.alive(slot.proc.pid)
         assert slot.run(call, (4,), info) == 16  # from another thread, same child
     finally:
         slot.close()

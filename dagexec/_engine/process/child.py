@@ -120,7 +120,7 @@ def _start_watchdog(life: int, others: tuple[int, ...], tag: str) -> None:
                 with contextlib.suppress(OSError):
                     while os.read(life, 1):
                         pass  # nothing is written to it: this waits for end of file
-                unlink_segments(tag)
+                unlink_segments(lambda name: name.startswith(tag))
                 _end_group(me)
         finally:
             os._exit(0)
@@ -262,7 +262,7 @@ def _listen_for_stops(stops: int, stop: threading.Event, running: list[int], tag
             break
         if _SEQ.unpack(raw)[0] == running[0]:
             stop.set()
-    unlink_segments(tag)
+    unlink_segments(lambda name: name.startswith(tag))
     _end_group()
 
 

@@ -36,7 +36,7 @@ import re
 import signal
 import subprocess
 
-from .transfer import SEGMENT_PREFIX, shm_dir
+from .transfer import SEGMENT_PREFIX, unlink_segments
 
 __all__ = ["end_group", "sweep_segments"]
 
@@ -66,30 +66,23 @@ def sweep_segments() -> int:
     """Unlink the shared-memory segments of parents that are gone; how many.
 
     Runs once per program (the first call; later ones return 0). A segment's name
-    carries its parent's pid: one whose parent no longer runs was left by a
-    parent killed outright with a child the kernel had to kill.
+    carries its parent's pid: one whose parent no longer runs was left by a parent
+    and a child that died together (the out-of-memory killer, a machine's reset of
+    a container), or by a child whose watchdog was killed.
     """
     global _swept
     if _swept:
         return 0
     _swept = True
-    where = shm_dir()
-    if where is None:
-        return 0
-    try:
-        names = os.listdir(where)
-    except OSError:
-        return 0
-    gone = 0
-    me = os.getpid()
-    for name in names:
-        match = _SEGMENT.fullmatch(name)
-        if match is None or int(match.group(1)) == me or _runs(int(match.group(1))):
-            continue
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(where, name))
-            gone += 1
-    return gone
+    return unlink_segments(_of_a_dead_parent)
+
+
+def _of_a_dead_parent(name: str) -> bool:
+    match = _SEGMENT.fullmatch(name)
+    if match is None:
+        return False
+    parent = int(match.group(1))
+    return parent != os.getpid() and not _runs(parent)
 
 
 def _runs(pid: int) -> bool:

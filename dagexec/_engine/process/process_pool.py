@@ -73,7 +73,18 @@ from ..._core.errors import Cancelled, TaskTimeout, WorkerCrashed, describe
 from ..._core.isolate import IsolatedCall
 from ..._core.policy import CurrentTask, _local
 from .lifecycle import end_group, sweep_segments
-from .transfer import CALL, VALUE, Reader, dumps, lift, receive, send, shm_dir, unlink_quietly
+from .transfer import (
+    CALL,
+    SEGMENT_PREFIX,
+    VALUE,
+    Reader,
+    dumps,
+    lift,
+    receive,
+    send,
+    shm_dir,
+    unlink_quietly,
+)
 from .travel import parts, rebuilt_error, travelling_name, unpicklable
 
 __all__ = ["STARTUP_ALLOWANCE", "ChildSlot", "call_in_child", "live_children"]
@@ -228,7 +239,7 @@ class ChildSlot:
         self.reader = Reader(rep_r)
         self.poller = select.poll()
         self.poller.register(rep_r, select.POLLIN)
-        self.tag = f"dagexec-{os.getpid()}-{self.proc.pid}-"
+        self.tag = f"{SEGMENT_PREFIX}{os.getpid()}-{self.proc.pid}-"
         self.sent_path = None
         self.loaded = set()
         with _live_lock:

@@ -47,6 +47,7 @@ import contextlib
 import os
 import pickle
 import struct
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -254,15 +255,15 @@ def unlink_quietly(path: str | None) -> None:
             os.unlink(path)
 
 
-def unlink_segments(prefix: str) -> int:
-    """Unlink every shared-memory segment whose name starts with ``prefix``; how many."""
+def unlink_segments(chosen: Callable[[str], bool]) -> int:
+    """Unlink every shared-memory segment whose name ``chosen`` says yes to; how many."""
     try:
         names = os.listdir(_SHM_DIR)
     except OSError:
         return 0
     gone = 0
     for name in names:
-        if name.startswith(prefix):
+        if chosen(name):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(_SHM_DIR, name))
                 gone += 1
