@@ -329,17 +329,40 @@ def test_dask_run_on_refuses_logs_by_name() -> None:
     check_run_options({"logs": False})
 
 
-def test_process_tasks_capture_nothing_yet_and_still_run(user: Keep) -> None:
-    """isolate="process": the child's records are its own logging's (a documented
-    limitation until the child streams them); the run and the other tasks' logs
-    are as without it."""
+def test_process_tasks_stream_their_records_as_they_log(user: Keep) -> None:
+    """isolate="process": the child sends each record as it is made; its own
+    handlers print what they printed before (WARNING, on the child's stderr)."""
+    import process_tasks
+
     g = Graph()
-    g.add("child", logging.info, args=("from the child",), isolate="process")
+    g.add("child", process_tasks.log_lines, args=(3,), isolate="process")
+    g.add("quiet", process_tasks.square, args=(2,), isolate="process")
     g.add("a", chatty)
     result = dagexec.run(g, workers=2, logs=True)
-    assert result.status["child"] is TaskState.DONE
-    assert result.logs.get("child", ()) == ()
+    assert result["child"] == 3 and result["quiet"] == 4
+    kept = messages(result.logs["child"])
+    assert kept == ["child line 0", "child line 1", "child line 2", "child warning"]
+    (record,) = [r for r in result.logs["child"][0].records if r.levelname == "WARNING"]
+    assert record.name == "child.task" and record.args is None and record.process != 0
+    assert "quiet" not in result.logs
     assert messages(result.logs["a"]) == ["info kept", "warning 2"]
+    only = dagexec.run(g, workers=2, logs="WARNING")  # the same children, told anew
+    assert messages(only.logs["child"]) == ["child warning"]
+    none = dagexec.run(g, workers=2)
+    assert len(none.logs) == 0
+
+
+def test_a_killed_childs_last_lines_are_kept() -> None:
+    import process_tasks
+
+    g = Graph()
+    g.add("dies", process_tasks.log_then_die, isolate="process")
+    g.add("hangs", process_tasks.log_then_hang, isolate="process", timeout=1.0)
+    result = dagexec.run(g, workers=2, logs=True, on_error="continue")
+    assert isinstance(result.errors["dies"], dagexec.WorkerCrashed)
+    assert isinstance(result.errors["hangs"], dagexec.TaskTimeout)
+    assert messages(result.logs["dies"]) == ["about to die", "last words"]
+    assert messages(result.logs["hangs"]) == ["hanging now"]
 
 
 def test_a_run_stopped_by_its_timeout_unwraps_logging_once_its_tasks_end() -> None:

@@ -36,6 +36,7 @@ wrapping stays until it returns.
 from __future__ import annotations
 
 import logging
+import pickle
 import threading
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from threading import get_ident
@@ -44,7 +45,7 @@ from .._core.current import running_by_thread
 from .._core.policy import attempt_here
 from .._core.task_logs import AttemptLog, LogsMap
 
-__all__ = ["Capture", "release", "start"]
+__all__ = ["Capture", "child_wanted", "from_child", "release", "start"]
 
 # The attributes every LogRecord has; any other was added by ``extra=`` and is
 # kept only if it is plain data (it may not pickle, like ``args``).
@@ -153,6 +154,23 @@ def _handle(self: logging.Logger, record: logging.LogRecord) -> None:
         capture.add(here.task, _kept(_copy(record)))
     else:
         capture.add(here.task, _kept(record))  # only made for the capture: no copy
+
+
+def child_wanted() -> tuple[int, str | None] | None:
+    """What the child process of the task this worker thread runs must stream back
+    (``isolate="process"``): (level, logger or None), or None."""
+    here = running_by_thread.get(get_ident())
+    capture: Capture | None = None if here is None else getattr(here.stop, "capture", None)
+    return None if capture is None else (capture.level, capture.logger)
+
+
+def from_child(data: bytes | memoryview) -> None:
+    """Keep a record the child process of this worker thread's task sent (its
+    fields pickled, message formatted: ``_engine/process/child.py``)."""
+    here = running_by_thread.get(get_ident())
+    capture: Capture | None = None if here is None else getattr(here.stop, "capture", None)
+    if here is not None and capture is not None:
+        capture.add(here.task, _kept(logging.makeLogRecord(pickle.loads(data))))
 
 
 # How many runs capture now, and the done flags of captured attempts that outlived
