@@ -90,7 +90,7 @@ def night_graph() -> Graph:
     g.map("parse", parse, over="files", resources={"db": 1})
     g.add("flaky", flaky, retries=1, retry_on=(ConnectionError,))
     g.add("hang", hang, timeout=0.2)
-    g.add("square", process_tasks.square, args=(7,), isolate="process", checkpoint=False)
+    g.add("square", process_tasks.log_lines, args=(2,), isolate="process", checkpoint=False)
     g.add("broken", process_tasks.fail, isolate="process", checkpoint=False)
     g.add("total", lambda xs, f: sum(xs), deps=["parse", "flaky"])
     return g
@@ -216,6 +216,11 @@ def test_the_report_of_a_real_night_clicked_through(browser: Chromium, tmp_path:
     # Process tasks ran (not loaded: checkpoint=False), one of them failed.
     by_name = {r[0]: r for r in rows(browser)}
     assert by_name["square"][1] == "done" and by_name["square"][2] == "1"
+    assert by_name["square"][8] == "logs (3)"  # streamed from its child process
+    square = list(result.status).index("square")
+    browser.click(f"#table-rows .row[data-t='{square}'] [data-act=logs]")
+    assert "child line 1" in detail(browser, "detail-logs")
+    browser.click("#detail-close")
     assert by_name["broken"][1] == "failed"
     assert by_name["files"][7] == "loaded from checkpoint"
 
