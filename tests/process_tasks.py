@@ -230,3 +230,11 @@ def raise_two_arg_error(*values: Any) -> None:
 def double_array(a: Any) -> Any:
     a *= 2  # in place: the array that arrived is writable
     return a
+
+
+def dagexec_origin() -> dict[str, str]:
+    """Where this process imported dagexec from, and the child code it runs (by path)."""
+    import sys
+
+    child = sys.modules.get("_dagexec_child")
+    return {"dagexec": dagexec.__file__ or "", "child": getattr(child, "__file__", "") or ""}
