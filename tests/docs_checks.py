@@ -13,8 +13,9 @@ empty when the docs agree with the code. The conventions, stated once:
   key). ``python -m dagexec SUB --opt`` needs subcommand SUB
   with option --opt.
 - **Paths.** ``dagexec/...``, ``tests/...``, ``benchmarks/...``, ``docs/...`` and a
-  layer-relative ``_engine/worker.py`` must exist; a bare ``_<module>.py`` must be the name of
-  a file of the package (a module name from before the layers is not).
+  layer-relative ``_engine/workers/worker.py`` must exist; a bare ``_<module>.py``
+  must be the name of a file of the package (a module name from before the layers
+  is not).
 - **Benchmark commands.** ``python benchmarks/<script> --opt`` needs the script and,
   in its argparse calls, the option.
 - **Measured figures** (a number with MiB, GiB, KiB, MB, GB, ms, us, s or x) live on

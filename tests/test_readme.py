@@ -245,8 +245,8 @@ CONTRADICTIONS = {
     # issue 28's list of drifts
     r"tasks\s+run\s+on\s+threads\s+(only|in\s+one\s+process)": 'isolate="process" exists',
     r"use\s+`?concurrent\.futures\.ProcessPoolExecutor`?\s+\(call\s+it": 'isolate="process" exists',
-    r"only\s+the\s+call\s+in\s+`?_engine/worker\.py`?\s+changes": "a backend is an isolate= value",
-    r"elsewhere:\s+the\s+call\s+in\s+`?_engine/worker\.py": "a backend is an isolate= value",
+    r"only\s+the\s+call\s+in\s+`?_engine/(\w+/)?worker\.py`?\s+changes": "backends: isolate=",
+    r"elsewhere:\s+the\s+call\s+in\s+`?_engine/(\w+/)?worker\.py": "backends: isolate=",
     r"\(`g\.add`\s+and\s+`@g\.task`\s+only\)": "g.map takes run_if too",
     r"one\s+(trace\s+)?record\s+per\s+task": "the trace has one record per attempt",
     r"per\s+task\s+that\s+ran\s+\(its\s+last": "the trace has one record per attempt",

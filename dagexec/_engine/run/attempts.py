@@ -13,7 +13,7 @@ its function returns, and the run waits for that. The lifecycle::
        |                             |        TaskTimeout, maybe retried; its
        |                             |        worker slot gets a new thread and
        |                             |        the run lets go of its slot, see
-       |                             |        _engine/crew.py)
+       |                             |        _engine/workers/crew.py)
        |                             +--> returned late (value dropped; its
        |                             |        resources are free again)
        |                             +--> abandoned (its run ended while it ran;
@@ -54,7 +54,7 @@ import threading
 from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
-from .._core.policy import Attempt, CurrentTask
+from ..._core.policy import Attempt, CurrentTask
 from . import clock
 
 __all__ = ["AttemptBook", "LiveAttempt", "Overran", "TimedAttempt"]

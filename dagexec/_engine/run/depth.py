@@ -32,7 +32,7 @@ import sys
 import weakref
 from typing import Any
 
-from .wire import CHAIN, DONE, R_KIND, R_PAYLOAD, Message
+from ..workers.wire import CHAIN, DONE, R_KIND, R_PAYLOAD, Message
 
 __all__ = ["BUDGET_BYTES", "Depth", "estimate_bytes"]
 
