@@ -242,6 +242,10 @@ CONTRADICTIONS = {
     r"a\s+static\s+graph": "g.map grows the graph at run time",
     r"pip install ['\"]?dagexec\b": "dagexec is on no index: install from a clone or a URL",
     r"-e '\.\[test\]' && \.venv/bin/python -m pytest": "the test command installs .[test,dask]",
+    r"re-runs\s+it\s+and\s+everything\s+downstream": (
+        "a task downstream of a map or a checkpoint=False task loads when its inputs "
+        "come back equal (issue 31)"
+    ),
     # issue 28's list of drifts
     r"tasks\s+run\s+on\s+threads\s+(only|in\s+one\s+process)": 'isolate="process" exists',
     r"use\s+`?concurrent\.futures\.ProcessPoolExecutor`?\s+\(call\s+it": 'isolate="process" exists',
