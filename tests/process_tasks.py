@@ -362,3 +362,11 @@ def log_then_hang(*values: Any) -> None:
 
     logging.getLogger("child.task").info("hanging now")
     time.sleep(HOLD_SECONDS)
+
+
+def dagexec_origin() -> dict[str, str]:
+    """Where this process imported dagexec from, and the child code it runs (by path)."""
+    import sys
+
+    child = sys.modules.get("_dagexec_child")
+    return {"dagexec": dagexec.__file__ or "", "child": getattr(child, "__file__", "") or ""}
