@@ -4,7 +4,7 @@ Chromium started with ``--remote-debugging-pipe`` reads DevTools protocol
 commands from its file descriptor 3 and writes answers and events to 4, each a
 JSON document ended by a NUL byte. This is the little of that protocol the
 report's browser test (tests/test_report_browser.py) and the screenshot script
-(benchmarks/report_screenshot.py) need: open a page, evaluate script, click
+(benchmarks/report_page.py) need: open a page, evaluate script, click
 with the mouse, type, take a screenshot.
 
 ``find_chromium()`` says where a browser is, or None: ``$DAGEXEC_CHROMIUM``, else
