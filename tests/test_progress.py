@@ -6,6 +6,7 @@ import io
 import logging
 import sys
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -264,16 +265,16 @@ class FakeLater:
     """The bar's one-shot timer, fired by the test: ``(delay, call)`` pending."""
 
     def __init__(self) -> None:
-        self.pending: list[tuple[float, object]] = []
+        self.pending: list[tuple[float, Callable[[], None]]] = []
 
-    def __call__(self, delay: float, call: object) -> object:
+    def __call__(self, delay: float, call: Callable[[], None]) -> Callable[[], None]:
         self.pending.append((delay, call))
-        return lambda: self.pending.clear()
+        return self.pending.clear
 
     def fire(self) -> None:
         ((_, call),) = self.pending
         self.pending.clear()
-        call()  # type: ignore[operator]
+        call()
 
 
 def test_a_start_is_drawn_by_the_timer_never_at_once() -> None:
