@@ -6,43 +6,22 @@ from __future__ import annotations
 
 import ast
 import pathlib
-from collections.abc import Hashable
 from typing import Any
 
 import process_tasks
+from test_reports_agree import Stream
 
 import dagexec
-from dagexec import Callback, Graph, TaskState
+from dagexec import Graph, TaskState
 
 ROOT = pathlib.Path(dagexec.__file__).parent
 
 
-class Attempts(Callback):
-    """Every per-attempt hook, in order."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[Any, ...]] = []
-
-    def on_task_dispatch(self, name: Hashable, worker: int) -> None:
-        self.seen.append(("dispatch", name))
-
-    def on_attempt_start(self, name: Hashable, attempt: int, worker: int) -> None:
-        self.seen.append(("start", name, attempt))
-
-    def on_task_retry(self, name: Hashable, attempt: int) -> None:
-        self.seen.append(("retry", name, attempt))
-
-    def on_task_timeout(self, name: Hashable, attempt: int) -> None:
-        self.seen.append(("timeout", name, attempt))
-
-    def on_attempt_release(self, name: Hashable, attempt: int, how: str) -> None:
-        self.seen.append(("release", name, attempt, how))
-
-    def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
-        self.seen.append(("end", name, state))
+class Attempts(Stream):
+    """The event stream, read a kind at a time (a start without its worker)."""
 
     def of(self, kind: str) -> list[tuple[Any, ...]]:
-        return [e for e in self.seen if e[0] == kind]
+        return [e[:3] if kind == "start" else e for e in self.events if e[0] == kind]
 
 
 def test_each_attempt_starts_with_its_own_number() -> None:

@@ -632,13 +632,18 @@ def test_a_burst_of_long_tasks_at_the_start_still_shows_them_running() -> None:
 
 def _map_plan() -> PlanInfo:
     """The plan of a graph of 7 tasks, one a map: the run grows by its items."""
-    from dagexec._core.plan import plan_run
-
     g = Graph()
     g.add("find", lambda: [])
     for i in range(5):
         g.add(f"setup{i}", lambda: None)
     g.map("files", lambda f: f, over="find")
+    return plan_info(g)
+
+
+def plan_info(g: Graph) -> PlanInfo:
+    """What ``on_run_start`` gets for a run of ``g`` on 2 workers, its plan included."""
+    from dagexec._core.plan import plan_run
+
     plan = plan_run(g._compile(), None)
     return PlanInfo(
         tasks=plan.names,

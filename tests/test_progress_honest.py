@@ -7,11 +7,10 @@ import io
 import itertools
 import time
 
-from test_progress import FakeClock, _lines
+from test_progress import FakeClock, _lines, plan_info
 
 import dagexec
 from dagexec import Graph, PlanInfo, ProgressBar, TaskState
-from dagexec._core.plan import plan_run
 
 
 def _fast_then_slow() -> PlanInfo:
@@ -21,16 +20,7 @@ def _fast_then_slow() -> PlanInfo:
         g.add(f"load{i}", load)
     for i in range(10):
         g.add(f"upload{i}", upload)
-    plan = plan_run(g._compile(), None)
-    return PlanInfo(
-        tasks=plan.names,
-        targets=plan.target_names,
-        workers=1,
-        queue_cap=1,
-        max_in_flight=1,
-        effective_cap=1,
-        _plan=plan,
-    )
+    return plan_info(g)
 
 
 def load() -> None:
@@ -67,8 +57,7 @@ def test_a_maps_items_go_at_their_own_rate() -> None:
     g.add("files", lambda: list(range(3)))
     g.add("setup", load)
     g.map("parse", parse, over="files")
-    plan = plan_run(g._compile(), None)
-    info = PlanInfo(plan.names, plan.target_names, 1, 1, 1, 1, _plan=plan)
+    info = plan_info(g)
     out, clock = io.StringIO(), FakeClock()
     bar = ProgressBar(out, is_tty=True, min_interval=0.0, clock=clock)
     bar.on_run_start(info)
