@@ -336,6 +336,14 @@ def arrive_then_hold_the_gil(gate_dir: str) -> int:
     return sum(range(10**12))
 
 
+def dagexec_origin() -> dict[str, str]:
+    """Where this process imported dagexec from, and the child code it runs (by path)."""
+    import sys
+
+    child = sys.modules.get("_dagexec_child")
+    return {"dagexec": dagexec.__file__ or "", "child": getattr(child, "__file__", "") or ""}
+
+
 # A Gate and a probe written inside a process task's body: in the child they are
 # the module's own copies, which the test cannot see (tests/test_testing_process.py).
 GATE_IN_BODY = testing.Gate(timeout=5.0)
