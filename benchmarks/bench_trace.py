@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dagexec
-from dagexec._engine.executor import DEFAULT_QUEUE_CAP
+from dagexec._engine.front.executor import DEFAULT_QUEUE_CAP
 from dagexec._observation.progress import ProgressBar
 
 

@@ -8,7 +8,7 @@ exact and repeatable, so it shows whether a change added work to the hot path
 (e.g. a feature that should cost nothing when off). Compare two copies of the
 package in one shell with ``DAGEXEC_SRC=/path/to/other/checkout``.
 
-Worker-side work is not counted (workers run the tasks; see ``dagexec/_engine/worker.py``).
+Worker-side work is not counted (workers run the tasks; see ``dagexec/_engine/workers/worker.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [os.environ.get("DAGEXEC_SRC", str(HERE.parent))]
 
 import dagexec  # noqa: E402
-import dagexec._engine.scheduler as scheduler  # noqa: E402
+import dagexec._engine.run.scheduler as scheduler  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -197,7 +197,7 @@ def _time_sizing(dd: Any, cpu: dict[str, float]) -> None:
     import threading
     import time
 
-    import dagexec._engine.depth as depth
+    import dagexec._engine.run.depth as depth
 
     estimate, execute = depth.estimate_bytes, dd.execute
     caller = threading.get_ident()

@@ -54,7 +54,7 @@ with dagexec.Executor(workers=workers) as ex:
     if mode == "calls":
         # The layered tree, then the flat one of before issue 20 (spelled in two
         # parts so that tools which rename module paths leave it alone).
-        for path in ("dagexec._engine.scheduler", "dagexec." + "_scheduler"):
+        for path in ("dagexec._engine.run.scheduler", "dagexec." + "_scheduler"):
             try:
                 run_cls = importlib.import_module(path).Run
                 break

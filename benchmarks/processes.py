@@ -63,8 +63,8 @@ sys.path[:0] = [os.environ.get("DAGEXEC_SRC", str(HERE.parent)), str(HERE)]
 from workloads import crunch  # noqa: E402
 
 import dagexec  # noqa: E402
-from dagexec._engine import transfer  # noqa: E402
-from dagexec._engine.process_pool import ChildSlot, live_children  # noqa: E402
+from dagexec._engine.process import transfer  # noqa: E402
+from dagexec._engine.process.process_pool import ChildSlot, live_children  # noqa: E402
 
 WORKERS = 2
 NAN = math.nan

@@ -27,9 +27,9 @@ from ._core.hooks import Callback, PlanInfo
 from ._core.policy import MISSING, CurrentTask, Missing, current_task
 from ._core.result import RunResult, RunStats, StatusMap, TaskState, TraceRecord
 from ._core.version import __version__ as __version__
-from ._engine.executor import Executor
-from ._engine.future import RunFuture
-from ._engine.oneshot import run
+from ._engine.front.executor import Executor
+from ._engine.front.future import RunFuture
+from ._engine.front.oneshot import run
 from ._observation.progress import ProgressBar
 from ._persist.explain import explain
 

@@ -38,7 +38,7 @@ from ._core.errors import describe
 from ._core.graph import Graph
 from ._core.options import check_checkpoint_path
 from ._core.result import RunResult
-from ._engine.executor import Executor
+from ._engine.front.executor import Executor
 from ._integrations.dask_callbacks import bridge_for
 from ._integrations.dask_checkpoint import ClusterCheckpoint
 from ._integrations.dask_cluster import ClusterRun
@@ -65,7 +65,7 @@ __all__ = ["ClusterRun", "get", "run_on", "shutdown", "submit_on", "to_dask"]
 # dagexec's own frames, which dask.compute drops from a task's traceback (the
 # ``admin.traceback.shorten`` config dask keeps for its local schedulers' frames),
 # so that a failing task's traceback shows the caller, ``compute`` and the task.
-TRACEBACK_SHORTEN = r"dagexec[\\/](dask|_engine[\\/]\w+|_integrations[\\/]dask_\w+)\.py"
+TRACEBACK_SHORTEN = r"dagexec[\\/](dask|_engine(?:[\\/]\w+)+|_integrations[\\/]dask_\w+)\.py"
 
 OnError = Literal["raise", "continue"]
 

@@ -17,7 +17,7 @@ import pytest
 
 import dagexec
 from dagexec import Executor, Graph, TaskState, TaskTimeout, current_task
-from dagexec._engine import clock as _clock
+from dagexec._engine.run import clock as _clock
 from dagexec.testing import assert_within_bounds
 
 WAIT = 30.0  # a safety net for gates: a hang fails here, a pass never waits this long

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagexec._engine.balance import Balance
-from dagexec._engine.inbox import Inbox
+from dagexec._engine.run.balance import Balance
+from dagexec._engine.workers.inbox import Inbox
 
 
 def one_at_a_time(

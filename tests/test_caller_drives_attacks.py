@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import dagexec
-import dagexec._engine.caller_drives as caller_drives_module
-import dagexec._engine.executor as executor_module
-from dagexec._engine.scheduler import Run
+import dagexec._engine.front.caller_drives as caller_drives_module
+import dagexec._engine.front.executor as executor_module
+from dagexec._engine.run.scheduler import Run
 from dagexec.testing import Gate
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import dagexec
-import dagexec._engine.depth
-from dagexec._engine.depth import BUDGET_BYTES, Depth, estimate_bytes
-from dagexec._engine.wire import CHAIN, DONE, FAILED
+import dagexec._engine.run.depth
+from dagexec._engine.run.depth import BUDGET_BYTES, Depth, estimate_bytes
+from dagexec._engine.workers.wire import CHAIN, DONE, FAILED
 
 
 class Chunk:
@@ -116,17 +116,17 @@ def test_a_first_cap_at_the_worker_count_is_remembered_too() -> None:
     plan = _PlanKey()
     four = Depth(workers=4, full=260, plan=plan)
     assert four.after([_report(b"x" * (8 << 20))]) == 4
-    assert dagexec._engine.depth._first_cap[plan] == 4
+    assert dagexec._engine.run.depth._first_cap[plan] == 4
     again = Depth(workers=2, full=130, plan=plan)
     assert again.start == 4
     assert again.after([_report(b"x" * (8 << 20))]) == 2  # its own first cap: written
-    assert dagexec._engine.depth._first_cap[plan] == 2
+    assert dagexec._engine.run.depth._first_cap[plan] == 2
 
 
 def test_a_plan_is_forgotten_with_it() -> None:
     plan = _PlanKey()
     Depth(workers=2, full=130, plan=plan).after([_report(1)])
-    memory = dagexec._engine.depth._first_cap
+    memory = dagexec._engine.run.depth._first_cap
     assert plan in memory
     del plan
     gc.collect()  # not needed on CPython's refcounting; kept for other builds

@@ -15,19 +15,19 @@ from dagexec import Graph
 from dagexec._core.hooks import Hooks
 from dagexec._core.plan import plan_run
 from dagexec._core.result import CANCELLED, DONE
-from dagexec._engine.attempts import AttemptBook, LiveAttempt
-from dagexec._engine.balance import Balance
-from dagexec._engine.driver import Driver
-from dagexec._engine.inbox import Inbox
-from dagexec._engine.items import head
-from dagexec._engine.scheduler import Run
-from dagexec._engine.wire import ABORT, FREED, NOT_STARTED, Message
-from dagexec._engine.wire import CHAIN as R_CHAIN
-from dagexec._engine.wire import DONE as R_DONE
-from dagexec._engine.wire import FAILED as R_FAILED
-from dagexec._engine.wire import MEMBER as R_MEMBER
+from dagexec._engine.run.attempts import AttemptBook, LiveAttempt
+from dagexec._engine.run.balance import Balance
+from dagexec._engine.run.driver import Driver
+from dagexec._engine.run.items import head
+from dagexec._engine.run.scheduler import Run
+from dagexec._engine.workers.inbox import Inbox
+from dagexec._engine.workers.wire import ABORT, FREED, NOT_STARTED, Message
+from dagexec._engine.workers.wire import CHAIN as R_CHAIN
+from dagexec._engine.workers.wire import DONE as R_DONE
+from dagexec._engine.workers.wire import FAILED as R_FAILED
+from dagexec._engine.workers.wire import MEMBER as R_MEMBER
 
-DRIVER = Path(__file__).resolve().parent.parent / "dagexec" / "_engine" / "driver.py"
+DRIVER = Path(__file__).resolve().parent.parent / "dagexec" / "_engine" / "run" / "driver.py"
 
 # The bound: the loop that moves messages stays small enough to read at once.
 MAX_CODE_LINES = 150
@@ -82,7 +82,7 @@ def test_the_line_count_skips_blanks_comments_and_docstrings_only() -> None:
 def test_the_driver_is_at_most_150_code_lines() -> None:
     lines = code_lines(DRIVER.read_text(encoding="utf-8"))
     assert 0 < lines <= MAX_CODE_LINES, (
-        f"_engine/driver.py has {lines} code lines; it only moves messages: a decision "
+        f"_engine/run/driver.py has {lines} code lines; it only moves messages: a decision "
         "goes to the module that owns it (reports.py, run_stop.py, balance.py, timers.py)"
     )
 

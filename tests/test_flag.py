@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from dagexec._engine.flag import Flag
+from dagexec._engine.run.flag import Flag
 
 
 def test_set_clear_and_is_set_agree_with_the_field_the_workers_read() -> None:

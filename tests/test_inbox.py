@@ -9,7 +9,7 @@ import threading
 import pytest
 from switching import fast_switching
 
-from dagexec._engine.inbox import Inbox
+from dagexec._engine.workers.inbox import Inbox
 
 
 def test_put_nowait_is_bounded_and_fifo() -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 import dagexec
-import dagexec._engine.submission
+import dagexec._engine.front.submission
 from dagexec.testing import Gate
 
 # "Promptly": the run must notice within about a second. Generous for slow CI;
@@ -155,7 +155,7 @@ def test_ctrl_c_while_waiting_for_another_threads_run_is_noticed(
     thread's run must poll, or Ctrl-C is ignored until that run ends. And a run
     cancelled before it started never starts: the caller must not wait for the
     scheduler to reach it (it used to wait up to _CANCEL_WAIT_SECONDS)."""
-    monkeypatch.setattr(dagexec._engine.submission, "_CANCEL_WAIT_SECONDS", 60.0)
+    monkeypatch.setattr(dagexec._engine.front.submission, "_CANCEL_WAIT_SECONDS", 60.0)
     gate = Gate(timeout=30)
     waiting, told = os.pipe()
     ex = dagexec.Executor(workers=1)

@@ -167,7 +167,7 @@ def test_ctrl_c_between_the_stops_of_run_leaks_no_thread(
     after: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Ctrl-C after the first STOP went in, before or after the second."""
-    from dagexec._engine.inbox import Inbox
+    from dagexec._engine.workers.inbox import Inbox
 
     real_put = Inbox.put_nowait
     stops = 0

@@ -22,7 +22,7 @@ import process_tasks as pt
 import pytest
 
 import dagexec
-from dagexec._engine.process_pool import live_children
+from dagexec._engine.process.process_pool import live_children
 from dagexec.testing import Gate, InFlightRecorder, assert_within_bounds
 
 TESTS = Path(__file__).resolve().parent
@@ -371,7 +371,7 @@ _SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
 import dagexec, process_tasks as pt
-from dagexec._engine.process_pool import live_children
+from dagexec._engine.process.process_pool import live_children
 
 if __name__ == "__main__":
     g = dagexec.Graph()
@@ -506,7 +506,7 @@ def test_the_driver_sleeps_while_process_tasks_run(
     # Inboxes one deep are full by design in a process run: the driver must not
     # take that for a moment's congestion and wake every 1 ms to re-check (it
     # did: ~9 wake-ups per 15 ms task, each taking the GIL from the workers).
-    from dagexec._engine.driver import Driver
+    from dagexec._engine.run.driver import Driver
 
     wakes = [0]
     receive = Driver._receive
@@ -553,7 +553,7 @@ def test_a_child_killed_while_idle_is_replaced_without_failing_a_task(
 def test_messages_come_whole_however_the_pipe_cuts_them() -> None:
     # A reader reads ahead: two messages in one read, a message cut across reads,
     # and out-of-band buffers on the pipe all come out as they went in.
-    from dagexec._engine.transfer import Reader, dumps, lift, receive, send
+    from dagexec._engine.process.transfer import Reader, dumps, lift, receive, send
 
     r, w = os.pipe()
     reader = Reader(r)
@@ -593,7 +593,7 @@ def test_a_wait_ended_by_anything_else_never_reads_a_stale_answer(
     # answer still coming must not be taken for the next call's.
     from dagexec._core.isolate import IsolatedCall
     from dagexec._core.policy import CurrentTask
-    from dagexec._engine import process_pool
+    from dagexec._engine.process import process_pool
 
     slot = process_pool.ChildSlot()
     call = IsolatedCall(pt.square, "sq", "process", None, False, ())
@@ -736,7 +736,7 @@ def test_children_are_gone_at_interpreter_exit_without_shutdown(tmp_path: Path) 
             import sys
             sys.path.insert(0, {str(TESTS)!r})
             import dagexec, process_tasks as pt
-            from dagexec._engine.process_pool import live_children
+            from dagexec._engine.process.process_pool import live_children
 
             if __name__ == "__main__":
                 ex = dagexec.Executor(workers=2)  # never shut down

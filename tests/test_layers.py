@@ -81,18 +81,18 @@ ALLOWED: dict[tuple[str, str], str] = {
         "RunState's stop: functions of the run bound as its methods, typed by it "
         "(TYPE_CHECKING only)"
     ),
-    ("_engine.caller_drives", "_engine.executor"): (
+    ("_engine.front.caller_drives", "_engine.front.executor"): (
         "the caller-driven path is Executor.run's, moved out for size: it takes the "
         "Executor whose locks and slot it holds (TYPE_CHECKING only)"
     ),
-    ("_engine.queued", "_engine.executor"): (
+    ("_engine.front.queued", "_engine.front.executor"): (
         "the queued path is Executor.run's and submit's, moved out for size: it takes "
         "the Executor whose locks, queue and scheduler thread it uses (TYPE_CHECKING only)"
     ),
-    ("_engine.items", "_engine.driver"): (
+    ("_engine.run.items", "_engine.run.driver"): (
         "the item builders take the Driver they fill (TYPE_CHECKING only)"
     ),
-    ("_engine.outcome", "_engine.scheduler"): (
+    ("_engine.run.outcome", "_engine.run.scheduler"): (
         "the outcome is read off the finished Run (TYPE_CHECKING only)"
     ),
 }
@@ -215,11 +215,76 @@ def test_the_checker_sees_function_local_and_type_checking_imports(tmp_path: Pat
     # The checker itself must not be blind: a file with both kinds is read right.
     source = (
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from .._engine.driver import Driver\n"
+        "if TYPE_CHECKING:\n    from .._engine.run.driver import Driver\n"
         "def f():\n    import threading\n    from .plan import Plan\n"
     )
     fake = tmp_path / "probe.py"
     fake.write_text(source, encoding="utf-8")
     ours, others = imports_of(fake, module="_state.probe")
-    assert ours == {"_engine.driver", "_state.plan"}
+    assert ours == {"_engine.run.driver", "_state.plan"}
     assert "threading" in others
+
+
+# The engine's rooms, highest first: a room may import itself and the rooms after it.
+ENGINE_ROOMS = ("front", "run", "workers", "process")
+
+
+def test_the_engine_rooms_import_only_the_rooms_below_them() -> None:
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if parts[0] == "_engine" and len(parts) > 2 else None
+
+    wrong = []
+    for module, targets in graph().items():
+        mine = room(module)
+        if mine is None:
+            continue
+        below = ENGINE_ROOMS[ENGINE_ROOMS.index(mine) :]
+        for target in targets:
+            theirs = room(target)
+            if theirs is not None and theirs not in below and (module, target) not in ALLOWED:
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, f"an engine room imports a room above it: {wrong}"
+
+
+# Loaded by path in a bare child interpreter, before (and without) dagexec.
+CHILD_SIDE = ("_engine/process/child.py", "_engine/process/transfer.py")
+
+
+def test_the_child_side_modules_import_nothing_from_dagexec() -> None:
+    for relative in CHILD_SIDE:
+        path = PACKAGE / relative
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        ours = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (
+                (node.level and f"_engine/process/{node.module}.py" not in CHILD_SIDE)
+                or (node.module or "").split(".")[0] == "dagexec"
+            ):  # each other, yes (relative when imported, by file in a child): nothing else
+                ours.append(f"line {node.lineno}: from {'.' * node.level}{node.module or ''}")
+            elif isinstance(node, ast.Import):
+                ours += [
+                    f"line {node.lineno}: import {a.name}"
+                    for a in node.names
+                    if a.name.split(".")[0] == "dagexec"
+                ]
+        assert not ours, f"{relative} is loaded in a bare child and imports dagexec: {ours}"
+
+
+def test_the_process_backend_loads_on_its_first_use_not_at_import() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, dagexec\n"
+        "before = 'dagexec._engine.process.process_pool' in sys.modules\n"
+        "g = dagexec.Graph()\n"
+        "g.add('t', abs, args=(-2,), isolate='process')\n"
+        "value = dagexec.run(g)['t']\n"
+        "after = 'dagexec._engine.process.process_pool' in sys.modules\n"
+        "print(before, after, value)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()
+    assert out == ["False", "True", "2"]

@@ -1,7 +1,7 @@
 """Per-task policy on real threads: retries, timeouts, current_task(), cleanup tasks.
 
 No sleeps: attempts wait on gates and on their own cancellation token; retry
-waits run on a fake clock that only the test moves (``dagexec._engine.clock.now``).
+waits run on a fake clock that only the test moves (``dagexec._engine.run.clock.now``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dagexec import (
     TaskTimeout,
     current_task,
 )
-from dagexec._engine import clock as _clock
+from dagexec._engine.run import clock as _clock
 from dagexec.testing import assert_within_bounds
 
 WAIT = 30.0  # a safety net for gates: a hang fails here, a pass never waits this long

@@ -182,7 +182,7 @@ def test_the_run_options_are_those_of_the_one_record() -> None:
     place, fails here); submit() accepts exactly its fields."""
     import inspect
 
-    from dagexec._engine.run_checks import RunOptions
+    from dagexec._engine.front.run_checks import RunOptions
 
     record = dict(RunOptions._field_defaults)
     assert list(record) == list(RunOptions._fields)  # every field has its default

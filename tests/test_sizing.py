@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dagexec._engine.sizing import ELEMENTS_SAMPLED, estimate_bytes
+from dagexec._engine.run.sizing import ELEMENTS_SAMPLED, estimate_bytes
 
 
 class Buffer:

@@ -16,7 +16,7 @@ import pytest
 
 import dagexec
 from dagexec import TaskState
-from dagexec._engine.scheduler import Run
+from dagexec._engine.run.scheduler import Run
 from dagexec.testing import Gate, run_in_thread
 
 

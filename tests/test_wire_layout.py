@@ -1,7 +1,7 @@
 """The wire tuples' layout is known by one module: nobody else indexes them by number.
 
 A job's fields are read through ``wire.J_*`` and a report's through ``R_*``
-(:mod:`dagexec._state.events`, re-exported by :mod:`dagexec._engine.wire`), so
+(:mod:`dagexec._state.events`, re-exported by :mod:`dagexec._engine.workers.wire`), so
 that changing a layout is a change in one place that mypy then checks
 everywhere. This reads every module of the two layers that see them
 (``_state``, ``_engine``) with ``ast`` and fails on a bare integer subscript of a
@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from dagexec._engine import wire
+from dagexec._engine.workers import wire
 from dagexec._state import events
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dagexec"
@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dagexec"
 # The layers that build or read jobs and reports, and, among their modules, where
 # the layouts are written: the only ones that may index them by number.
 LAYERS = ("_state", "_engine")
-LAYOUT_MODULES = {"_engine/wire.py", "_state/events.py"}
+LAYOUT_MODULES = {"_engine/workers/wire.py", "_state/events.py"}
 
 # Names the code gives one job, chain item, report or results-queue message.
 ONE = {"msg", "item", "job", "probe", "report", "last_report", "r"}
@@ -62,7 +62,7 @@ def test_the_check_finds_what_it_is_for() -> None:
 
 def test_no_module_but_the_layouts_indexes_a_job_or_a_report_by_number() -> None:
     offenders = []
-    paths = sorted(path for layer in LAYERS for path in (PACKAGE / layer).glob("*.py"))
+    paths = sorted(path for layer in LAYERS for path in (PACKAGE / layer).rglob("*.py"))
     assert len(paths) > 20  # the walk sees the modules it is for
     for path in paths:
         relative = path.relative_to(PACKAGE).as_posix()

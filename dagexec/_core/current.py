@@ -28,7 +28,7 @@ class Running:
         self.task = -1
         self.stop: threading.Event | None = None
         # This worker's child process for isolate="process" tasks, started by the
-        # first of them (dagexec._engine.process_pool.ChildSlot); closed when the
+        # first of them (dagexec._engine.process.process_pool.ChildSlot); closed when the
         # worker exits, so children go with their executor's workers.
         self.child: Any = None
 

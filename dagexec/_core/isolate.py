@@ -2,7 +2,7 @@
 
 ``isolate=None`` (the default) runs the function on the worker thread that took
 the task. ``isolate="process"`` runs it in a child process that this worker
-thread keeps and waits for (see :mod:`dagexec._engine.process_pool`), so every
+thread keeps and waits for (see :mod:`dagexec._engine.process.process_pool`), so every
 bound of the run applies unchanged: the worker is busy while its child works.
 
 The graph stores such a task's call wrapped in an :class:`IsolatedCall`; the
@@ -28,7 +28,15 @@ from typing import Any
 from .bind import BoundCall, KeywordCall, callable_name
 from .errors import describe
 
-__all__ = ["ISOLATIONS", "RUNNERS", "IsolatedCall", "check_isolate", "inbox_depth", "load_by_file"]
+__all__ = [
+    "ISOLATIONS",
+    "LOADERS",
+    "RUNNERS",
+    "IsolatedCall",
+    "check_isolate",
+    "inbox_depth",
+    "load_by_file",
+]
 
 ISOLATIONS = ("process",)
 
@@ -122,10 +130,23 @@ def check_isolate(name: Hashable, isolate: object, fn: Callable[..., Any]) -> st
     return str(isolate)
 
 
-# How an isolated call runs, by its ``isolate`` value. The engine hands its entry
-# in when it loads (dagexec/_engine/process_pool.py registers "process"), so this
-# layer names no engine module; isolate="interpreter" would register here too.
+# How an isolated call runs, by its ``isolate`` value, and how to load the backend
+# that runs it. The engine enters a loader per value when it loads
+# (dagexec/_engine/__init__.py), so this layer names no engine module; the backend
+# itself is loaded by the first call that needs it (:func:`runner_for`), so
+# ``import dagexec`` never loads the process pool. isolate="interpreter" would
+# enter a loader here too.
 RUNNERS: dict[str, Callable[[IsolatedCall, tuple[Any, ...]], Any]] = {}
+LOADERS: dict[str, Callable[[], None]] = {}
+
+
+def runner_for(isolate: str) -> Callable[[IsolatedCall, tuple[Any, ...]], Any]:
+    """The runner for ``isolate``, its backend loaded by name on the first call."""
+    runner = RUNNERS.get(isolate)
+    if runner is None:
+        LOADERS[isolate]()  # the backend's register(): enters RUNNERS[isolate]
+        runner = RUNNERS[isolate]
+    return runner
 
 
 class IsolatedCall:
@@ -162,7 +183,7 @@ class IsolatedCall:
         self.by_file = module if isinstance(module, str) and load_by_file(module) else None
 
     def __call__(self, *dep_values: Any) -> Any:
-        return RUNNERS[self.isolate](self, dep_values)
+        return runner_for(self.isolate)(self, dep_values)
 
     def __repr__(self) -> str:
         return f"<dagexec {self.isolate} call {callable_name(self.call)}>"

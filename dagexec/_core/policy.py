@@ -48,7 +48,7 @@ class Policy(NamedTuple):
     timeout: float | None = None
     cleanup: bool = False  # run_if="all_done"
     # Where the function runs: None (a worker thread) or "process" (a child process
-    # the worker thread waits for; see dagexec._engine.process_pool). Not part of a
+    # the worker thread waits for; see dagexec._engine.process.process_pool). Not part of a
     # task's checkpoint identity: the value is the same either way.
     isolate: str | None = None
 
@@ -230,7 +230,7 @@ def current_task() -> CurrentTask:
     running = running_here()
     if running is None:
         # In the child process of an isolate="process" task, which runs it without
-        # dagexec's engine (see dagexec._engine.child): (name, attempt, stop).
+        # dagexec's engine (see dagexec._engine.process.child): (name, attempt, stop).
         child = sys.modules.get("_dagexec_child")
         calling = getattr(child, "calling", None)
         if calling is not None and threading.current_thread() is threading.main_thread():

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.errors import DagexecError
 from .._core.graph import Graph
-from .._engine.future import _TIMED_OUT
+from .._engine.front.future import _TIMED_OUT
 from .cli_io import (
     Fail,
     check_output,
@@ -137,8 +137,8 @@ def _run_reporting_failures(
     left in ``keep.result`` for the report.
     """
     callbacks: list[object] = [keep, tally] if bar is None else [keep, tally, bar]
-    from .._engine.oneshot import run_with
-    from .._engine.run_checks import RunOptions
+    from .._engine.front.oneshot import run_with
+    from .._engine.front.run_checks import RunOptions
 
     try:
         options = RunOptions(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
-from .._engine.executor import DEFAULT_QUEUE_CAP
+from .._engine.front.executor import DEFAULT_QUEUE_CAP
 from .cli_io import Fail, parse_targets
 from .cli_options import LOG_LEVELS, log_level, parse_resources, seconds
 

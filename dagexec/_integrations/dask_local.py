@@ -18,7 +18,7 @@ from dask._task_spec import GraphNode
 
 from .._core.errors import describe
 from .._core.result import RunResult
-from .._engine.executor import Executor
+from .._engine.front.executor import Executor
 from .dask_callbacks import Bridge
 from .dask_graph import Annotations, Built
 

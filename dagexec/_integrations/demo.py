@@ -35,7 +35,7 @@ from typing import Any, TextIO
 
 from .._core.graph import Graph
 from .._core.result import RunResult
-from .._engine.oneshot import run
+from .._engine.front.oneshot import run
 
 __all__ = ["build_cpu_graph", "build_graph", "gil_enabled", "interpreter", "main"]
 

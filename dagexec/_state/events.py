@@ -1,6 +1,6 @@
 """What the run state machine hears from workers and tells its observers.
 
-Kept apart from the wire (:mod:`dagexec._engine.wire`) so the pure state package
+Kept apart from the wire (:mod:`dagexec._engine.workers.wire`) so the pure state package
 needs nothing that knows threads: the state machine takes :data:`Report` s
 (what workers put on the results queue; its layout is here because
 ``RunState.ended`` reads it) and appends :class:`Event` s, and the engine hands
@@ -42,7 +42,7 @@ Report = tuple[int, Any, int, Any, float, float]
 """A worker's message ``(worker, task, kind, payload, started, ended)``: ``task``
 (a chain's member tuple for CHAIN) ended or began.
 
-``kind`` is one of :mod:`dagexec._engine.wire`'s report kinds. ``payload``: the
+``kind`` is one of :mod:`dagexec._engine.workers.wire`'s report kinds. ``payload``: the
 value (DONE), the exception (FAILED), a :class:`ChainEnd` (CHAIN), None otherwise
 (``task`` is a chain's first member for NOT_STARTED). ``started``/``ended`` are
 ``perf_counter`` stamps taken on the worker in a timed run, else 0.0.

@@ -5,7 +5,7 @@ a chain's end, a chain member's end) or that they refused it (the run had
 stopped); an abandoned attempt's thread reports that it returned (FREED); the
 caller puts ABORT. :class:`Reports` turns each into what the run state, the
 balancer and the attempt timers must hear. The driver
-(:mod:`dagexec._engine.driver`) only hands it the batches. Driving thread only.
+(:mod:`dagexec._engine.run.driver`) only hands it the batches. Driving thread only.
 """
 
 from __future__ import annotations
@@ -13,17 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._core.errors import Cancelled
-from .._core.result import CANCELLED as S_CANCELLED
-from .._core.result import DONE as S_DONE
-from .._core.result import FAILED as S_FAILED
-from .._state.events import START, Event
-from .._state.runstate import RunState
-from .attempts import LiveAttempt, Overran
-from .balance import Balance
-from .run_stop import RunStop
-from .timers import AttemptTimers
-from .wire import (
+from ..._core.errors import Cancelled
+from ..._core.result import CANCELLED as S_CANCELLED
+from ..._core.result import DONE as S_DONE
+from ..._core.result import FAILED as S_FAILED
+from ..._state.events import START, Event
+from ..._state.runstate import RunState
+from ..workers.wire import (
     ABORT,
     CHAIN,
     DONE,
@@ -34,6 +30,10 @@ from .wire import (
     STARTED,
     Message,
 )
+from .attempts import LiveAttempt, Overran
+from .balance import Balance
+from .run_stop import RunStop
+from .timers import AttemptTimers
 
 __all__ = ["Reports"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Hashable, Iterable, Mapping
 
-from .._core.graph import Graph
-from .._core.plan import check_resources
-from .._core.result import RunResult
+from ..._core.graph import Graph
+from ..._core.plan import check_resources
+from ..._core.result import RunResult
 from .executor import Executor
 from .future import _TIMED_OUT
 from .run_checks import OnError, RunOptions, check_capacity, prepare

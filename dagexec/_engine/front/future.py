@@ -32,10 +32,10 @@ from concurrent.futures._base import (  # the base class's own state names
 )
 from typing import TYPE_CHECKING
 
-from .._core.result import RunResult
+from ..._core.result import RunResult
 
 if TYPE_CHECKING:
-    from .scheduler import Run
+    from ..run.scheduler import Run
 
 __all__ = ["RunFuture"]
 

@@ -23,7 +23,7 @@ which is what :mod:`multiprocessing.shared_memory` uses there) opened with plain
 ``os`` calls: 3.11's ``SharedMemory`` starts a resource-tracker process and
 registers every segment a child opens, which is not wanted here. The *parent*
 names and unlinks every segment, both directions (see
-:class:`dagexec._engine.process_pool.ChildSlot`), so no segment outlives a killed
+:class:`dagexec._engine.process.process_pool.ChildSlot`), so no segment outlives a killed
 child. Without ``/dev/shm`` (macOS, Windows) everything goes through the pipe.
 A message without out-of-band buffers never looks at ``/dev/shm``.
 

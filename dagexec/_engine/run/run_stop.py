@@ -7,7 +7,7 @@ Either way every queued item is taken back and the run's ``stop`` flag set
 (:meth:`RunStop.halt`); an abort also cancels what was not handed out, sets
 ``cancelled`` once no queued task can start (after the run's cleanup tasks,
 unless a second Ctrl-C abandoned them), and then lets a caller that drives its
-own run go (``detachable``). The driver (:mod:`dagexec._engine.driver`) asks
+own run go (``detachable``). The driver (:mod:`dagexec._engine.run.driver`) asks
 :meth:`RunStop.settle` once per round while any of this is pending, and
 :meth:`RunStop.at_rest` when nothing is in flight.
 
@@ -21,14 +21,14 @@ import queue
 import threading
 from typing import Any
 
-from .._observation.observer import Observer
-from .._state.runstate import RunState
+from ..._observation.observer import Observer
+from ..._state.runstate import RunState
+from ..workers.wire import ABORT, J_ARGS, STOP, Message
 from .attempts import LiveAttempt
 from .balance import Balance
 from .items import head
 from .outcome import log_interrupted
 from .timers import AttemptTimers
-from .wire import ABORT, J_ARGS, STOP, Message
 
 __all__ = ["RunStop"]
 

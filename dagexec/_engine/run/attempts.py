@@ -54,7 +54,7 @@ import threading
 from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
-from .._core.policy import Attempt, CurrentTask
+from ..._core.policy import Attempt, CurrentTask
 from . import clock
 
 __all__ = ["AttemptBook", "LiveAttempt", "Overran", "TimedAttempt"]

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._core.safe import task_for_message
-from .wire import J_TASK, NOTIFY_START, Chain, Item
+from ..._core.safe import task_for_message
+from ..workers.wire import J_TASK, NOTIFY_START, Chain, Item
 
 if TYPE_CHECKING:
     from .driver import Driver

@@ -13,10 +13,10 @@ import threading
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Literal, NamedTuple
 
-from .._core.graph import Graph
-from .._core.hooks import Hooks, callback_list
-from .._core.options import check_checkpoint_path
-from .._core.plan import Plan, plan_run
+from ..._core.graph import Graph
+from ..._core.hooks import Hooks, callback_list
+from ..._core.options import check_checkpoint_path
+from ..._core.plan import Plan, plan_run
 
 OnError = Literal["raise", "continue"]
 
@@ -156,14 +156,14 @@ def prepare(graph: object, targets: Iterable[Hashable] | None, options: RunOptio
     path = check_checkpoint_path(options.checkpoint)
     callback_objects = callback_list(options.callbacks)
     if _check_flag("progress", options.progress):
-        from .._observation.progress import ProgressBar
+        from ..._observation.progress import ProgressBar
 
         callback_objects.append(ProgressBar())
     hooks = Hooks(callback_objects) if callback_objects else _NO_HOOKS
     plan = plan_run(graph._compile(), targets)
     identities = None
     if path is not None:
-        from .._persist.resume import checkpoint_identities
+        from ..._persist.resume import checkpoint_identities
 
         identities = checkpoint_identities(graph, plan)
     return Job(plan, hooks, on_error, trace, timeout, path, identities)

@@ -29,8 +29,8 @@ import queue
 from collections.abc import Sequence
 from typing import Any
 
-from .inbox import Inbox
-from .wire import ABORT, CHAIN, DONE, R_KIND, R_WORKER, Message
+from ..workers.inbox import Inbox
+from ..workers.wire import ABORT, CHAIN, DONE, R_KIND, R_WORKER, Message
 
 __all__ = ["Balance"]
 

@@ -5,8 +5,8 @@ timers in the state machine (``RunState.timers``); attempt timeouts live here,
 because they count from each attempt's STARTED report, which only the driver
 sees. A timed-out attempt ends for the state machine at once (failed with
 TaskTimeout, maybe retried) but keeps its in-flight slot and resources until its
-function returns; its worker reports an :class:`~dagexec._engine.attempts.Overran`
-instead of the value, which frees them (see :mod:`dagexec._engine.attempts`).
+function returns; its worker reports an :class:`~dagexec._engine.run.attempts.Overran`
+instead of the value, which frees them (see :mod:`dagexec._engine.run.attempts`).
 
 Owned by the thread that drives the run, like the run state; tokens are Events,
 which the running attempt reads through ``current_task()``.
@@ -20,12 +20,12 @@ import threading
 from collections.abc import Callable
 from time import perf_counter
 
-from .._core.errors import TaskTimeout
-from .._core.policy import Attempt, CurrentTask, Policy
-from .._core.result import FAILED, IN_FLIGHT
-from .._core.safe import task_for_message
-from .._state.events import ABANDONED, LET_GO, TIMEOUT, Event
-from .._state.runstate import RunState
+from ..._core.errors import TaskTimeout
+from ..._core.policy import Attempt, CurrentTask, Policy
+from ..._core.result import FAILED, IN_FLIGHT
+from ..._core.safe import task_for_message
+from ..._state.events import ABANDONED, LET_GO, TIMEOUT, Event
+from ..._state.runstate import RunState
 from . import clock
 from .attempts import TIMED_OUT, AttemptBook, LiveAttempt, Overran, TimedAttempt
 
@@ -38,7 +38,7 @@ class AttemptTimers:
     """Tokens of running attempts, their deadlines, and timed-out attempts still running.
 
     What an attempt with a timeout is, and who decides whether it ended in time,
-    is :mod:`dagexec._engine.attempts`; this is the driver's side of it.
+    is :mod:`dagexec._engine.run.attempts`; this is the driver's side of it.
     """
 
     __slots__ = (

@@ -1,15 +1,15 @@
 """The driver of one run: moves messages, and decides nothing itself.
 
 It blocks for reports on the results queue (no longer than a timer or a full
-inbox allows), hands them to :class:`~dagexec._engine.reports.Reports`, and puts
+inbox allows), hands them to :class:`~dagexec._engine.run.reports.Reports`, and puts
 batches of jobs into the workers' inboxes. Everything it asks along the way is
 answered elsewhere: which tasks are ready, in what order, with which arguments,
 :mod:`dagexec._state.runstate`; which worker gets how many, and which are
-stalled, :mod:`dagexec._engine.balance`; what a job looks like,
-:mod:`dagexec._engine.items`; what a report means, :mod:`dagexec._engine.reports`;
-stopping, aborting, detaching and a stuck run, :mod:`dagexec._engine.run_stop`;
-attempt timeouts, :mod:`dagexec._engine.timers`; how deep the inboxes go,
-:mod:`dagexec._engine.depth`. The run (:mod:`dagexec._engine.scheduler`) makes
+stalled, :mod:`dagexec._engine.run.balance`; what a job looks like,
+:mod:`dagexec._engine.run.items`; what a report means, :mod:`dagexec._engine.run.reports`;
+stopping, aborting, detaching and a stuck run, :mod:`dagexec._engine.run.run_stop`;
+attempt timeouts, :mod:`dagexec._engine.run.timers`; how deep the inboxes go,
+:mod:`dagexec._engine.run.depth`. The run (:mod:`dagexec._engine.run.scheduler`) makes
 all of these, holds the driver, and starts and ends it. Everything here runs on
 the one thread that drives the run.
 """
@@ -22,18 +22,18 @@ import threading
 from itertools import repeat
 from time import perf_counter
 
-from .._core.plan import Plan
-from .._observation.observer import Observer
-from .._state.runstate import RunState
+from ..._core.plan import Plan
+from ..._observation.observer import Observer
+from ..._state.runstate import RunState
+from ..workers.inbox import Inbox
+from ..workers.wire import Item, Message
 from . import clock
 from .balance import Balance
 from .depth import Depth
-from .inbox import Inbox
 from .items import chained_jobs, log_dispatch, plain_jobs, special_items, take_back
 from .reports import Reports
 from .run_stop import RunStop
 from .timers import AttemptTimers
-from .wire import Item, Message
 
 __all__ = ["Driver"]
 
@@ -51,7 +51,7 @@ _TIMER_POLL_SECONDS = 0.05
 
 class Driver:
     """The message loop of one run. The fields the item builders read
-    (:mod:`dagexec._engine.items`) are what every job carries."""
+    (:mod:`dagexec._engine.run.items`) are what every job carries."""
 
     def __init__(
         self,

@@ -36,7 +36,7 @@ from contextvars import Context
 from enum import Enum
 from typing import Any, Final, NamedTuple
 
-from .._state.events import R_ENDED, R_KIND, R_PAYLOAD, R_STARTED, R_TASK, R_WORKER, Report
+from ..._state.events import R_ENDED, R_KIND, R_PAYLOAD, R_STARTED, R_TASK, R_WORKER, Report
 
 __all__ = [
     "ABORT",

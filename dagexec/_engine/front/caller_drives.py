@@ -4,7 +4,7 @@ A plain run (no callbacks, no ``timeout``, no checkpoint, nothing queued before
 it) is driven by the calling thread itself: handing the run to another thread
 and waiting for it cost two thread hand-offs, about a third of a small run.
 Ctrl-C must not raise inside the driver, so on the main thread SIGINT is turned
-into a stop request meanwhile (:mod:`dagexec._engine.sigint`); after one, the
+into a stop request meanwhile (:mod:`dagexec._engine.front.sigint`); after one, the
 caller raises ``KeyboardInterrupt`` at once (once the run's cleanup tasks have
 run, if it has any: a second Ctrl-C abandons them) and a thread of the run's
 own waits for the tasks still running.
@@ -18,10 +18,10 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .._core.result import RunResult
-from .._core.safe import add_note
+from ..._core.result import RunResult
+from ..._core.safe import add_note
+from ..run.scheduler import Run
 from .run_checks import Job
-from .scheduler import Run
 from .sigint import SigintToAbort, sigint_stops_runs
 from .submission import _INTERRUPT_POLL_SECONDS
 
@@ -59,7 +59,7 @@ def run_here(
     The caller may drive its own run only where nothing can raise inside
     the driver: not on the main thread, or on it with Python's own SIGINT
     handler, which is swapped meanwhile for one that asks the run to stop
-    (:mod:`dagexec._engine.sigint`); and without callbacks, so that no user code
+    (:mod:`dagexec._engine.front.sigint`); and without callbacks, so that no user code
     runs on the caller's thread and delays its Ctrl-C. After Ctrl-C the run
     is left to a thread of its own, which waits for the running tasks, and
     KeyboardInterrupt is raised here at once, as on the queued path (after

@@ -15,10 +15,10 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from .._core.result import RunResult
+from ..._core.result import RunResult
+from ..run.scheduler import Run
 from .future import RunFuture
 from .run_checks import Job
-from .scheduler import Run
 from .submission import (
     _INTERRUPT_POLL_SECONDS,
     _scheduler_loop,
@@ -52,7 +52,7 @@ def enqueue(
     context = contextvars.copy_context()
     plan, store = job.plan, None
     if job.checkpoint is not None:
-        from .._persist.resume import open_checkpoint
+        from ..._persist.resume import open_checkpoint
 
         assert job.identities is not None
         plan, store = open_checkpoint(job.checkpoint, plan, job.identities)

@@ -6,9 +6,9 @@ import contextlib
 import queue
 import threading
 
-from .crew import Crew
+from ..workers.crew import Crew
+from ..workers.wire import STOP
 from .submission import _Ending, _Submission, _wait_unless_never_started
-from .wire import STOP
 
 
 class _Stopper:

@@ -61,11 +61,11 @@ import weakref
 from collections.abc import Hashable
 from typing import Any, NoReturn
 
-from .._core.bind import BoundCall, KeywordCall
-from .._core.current import running_by_thread, running_here
-from .._core.errors import Cancelled, TaskTimeout, WorkerCrashed, describe
-from .._core.isolate import RUNNERS, IsolatedCall
-from .._core.policy import CurrentTask, _local
+from ..._core.bind import BoundCall, KeywordCall
+from ..._core.current import running_by_thread, running_here
+from ..._core.errors import Cancelled, TaskTimeout, WorkerCrashed, describe
+from ..._core.isolate import IsolatedCall
+from ..._core.policy import CurrentTask, _local
 from .transfer import Reader, dumps, lift, receive, send, shm_dir, unlink_quietly
 
 __all__ = ["ChildSlot", "call_in_child", "live_children"]
@@ -453,6 +453,3 @@ def _kill_all() -> None:
     for slot in slots:
         with contextlib.suppress(Exception):
             slot.kill()
-
-
-RUNNERS["process"] = call_in_child

@@ -20,12 +20,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from .flag import Flag
+from ..run.flag import Flag
+from ..run.scheduler import Run
 from .future import RunFuture
-from .scheduler import Run
 
 if TYPE_CHECKING:
-    from .._persist.checkpoint import CheckpointStore
+    from ..._persist.checkpoint import CheckpointStore
 
 log = logging.getLogger("dagexec")
 

@@ -1,5 +1,5 @@
 """One run: its parts, its start and end, and surviving its own errors. It holds
-its driver (the message loop, :mod:`dagexec._engine.driver`), which moves the
+its driver (the message loop, :mod:`dagexec._engine.run.driver`), which moves the
 run's messages; the parts that decide are made here and handed to it.
 
 Data flow::
@@ -59,16 +59,16 @@ call of the scheduler is ``results.get``, and something is always on its way
 there while any task is in flight.
 
 Which worker gets a task, and rescuing tasks stuck behind a long one, is
-:mod:`dagexec._engine.balance`. Everything about tasks (order, readiness, resources,
+:mod:`dagexec._engine.run.balance`. Everything about tasks (order, readiness, resources,
 values, skips and cancels) is :mod:`dagexec._state.runstate`; what each report
-means for it, :mod:`dagexec._engine.reports`. On a stop
-(:mod:`dagexec._engine.run_stop`) the driver sets ``stop`` (chains stop between
+means for it, :mod:`dagexec._engine.run.reports`. On a stop
+(:mod:`dagexec._engine.run.run_stop`) the driver sets ``stop`` (chains stop between
 members), takes queued items back out of the inboxes and cancels them, and sets
 the token of every running attempt; tasks already running finish; only then is
 the outcome published.
 
 Per-task policy (only in runs whose plan has one): retry waits are timers in
-the state machine, attempt timeouts are :mod:`dagexec._engine.timers`, and both set
+the state machine, attempt timeouts are :mod:`dagexec._engine.run.timers`, and both set
 the timeout of ``results.get``.
 """
 
@@ -83,25 +83,16 @@ from collections.abc import Callable, Hashable, Mapping
 from time import perf_counter
 from typing import Any
 
-from .._core.hooks import Hooks
-from .._core.isolate import inbox_depth
-from .._core.plan import Plan
-from .._core.safe import add_note, task_for_message
-from .._observation.observer import OWN_FILES, Observer, release_frames
-from .._observation.trace import Recorder
-from .._state.runstate import RunState
-from .attempts import AttemptBook, LiveAttempt
-from .balance import Balance
-from .crew import Crew
-from .depth import Depth
-from .driver import Driver
-from .flag import Flag
-from .inbox import Inbox
-from .outcome import Outcome, announce, conclude
-from .reports import Reports
-from .run_stop import RunStop
-from .timers import AttemptTimers
-from .wire import (
+from ..._core.hooks import Hooks
+from ..._core.isolate import inbox_depth
+from ..._core.plan import Plan
+from ..._core.safe import add_note, task_for_message
+from ..._observation.observer import OWN_FILES, Observer, release_frames
+from ..._observation.trace import Recorder
+from ..._state.runstate import RunState
+from ..workers.crew import Crew
+from ..workers.inbox import Inbox
+from ..workers.wire import (
     ABORT,
     CHAIN,
     DONE,
@@ -117,6 +108,15 @@ from .wire import (
     Job,
     Message,
 )
+from .attempts import AttemptBook, LiveAttempt
+from .balance import Balance
+from .depth import Depth
+from .driver import Driver
+from .flag import Flag
+from .outcome import Outcome, announce, conclude
+from .reports import Reports
+from .run_stop import RunStop
+from .timers import AttemptTimers
 
 __all__ = ["ABORT", "Outcome", "Run"]
 
@@ -175,7 +175,7 @@ class Run:
         # the driver takes full inboxes for a moment's and re-checks every 1 ms.
         depth = inbox_depth(plan.policy, queue_cap)
         cap = min(self.bound, len(inboxes) * (depth + 1))
-        # No bound given: the cap follows the size of the values made (_engine/depth.py).
+        # No bound given: the cap follows the size of the values made (_engine/run/depth.py).
         memory_aware = Depth(len(inboxes), cap, plan) if adaptive else None
         if memory_aware is not None:
             cap = memory_aware.start
@@ -259,7 +259,7 @@ class Run:
 
         On the executor's scheduler thread it is called with the defaults. A caller
         that drives its own run (``Executor.run`` on a plain run, see
-        :mod:`dagexec._engine.executor`) passes ``detachable``: after an abort the call
+        :mod:`dagexec._engine.front.executor`) passes ``detachable``: after an abort the call
         returns as soon as nothing queued can start (``detached`` is then True),
         and another thread finishes the run with :meth:`take_over`, so that Ctrl-C
         stays prompt. The same happens when an exception escapes the driver on

@@ -22,12 +22,13 @@ from collections.abc import Hashable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from .._core.graph import Graph
-from .._core.plan import Plan, check_resources
-from .._core.result import RunResult
-from .attempts import AttemptBook
+from ..._core.graph import Graph
+from ..._core.plan import Plan, check_resources
+from ..._core.result import RunResult
+from ..run.attempts import AttemptBook
+from ..run.scheduler import Run
+from ..workers.crew import Crew
 from .caller_drives import _plain, run_here
-from .crew import Crew
 from .future import RunFuture
 from .queued import enqueue, run_queued
 from .run_checks import (
@@ -38,7 +39,6 @@ from .run_checks import (
     check_int,
     prepare,
 )
-from .scheduler import Run
 from .stopper import _Stopper
 from .submission import (
     _Ending,
@@ -107,7 +107,7 @@ class Executor:
         if workers is None:
             workers = os.cpu_count() or 1
         self.workers = check_int("workers", workers, 1)
-        # No bound given: each run's depth follows the size of its values (_engine/depth.py).
+        # No bound given: each run's depth follows the size of its values (_engine/run/depth.py).
         self.memory_aware = queue_cap is None and max_in_flight is None
         if queue_cap is None:
             queue_cap = DEFAULT_QUEUE_CAP

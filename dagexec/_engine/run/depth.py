@@ -36,8 +36,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from ..workers.wire import CHAIN, DONE, R_KIND, R_PAYLOAD, Message
 from .sizing import estimate_bytes
-from .wire import CHAIN, DONE, R_KIND, R_PAYLOAD, Message
 
 __all__ = ["BUDGET_BYTES", "Depth", "estimate_bytes"]
 

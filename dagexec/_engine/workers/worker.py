@@ -8,8 +8,8 @@ executor: its reports go to its own results queue, which nobody reads any more.
 Reporting is a ``put`` on an unbounded ``SimpleQueue``: it never blocks, so a
 worker cannot wait on the scheduler while the scheduler waits on it.
 
-An item is a :class:`~dagexec._engine.wire.Job` (one task) or a
-:class:`~dagexec._engine.wire.Chain`: a linear run of tasks, each the only consumer
+An item is a :class:`~dagexec._engine.workers.wire.Job` (one task) or a
+:class:`~dagexec._engine.workers.wire.Chain`: a linear run of tasks, each the only consumer
 of the one before, run back to back and reported once (see ``_plan._chain_links``).
 """
 
@@ -19,9 +19,8 @@ import threading
 from time import perf_counter
 from typing import Any
 
-from .._core.current import Running, running_by_thread
-from .._state.events import ChainEnd
-from . import process_pool  # noqa: F401  (registers isolate='process' in _core.isolate)
+from ..._core.current import Running, running_by_thread
+from ..._state.events import ChainEnd
 from .inbox import Inbox
 from .wire import (
     CHAIN,

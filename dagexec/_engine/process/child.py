@@ -1,6 +1,6 @@
 """The child process of ``isolate="process"`` tasks: run calls its worker thread sends.
 
-Started by :class:`dagexec._engine.process_pool.ChildSlot` as a fresh interpreter
+Started by :class:`dagexec._engine.process.process_pool.ChildSlot` as a fresh interpreter
 (``sys.executable -c``, never a fork of the threaded parent) that loads this file
 and ``transfer.py`` by path, as ``_dagexec_child`` and ``_dagexec_transfer``, without
 importing the dagexec package: a child of a task that does not use dagexec starts
@@ -10,7 +10,7 @@ in about the time of a bare interpreter. It talks over three pipes::
     parent worker thread --stops (task seq)--> stop listener thread here
 
 The main loop reads one request (the call and its arguments, see
-:mod:`dagexec._engine.transfer`; one ``read`` for a small one), tells the parent
+:mod:`dagexec._engine.process.transfer`; one ``read`` for a small one), tells the parent
 when the call starts if the task has a timeout (the parent times it from then),
 runs it and replies with the value or the exception (one ``writev``). The stop
 listener sleeps in a ``read`` of its own pipe: it costs a call nothing. A

@@ -10,9 +10,9 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from .._core.errors import TaskTimeout
-from .._core.hooks import PlanInfo
-from .._core.result import DONE, RunResult, StatusMap, TraceRecord
+from ..._core.errors import TaskTimeout
+from ..._core.hooks import PlanInfo
+from ..._core.result import DONE, RunResult, StatusMap, TraceRecord
 
 if TYPE_CHECKING:
     from .scheduler import Run
