@@ -138,8 +138,8 @@ def build(
 
     An iterative depth-first walk (a 10,000-long chain must not hit the recursion
     limit) that adds each task after its dependencies, so validating the result
-    needs no cycle search. A cycle leaves a task added before one of its
-    dependencies, which validation then reports as a ``CycleError``.
+    needs no cycle search. A cycle is met as a dependency still being walked, and
+    raised as dask's own schedulers raise it (a ``RuntimeError``).
     """
     built = Built()
     consts, task_deps, fns = built.consts, built.deps, built.fns
@@ -156,7 +156,9 @@ def build(
         while stack:
             key, pending, deps = stack[-1]
             for dep in pending:
-                if dep in task_deps or dep in consts or dep in visiting:
+                if dep in visiting:
+                    raise _cycle([k for k, _, _ in stack], dep)
+                if dep in task_deps or dep in consts:
                     continue
                 if _is_const(dep, nodes, known, consts):
                     continue
@@ -174,6 +176,16 @@ def build(
                 fns[key] = fn
     built.targets = [k for k in dict.fromkeys(keys) if k in task_deps]
     return built
+
+
+def _cycle(path: list[Hashable], back: Hashable) -> RuntimeError:
+    """dask's own error for a cycle (``dask.order``'s words): the keys from ``back``
+    along the walk's ``path``, and ``back`` again."""
+    loop = [*path[path.index(back) :], back]
+    return RuntimeError(
+        "Cycle detected between the following keys:\n"
+        + "\n".join(f"  -> {describe(k)}" for k in loop)
+    )
 
 
 def _missing(
