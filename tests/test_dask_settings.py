@@ -136,9 +136,11 @@ def test_rerun_exceptions_locally_runs_the_failed_task_on_the_calling_thread(how
         with pytest.raises(ValueError, match="#2") as raised:
             dagexec.dask.get(dsk, "z", **kwargs)
     else:
-        with dask.config.set(rerun_exceptions_locally=True):
-            with pytest.raises(ValueError, match="#2") as raised:
-                dagexec.dask.get(dsk, "z", **kwargs)
+        with (
+            dask.config.set(rerun_exceptions_locally=True),
+            pytest.raises(ValueError, match="#2") as raised,
+        ):
+            dagexec.dask.get(dsk, "z", **kwargs)
     assert len(flaky.threads) == 2
     assert flaky.threads[0] is not threading.current_thread()
     assert flaky.threads[1] is threading.current_thread()  # where pdb.pm() reaches it
@@ -197,12 +199,14 @@ def test_unknown_resources_are_refused_by_default() -> None:
 
 def test_unknown_resources_can_be_ignored_with_one_warning() -> None:
     parts = [_gpu_task() for _ in range(3)]
-    with dask.config.set({"dagexec.unknown-resources": "ignore"}):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            got = dask.compute(
-                parts, scheduler=dagexec.dask.get, optimize_graph=False, resources={"slot": 1}
-            )
+    with (
+        dask.config.set({"dagexec.unknown-resources": "ignore"}),
+        warnings.catch_warnings(record=True) as caught,
+    ):
+        warnings.simplefilter("always")
+        got = dask.compute(
+            parts, scheduler=dagexec.dask.get, optimize_graph=False, resources={"slot": 1}
+        )
     assert got == ([7, 7, 7],)
     mine = [w for w in caught if "unknown-resources" in str(w.message)]
     assert len(mine) == 1 and "'GPU'" in str(mine[0].message)
@@ -210,9 +214,11 @@ def test_unknown_resources_can_be_ignored_with_one_warning() -> None:
 
 
 def test_a_bad_unknown_resources_value_is_refused_by_name() -> None:
-    with dask.config.set({"dagexec.unknown-resources": "maybe"}):
-        with pytest.raises(ValueError, match=r"dagexec.unknown-resources must be"):
-            dask.compute(_gpu_task(), scheduler=dagexec.dask.get, optimize_graph=False)
+    with (
+        dask.config.set({"dagexec.unknown-resources": "maybe"}),
+        pytest.raises(ValueError, match=r"dagexec.unknown-resources must be"),
+    ):
+        dask.compute(_gpu_task(), scheduler=dagexec.dask.get, optimize_graph=False)
 
 
 # ---------------------------------------------------------------------- cycles
