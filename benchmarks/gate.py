@@ -2,6 +2,9 @@
 
 ``python benchmarks/gate.py BEFORE AFTER [--pairs 10] [--no-valgrind] [--only wide,chain]``
 
+Workloads: those of ``run.py``, and ``checkpoint``: the layered graph run with a
+checkpoint, each run on a fresh file (identities, a pickle and a commit per task).
+
 BEFORE and AFTER are checkouts of dagexec (e.g. ``git worktree add /tmp/before HEAD~3``).
 Wall time on a shared 2-core VM moves +-20% between processes, so a few percent
 cannot be seen in it; the gate therefore prints three figures per workload,
@@ -37,24 +40,35 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 CHILD = r"""
-import cProfile, importlib, sys, time
+import cProfile, importlib, itertools, os, sys, tempfile, time
 src, workload, mode, repeat = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 sys.path[:0] = [src, {here!r}]
 import dagexec
 from workloads import WORKLOADS
-spec = WORKLOADS[workload](True)
+spec = WORKLOADS[{checkpointed!r}.get(workload, workload)](True)
 g = dagexec.Graph()
 for name, (fn, deps) in spec.tasks.items():
     g.add(name, fn, deps=deps)
 targets = spec.targets
 tasks = spec.tasks_run
 workers = 1 if mode == "instr" else 2
+files = tempfile.TemporaryDirectory()
+fresh = itertools.count()
+def options():
+    # A checkpointed workload: every run on a fresh file (identities, a save per task).
+    if workload not in {checkpointed!r}:
+        return {{}}
+    return {{"checkpoint": os.path.join(files.name, f"c{{next(fresh)}}.sqlite")}}
 with dagexec.Executor(workers=workers) as ex:
-    ex.run(g, targets)  # warm: plan cached, threads started
+    ex.run(g, targets, **options())  # warm: plan cached, threads started
     if mode == "calls":
         # The layered tree, then the flat one of before issue 20 (spelled in two
         # parts so that tools which rename module paths leave it alone).
-        for path in ("dagexec._engine.run.scheduler", "dagexec." + "_scheduler"):
+        for path in (
+            "dagexec._engine.run.scheduler",
+            "dagexec._engine." + "scheduler",
+            "dagexec." + "_scheduler",
+        ):
             try:
                 run_cls = importlib.import_module(path).Run
                 break
@@ -69,26 +83,31 @@ with dagexec.Executor(workers=workers) as ex:
             finally:
                 profile.disable()
         run_cls.main = main
-        ex.run(g, targets)
+        ex.run(g, targets, **options())
         run_cls.main = original
         import pstats
         calls = sum(v[1] for v in pstats.Stats(profile).stats.values())
         print(calls / tasks)
     elif mode == "instr":
         for _ in range(repeat - 1):
-            ex.run(g, targets)
+            ex.run(g, targets, **options())
     else:
         best = float("inf")
         for _ in range(3):
             t = time.perf_counter()
-            ex.run(g, targets)
+            ex.run(g, targets, **options())
             best = min(best, time.perf_counter() - t)
         print(best / tasks)
 """
 
 
+# Gate workloads that run a workload of run.py with a checkpoint: each run on a
+# fresh file, so it computes every identity, and pickles and commits every value.
+CHECKPOINTED = {"checkpoint": "layered"}
+
+
 def child(src: str, workload: str, mode: str, repeat: int = 1, valgrind: bool = False) -> str:
-    script = CHILD.format(here=str(HERE))
+    script = CHILD.format(here=str(HERE), checkpointed=CHECKPOINTED)
     # -S: no site-packages, so an editable install of some other checkout cannot
     # answer for a module this one lacks.
     cmd = [sys.executable, "-S", "-c", script, src, workload, mode, str(repeat)]
@@ -114,7 +133,7 @@ def child(src: str, workload: str, mode: str, repeat: int = 1, valgrind: bool = 
 def instructions_per_task(src: str, workload: str) -> float:
     from workloads import WORKLOADS
 
-    tasks = WORKLOADS[workload](True).tasks_run
+    tasks = WORKLOADS[CHECKPOINTED.get(workload, workload)](True).tasks_run
     three = int(child(src, workload, "instr", 3, valgrind=True))
     one = int(child(src, workload, "instr", 1, valgrind=True))
     return (three - one) / (2 * tasks)
@@ -131,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     from workloads import WORKLOADS
 
-    names = [w for w in WORKLOADS if not args.only or w in args.only.split(",")]
+    names = [w for w in [*WORKLOADS, *CHECKPOINTED] if not args.only or w in args.only.split(",")]
     before, after = os.path.abspath(args.before), os.path.abspath(args.after)
     print(f"before: {before}\nafter:  {after}\n")
     header = (

@@ -150,3 +150,98 @@ def test_read_only_is_told_apart_from_damaged_whoever_runs_the_test(
     with pytest.raises(dagexec.CheckpointError, match="is read-only") as info:
         dagexec.run(_graph(), checkpoint=path)
     assert "damaged" not in str(info.value)
+
+
+# -- links (issue 31, item 3) ---------------------------------------------------------------
+
+NOBODY = 65534  # a uid that is not ours (root's tests give files to it)
+
+
+@posix_only
+def test_a_link_to_a_file_not_yet_made_creates_it_private_at_its_target(tmp_path: Path) -> None:
+    target = tmp_path / "real" / "c.sqlite"
+    target.parent.mkdir()
+    link = tmp_path / "c.sqlite"
+    link.symlink_to(target)
+    old = os.umask(0o022)  # the usual umask: SQLite alone creates 0644
+    try:
+        assert dagexec.run(_graph(), checkpoint=link)["b"] == "a" * 500 + "b"
+        with CheckpointStore(link) as store:  # a second open, through the link again
+            store.save_nowait(b"\1" * 16, 1, name="x")
+            assert store.flush(30)
+            wal = [Path(f"{target}{s}") for s in ("-wal", "-shm")]
+            assert [_mode(p) for p in (target, *wal)] == [0o600, 0o600, 0o600]
+    finally:
+        os.umask(old)
+    assert link.is_symlink() and not Path(f"{link}-wal").exists()  # all at the target
+    assert dagexec.run(_graph(), checkpoint=link).stats.tasks_loaded == 1
+
+
+@posix_only
+@pytest.mark.skipif(not ROOT, reason="making a link of another user needs root")
+def test_a_link_of_another_user_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "c.sqlite"
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(target)
+    os.lchown(link, NOBODY, -1)
+    with pytest.raises(dagexec.CheckpointError, match="belongs to another user") as info:
+        dagexec.run(_graph(), checkpoint=link)
+    assert "symbolic link" in str(info.value) and info.value.path == str(link)
+    assert not target.exists()  # refused before anything was created
+    with pytest.raises(dagexec.CheckpointError, match="belongs to another user"):
+        dagexec.explain(_graph(), checkpoint=link)
+
+
+@posix_only
+@pytest.mark.skipif(not ROOT, reason="a directory of another user needs root")
+@pytest.mark.parametrize("mode", [0o1777, 0o777, 0o1755], ids=["1777", "777", "1755"])
+def test_a_link_in_a_shared_directory_of_another_user_is_refused(tmp_path: Path, mode: int) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    target = tmp_path / "mine.sqlite"
+    link = shared / "c.sqlite"
+    link.symlink_to(target)  # ours: but anyone could have made it there
+    os.chown(shared, NOBODY, -1)
+    os.chmod(shared, mode)
+    with pytest.raises(dagexec.CheckpointError, match=r"a shared \((sticky|world-writable)\)"):
+        dagexec.run(_graph(), checkpoint=link)
+    assert not target.exists()
+    # A plain path there keeps working, as one in the system's temporary directory does.
+    plain = shared / "plain.sqlite"
+    assert dagexec.run(_graph(), checkpoint=plain)["b"].endswith("b")
+    assert _mode(plain) == 0o600
+
+
+@posix_only
+def test_a_plain_path_in_the_system_temporary_directory_keeps_working() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tempfile.gettempdir(), os.path.basename(tmp) + ".sqlite")
+        try:
+            dagexec.run(_graph(), checkpoint=path)
+            assert dagexec.run(_graph(), checkpoint=path).stats.tasks_loaded == 1
+            assert _mode(Path(path)) == 0o600
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path + suffix)
+
+
+@posix_only
+def test_a_wal_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    dagexec.run(_graph(), checkpoint=path)
+    Path(f"{path}-wal").unlink(missing_ok=True)
+    Path(f"{path}-wal").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(dagexec.CheckpointError, match="-wal' is a symbolic link"):
+        dagexec.run(_graph(), checkpoint=path)
+
+
+@posix_only
+def test_a_loop_of_links_is_refused(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.symlink_to(two)
+    two.symlink_to(one)
+    with pytest.raises(dagexec.CheckpointError, match="chain of more than 40 symbolic links"):
+        dagexec.run(_graph(), checkpoint=one)

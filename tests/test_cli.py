@@ -676,17 +676,28 @@ import threading
 from dagexec import Graph
 
 never = threading.Event()
+others_done = threading.Semaphore(0)  # one release per task that does not need hold
 
 def hold():
+    for _ in range(21):  # "started" only once hold is the one task left running
+        others_done.acquire(timeout=60)
     print("started", flush=True)
     never.wait(60)  # a daemon worker: the command exits without it
+
+def quick():
+    others_done.release()
+    return 1
+
+def files():
+    others_done.release()
+    return list(range(10))
 
 graph = Graph()
 graph.add("hold", hold)
 for i in range(20):
-    graph.add(("quick", i), lambda: 1)
+    graph.add(("quick", i), quick)
     graph.add(("later", i), lambda h: h, deps=["hold"])
-graph.add("files", lambda: list(range(10)))
+graph.add("files", files)
 graph.map("rows", lambda f, h: f, over="files", deps=["hold"])
 """
 

@@ -225,6 +225,10 @@ CONTRADICTIONS = {
     r"a\s+static\s+graph": "g.map grows the graph at run time",
     r"pip install ['\"]?dagexec\b": "dagexec is on no index: install from a clone or a URL",
     r"-e '\.\[test\]' && \.venv/bin/python -m pytest": "the test command installs .[test,dask]",
+    r"re-runs\s+it\s+and\s+everything\s+downstream": (
+        "a task downstream of a map or a checkpoint=False task loads when its inputs "
+        "come back equal (issue 31)"
+    ),
 }
 
 

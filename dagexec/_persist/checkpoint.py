@@ -41,7 +41,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from .._core.errors import CheckpointError
-from .checkpoint_file import damaged
+from .checkpoint_file import damaged, resolve_link
 from .checkpoint_format import open_checked
 from .checkpoint_values import pickle_value, unpickle_checked
 from .checkpoint_writer import Flush, Writer
@@ -99,6 +99,9 @@ class CheckpointStore:
                 f"checkpoint path must be a file, got {self.path!r}; an in-memory database "
                 "cannot be shared by the writer thread and the readers"
             )
+        # A link is followed once, here: the reader, the writer and the checks all
+        # use the file it pointed to then (see checkpoint_file).
+        self.path = resolve_link(self.path)
         self._reader = open_checked(self.path)
         self._read_lock = threading.Lock()
         max_value = self._reader.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)

@@ -7,6 +7,14 @@ same for its ``-wal``/``-shm`` companions (SQLite replays a ``-wal`` into the
 database when it opens it). A file dagexec creates is created ``0600``;
 SQLite then gives its ``-wal`` and ``-shm`` the database file's permissions.
 
+A path that is a symbolic link is resolved once, before anything else
+(:func:`resolve_link`), and the file is then created, checked and opened at its
+target, so SQLite never creates it through the link (with its own mode 0644).
+A link is someone's choice of where the values go: one owned by another user,
+or one in a shared directory (sticky or world-writable) that is not the user's,
+where anyone could have planted it, is refused like another user's file. A
+``-wal`` or ``-shm`` that is a link is refused too (SQLite never makes one).
+
 Then what the file *is*, so that each case gets its own message and its own
 fix: a file that is not SQLite, a SQLite database of something else (never
 written into: we would add our tables to it), a healthy file that is only
@@ -29,9 +37,68 @@ __all__ = [
     "check_private",
     "create_private",
     "damaged",
+    "resolve_link",
 ]
 
 _COMPANIONS = ("", "-wal", "-shm")
+
+
+_MAX_LINKS = 40  # as the kernel's limit: a longer chain is a loop
+
+
+def resolve_link(path: str) -> str:
+    """The file ``path`` names, following its symbolic links once; ``path`` if it is none.
+
+    Every link in the chain is checked (see the module docstring) before the
+    next is followed; directories on the way are resolved as the system does.
+
+    Raises:
+        CheckpointError: a link is another user's, or sits in a shared directory
+            that is not the user's, or the chain loops.
+    """
+    if not os.path.islink(path):
+        return path
+    current = path
+    for _ in range(_MAX_LINKS):
+        if not os.path.islink(current):
+            return os.path.realpath(current)
+        _check_link(path, current)
+        current = os.path.join(os.path.dirname(current), os.readlink(current))
+    raise CheckpointError(
+        f"checkpoint {path!r} is a chain of more than {_MAX_LINKS} symbolic links (a "
+        "loop?); give the path of the file itself",
+        path=path,
+    )
+
+
+def _check_link(path: str, link: str) -> None:
+    """Refuse a link that someone else chose: theirs, or in a shared directory."""
+    getuid = getattr(os, "getuid", None)
+    if getuid is None:
+        return
+    me = getuid()
+    owner = os.lstat(link).st_uid
+    why = ""
+    if owner != me:
+        why = f"belongs to another user (uid {owner}, you are {me})"
+    else:
+        directory = os.path.dirname(os.path.abspath(link))
+        info = os.stat(directory)
+        shared = info.st_mode & (stat.S_ISVTX | stat.S_IWOTH)
+        if shared and info.st_uid != me:
+            kind = "sticky" if info.st_mode & stat.S_ISVTX else "world-writable"
+            why = (
+                f"is in {directory!r}, a shared ({kind}) directory of another user "
+                f"(uid {info.st_uid}), where anyone could have made it"
+            )
+    if why:
+        raise CheckpointError(
+            f"checkpoint {path!r}: the symbolic link {link!r} {why}. A link chooses "
+            "where the values are written and read, and loading a checkpoint "
+            "unpickles its values, which can run any code: give the path of the "
+            "file itself, or a link in a directory of your own",
+            path=path,
+        )
 
 
 def create_private(path: str) -> None:
@@ -57,11 +124,18 @@ def check_private(path: str) -> None:
     for suffix in _COMPANIONS:
         name = path + suffix
         try:
-            info = os.stat(name)
+            info = os.lstat(name)  # not through a link: resolve_link ran before
         except FileNotFoundError:
             continue
         except OSError:
             continue  # unreadable: opening it reports why
+        if stat.S_ISLNK(info.st_mode):
+            raise CheckpointError(
+                f"checkpoint {path!r}: {name!r} is a symbolic link, which neither "
+                "dagexec nor SQLite makes there: someone chose where it points. "
+                "Delete it if you made it, else give another path",
+                path=path,
+            )
         if info.st_uid != getuid():
             raise CheckpointError(
                 f"checkpoint {path!r}: {name!r} belongs to another user (uid "

@@ -8,18 +8,19 @@ code objects for the graph being identified.
 from __future__ import annotations
 
 import copyreg
+import enum
 import functools
 import hashlib
 import pickle
 import struct
 import types
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from .._core.errors import CheckpointError
 from .checkpoint_values import describe_safely
 
-_PERSON = b"dagexec-task-2"  # bump when the encoding changes: old checkpoints then miss
+_PERSON = b"dagexec-task-3"  # bump when the encoding changes: old checkpoints then miss
 _PROTOCOL = 5
 # Bytes longer than this are encoded by their digest. Lower saves memory on more
 # values but hashes more small ones twice; higher copies large ones into the join.
@@ -119,6 +120,13 @@ class _Encoder:
             self.value(obj.__qualname__, out)
         elif callable(obj) and isinstance(obj, _FUNCTION_TYPES):
             out.append(b"X" + self.function(obj))
+        elif isinstance(obj, enum.Enum):
+            # By value as well as by name: pickle saves a member by name only, and
+            # an edit of the value (LOW = 0.1 -> 0.2) must be seen.
+            out.append(b"E")
+            self.value(type(obj), out)
+            self.value(obj.name, out)
+            self.value(obj.value, out)
         else:
             self._reduced(obj, out)
 
@@ -248,6 +256,9 @@ class _Encoder:
                 else:
                     self.lenient(contents, out)
             self._globals_parts(fn, names, out)
+            wrapped = fn.__dict__.get("__wrapped__")  # functools.wraps: what it wraps too
+            if wrapped is not None and wrapped is not fn:
+                out += [b"w", self._lenient_function(wrapped)]
         elif isinstance(fn, functools.partial):
             out += [b"partial", self.function(fn.func)]
             out.append(self.strict(fn.args, "its partial's bound arguments", self.task))
@@ -275,6 +286,14 @@ class _Encoder:
                 out.append(
                     self.strict(owner, "the object its builtin method is bound to", self.task)
                 )
+        elif (wrapped := _wrapped(fn)) is not None:
+            # functools.cache / lru_cache, a decorator object: what it wraps, and its
+            # class's code, not its state (a cache it fills would change every run).
+            out.append(b"wrapped")
+            self.value(type(fn), out)
+            if type(fn).__flags__ & _HEAPTYPE:
+                self._methods_parts(type(fn), out)
+            out.append(self.function(wrapped))
         elif isinstance(getattr(type(fn), "__call__", None), types.FunctionType):  # noqa: B004
             out += [b"object", self.function(type(fn))]
             out.append(self.strict(fn, "its callable object", self.task))
@@ -284,52 +303,127 @@ class _Encoder:
         return out
 
     def _methods_parts(self, cls: type, out: list[bytes]) -> None:
-        """Every method written in Python of ``cls`` and of its bases."""
+        """Every method written in Python of ``cls`` and of its bases; and the class
+        attributes of those of them written in ``cls``'s module, by the rule of
+        :meth:`_module_value` (a class constant decides values as a global does)."""
+        module = getattr(cls, "__module__", None)
         for klass in cls.__mro__:
             if not klass.__flags__ & _HEAPTYPE:
                 continue  # a class written in C (object, dict): no Python code
+            own = getattr(klass, "__module__", None) == module
+            members: Mapping[str, enum.Enum] = (
+                klass.__members__ if own and isinstance(klass, enum.EnumMeta) else {}
+            )
             for attr, member in sorted(vars(klass).items()):
-                for part in _functions_of(member):
-                    self.value(attr, out)
-                    out.append(self.function(part))
+                parts = _functions_of(member)
+                if parts:
+                    for part in parts:
+                        self.value(attr, out)
+                        out.append(self.function(part))
+                elif own and attr not in members and not _dunder_or_sunder(attr):
+                    self._module_value(attr, member, module, out)
+            for attr, member in members.items():  # an Enum's members (aliases too), by value
+                self.value(attr, out)
+                out.append(b"E")
+                self.lenient(member.value, out)
 
     def _globals_parts(
         self, fn: types.FunctionType, names: tuple[str, ...], out: list[bytes]
     ) -> None:
-        """The globals ``fn``'s code reads that decide its value: its module's own
-        functions and classes, simple values, and constants."""
+        """The globals ``fn``'s code reads that decide its value (:meth:`_module_value`)."""
         namespace = fn.__globals__
+        module = fn.__module__
         for name in names:
             found = namespace.get(name, namespace)  # namespace: "not there"
-            if found is namespace:
-                continue  # a builtin, or not defined (yet)
-            kind = type(found)
-            if isinstance(found, (types.FunctionType, type)):
-                # Its module's functions and classes (a class: its methods' code).
-                if getattr(found, "__module__", None) == fn.__module__:
-                    self.value(name, out)
-                    out.append(self.function(found))
-            elif kind in _SIMPLE_GLOBALS:
+            if found is not namespace:  # else a builtin, or not defined (yet)
+                self._module_value(name, found, module, out)
+
+    def _module_value(self, name: str, found: object, module: str | None, out: list[bytes]) -> None:
+        """``name = found`` of a task's module (a global, or a class attribute), if it
+        decides values: the module's own functions and classes (a class: its methods'
+        code and constants), simple values, constants, Enum members (by value),
+        ``functools.partial`` helpers and cached or wrapped helpers of the module."""
+        kind = type(found)
+        if kind is types.FunctionType or isinstance(found, type):
+            if getattr(found, "__module__", None) == module:
                 self.value(name, out)
-                self.value(found, out)
-            elif (
-                kind in _FROZEN_CONTAINERS
-                or kind in copyreg.dispatch_table
-                or (kind in _CONTAINERS and name.isupper())
-            ):
-                # Constants that decide the value: EXTENSIONS = (".csv", ".tsv"),
-                # PATTERN = re.compile(...), LIMITS = {...}. A mutable container
-                # counts only under a constant's name (PEP 8: upper case): a
-                # lower-case list is usually state the task appends to (a log
-                # of calls), which would make it run again every time.
-                self.value(name, out)
-                self.lenient(found, out)
+                out.append(self.function(found))
+        elif kind in _SIMPLE_GLOBALS:
+            self.value(name, out)
+            self.value(found, out)
+        elif (
+            kind in _FROZEN_CONTAINERS
+            or kind in copyreg.dispatch_table
+            or (kind in _CONTAINERS and name.isupper())
+            or isinstance(found, enum.Enum)
+        ):
+            # Constants that decide the value: EXTENSIONS = (".csv", ".tsv"),
+            # PATTERN = re.compile(...), LIMITS = {...}, MODE = Mode.FAST. A
+            # mutable container counts only under a constant's name (PEP 8: upper
+            # case): a lower-case list is usually state the task appends to (a log
+            # of calls), which would make it run again every time.
+            self.value(name, out)
+            self.lenient(found, out)
+        elif kind is functools.partial:
+            self.value(name, out)
+            out.append(self._partial_helper(found, module))  # type: ignore[arg-type]
+        elif (
+            callable(found)
+            and getattr(found, "__module__", None) == module
+            and _wrapped(found) is not None
+        ):  # @functools.cache def helper(): ...
+            self.value(name, out)
+            out.append(self._lenient_function(found))
+
+    def _partial_helper(self, helper: functools.partial[Any], module: str | None) -> bytes:
+        """A module's ``functools.partial`` helper: its function (by name if it is
+        another module's: their code is not covered), bound arguments, keywords."""
+        out = [b"partial"]
+        func = helper.func
+        if isinstance(func, functools.partial):
+            out.append(self._partial_helper(func, module))
+        elif isinstance(func, (types.FunctionType, type)) and func.__module__ != module:
+            self.value(func.__module__, out)
+            self.value(func.__qualname__, out)
+        else:
+            out.append(self._lenient_function(func))
+        self.lenient(helper.args, out)
+        self.lenient(sorted(helper.keywords.items()), out)
+        return _digest(b"".join(out))
+
+    def _lenient_function(self, fn: object) -> bytes:
+        """:meth:`function`, or the type's name if its state cannot be encoded: for
+        what a task's code reaches, not what it was given."""
+        try:
+            return self.function(fn)
+        except CheckpointError:
+            out: list[bytes] = [b"?"]
+            self.value(type(fn).__module__, out)
+            self.value(type(fn).__qualname__, out)
+            return _digest(b"".join(out))
+
+
+def _dunder_or_sunder(name: str) -> bool:
+    """``__module__``, ``_order_``: Python's and enum's own names, not constants."""
+    return len(name) > 2 and name[0] == "_" and name[-1] == "_"
+
+
+def _wrapped(fn: object) -> object | None:
+    """What a decorator's result wraps (``__wrapped__``), if it is callable; else None."""
+    try:
+        wrapped = getattr(fn, "__wrapped__", None)
+    except Exception:  # a hostile __getattr__
+        return None
+    return wrapped if wrapped is not fn and callable(wrapped) else None
 
 
 def _functions_of(member: object) -> list[types.FunctionType]:
-    """The Python functions behind a class attribute: method, static, class, property."""
+    """The Python functions behind a class attribute: method, static, class, property,
+    cached property."""
     if isinstance(member, (staticmethod, classmethod)):
         member = member.__func__
+    elif isinstance(member, functools.cached_property):
+        member = member.func
     if isinstance(member, property):
         return [
             f for f in (member.fget, member.fset, member.fdel) if isinstance(f, types.FunctionType)

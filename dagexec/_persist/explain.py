@@ -1,10 +1,13 @@
 """``dagexec.explain``: why a checkpointed run would run each task, before running it.
 
 The prediction is the run's own decision, not a second opinion: the same
-identities (:func:`~dagexec._persist.resume.checkpoint_identities`) and the same walk
+identities (:func:`~dagexec._persist.resume.checkpoint_identities`), the same walk
 from the targets (:func:`~dagexec._persist.resume.resume`, which also reads the values
 it would load, so a value that no longer unpickles is caught here as in the
-run). For each task that would run, one reason, in this precedence:
+run), and for the tasks the run decides on its workers (maps, and what is
+downstream of them) the same identities the wrappers will compute, wherever
+the file already holds what they need (:mod:`dagexec._persist.forecast`). For each
+task that would run, one reason, in this precedence:
 
 1. ``not checkpointed``: ``checkpoint=False``; it runs every time;
 2. ``code changed``: its function (or a helper of its module it calls) changed;
@@ -14,9 +17,11 @@ run). For each task that would run, one reason, in this precedence:
 6. ``damaged``: its row is there but its value does not read back.
 
 To tell 2-4 from 5, the store keeps per task name the parts of the identity
-last saved under it (the ``dagexec_names`` table). Tasks downstream of a
-``checkpoint=False`` task or of a map, and maps (their items), are decided
-during the run, once those values exist: they are listed apart, never guessed.
+last saved under it (the ``dagexec_names`` table); for a map, the parts of its
+own identity (function, constants, extra deps). A map's items are counted
+(:class:`MapItems`) when the list it maps over is known before the run. What
+needs a value made during the run (a ``checkpoint=False`` task's, or a list
+computed in the run) is listed apart, never guessed.
 """
 
 from __future__ import annotations
@@ -28,44 +33,27 @@ from typing import Any
 
 from .._core.errors import describe
 from .._core.graph import Graph
+from .reasons import MapItems, Reason
 
-__all__ = ["Explanation", "Reason", "explain"]
-
-# Reason kinds, in precedence order.
-NOT_CHECKPOINTED = "not checkpointed"
-CODE_CHANGED = "code changed"
-CONSTANT_CHANGED = "constant changed"
-UPSTREAM_CHANGED = "upstream changed"
-NOT_STORED = "not stored"
-DAMAGED = "damaged"
-KINDS = (NOT_CHECKPOINTED, CODE_CHANGED, CONSTANT_CHANGED, UPSTREAM_CHANGED, NOT_STORED, DAMAGED)
-
-_KEY = 16  # bytes of a name key, a digest, an identity
-
-
-@dataclass(frozen=True)
-class Reason:
-    """Why one task would run: ``kind`` (one of :data:`KINDS`) and a sentence."""
-
-    kind: str
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
+__all__ = ["Explanation", "MapItems", "Reason", "explain"]
 
 
 @dataclass(frozen=True)
 class Explanation:
     """What a checkpointed run of a graph would do with each task it needs.
 
-    ``run``: task name -> :class:`Reason`, for the tasks it would execute;
-    ``load``: the tasks whose stored value it would use instead;
-    ``during_run``: task name -> why it can only be decided during the run.
+    ``run``: task name -> :class:`Reason`, for the tasks it would execute (a map:
+    some or all of its items);
+    ``load``: the tasks whose stored value it would use instead (a map: all its
+    items load);
+    ``during_run``: task name -> why it can only be decided during the run;
+    ``items``: map name -> :class:`MapItems`, for every map it needs.
     """
 
     run: Mapping[Hashable, Reason] = field(default_factory=dict)
     load: tuple[Hashable, ...] = ()
     during_run: Mapping[Hashable, str] = field(default_factory=dict)
+    items: Mapping[Hashable, MapItems] = field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = [
@@ -73,7 +61,10 @@ class Explanation:
             f"{len(self.during_run)} decided during the run"
         ]
         lines += [f"run   {describe(name)}: {reason}" for name, reason in self.run.items()]
-        lines += [f"load  {describe(name)}" for name in self.load]
+        for name in self.load:
+            counts = self.items.get(name)
+            shown = "" if counts is None else f" (its {counts.total} items)"
+            lines.append(f"load  {describe(name)}{shown}")
         lines += [f"later {describe(name)}: {why}" for name, why in self.during_run.items()]
         return "\n".join(lines)
 
@@ -99,6 +90,7 @@ def explain(
     """
     from .._core.options import check_checkpoint_path
     from .._core.plan import plan_run
+    from .checkpoint_file import resolve_link
     from .resume import checkpoint_identities
 
     if not isinstance(graph, Graph):
@@ -108,6 +100,7 @@ def explain(
         raise TypeError("explain needs checkpoint=, the file a run would use, like 'batch.sqlite'")
     plan = plan_run(graph._compile(), targets)
     ids = checkpoint_identities(graph, plan)
+    path = resolve_link(path)  # a link the run would refuse is refused here too
     if not os.path.exists(path):
         return _predict(graph, plan, ids, None, path)
     from .checkpoint import CheckpointStore
@@ -117,107 +110,19 @@ def explain(
 
 
 def _predict(graph: Any, plan: Any, ids: Any, store: Any, path: str) -> Explanation:
-    from .identity import key_of
+    from .forecast import Forecast
     from .resume import plan_resume, resume
-    from .savers import MAP, STATIC
 
-    names, deps = plan.names, plan.deps
     if store is None:
-        to_run, to_load = plan_resume(deps, plan.targets, set())
-        present: set[bytes] = set()
-        parts: dict[bytes, tuple[bytes, bytes]] = {}
+        to_run, _ = plan_resume(plan.deps, plan.targets, set())
+        loaded: dict[int, Any] = {}
     else:
-        to_run, loaded = resume(store, ids, deps, plan.targets)
-        to_load = set(loaded)
-        wanted = [ids[i] for i in to_run if ids[i] is not None]
-        present = store.stored(wanted)
-        keys = [key_of(ids.prefix[i]) for i in to_run if ids[i] is not None]
-        parts = _stored_parts(store, keys)
-    run: dict[Hashable, Reason] = {}
-    during: dict[Hashable, str] = {}
-    for i in sorted(to_run):
-        name = names[i]
-        if not ids.stored[i]:
-            run[name] = Reason(
-                NOT_CHECKPOINTED, "not checkpointed (checkpoint=False): runs every time"
-            )
-        elif ids.kind[i] == MAP:
-            during[name] = "a map: each item loads or runs by its element, once the list exists"
-        elif ids.kind[i] != STATIC:
-            during[name] = _downstream_of(i, ids, names, deps)
-        else:
-            run[name] = _reason(graph, plan, ids, i, present, parts)
-    return Explanation(run, tuple(names[i] for i in sorted(to_load)), during)
-
-
-def _downstream_of(i: int, ids: Any, names: Any, deps: Any) -> str:
-    from .savers import MAP, STATIC
-
-    stack, seen = list(deps[i]), set()
-    while stack:  # the nearest task upstream that makes it dynamic
-        d = stack.pop(0)
-        if d in seen:
-            continue
-        seen.add(d)
-        if not ids.stored[d]:
-            return (
-                f"downstream of {describe(names[d])} (checkpoint=False): decided once "
-                "its value exists"
-            )
-        if ids.kind[d] == MAP:
-            return f"downstream of map {describe(names[d])}: decided once its items exist"
-        if ids.kind[d] != STATIC:
-            stack.extend(deps[d])
-    return "decided during the run"
-
-
-def _reason(
-    graph: Any,
-    plan: Any,
-    ids: Any,
-    i: int,
-    present: set[bytes],
-    parts: Mapping[bytes, tuple[bytes, bytes]],
-) -> Reason:
-    from .identity import code_of, constants_of, key_of
-
-    name = plan.names[i]
-    identity, prefix = ids[i], ids.prefix[i]
-    stored = parts.get(key_of(prefix))
-    if stored is None:
-        return Reason(NOT_STORED, "not stored yet")
-    last_identity, last = stored
-    if last[_KEY : 2 * _KEY] != code_of(prefix):
-        return Reason(CODE_CHANGED, f"its code changed (function {_function_name(graph, name)})")
-    if last[2 * _KEY : 3 * _KEY] != constants_of(prefix):
-        return Reason(CONSTANT_CHANGED, "a constant changed (its args or kwargs)")
-    was = [last[k : k + 2 * _KEY] for k in range(3 * _KEY, len(last), 2 * _KEY)]
-    now = [key_of(ids.prefix[d]) + ids[d] for d in plan.deps[i]]
-    if was != now:
-        before = {pair[:_KEY]: pair[_KEY:] for pair in was}
-        for d, pair in zip(plan.deps[i], now, strict=True):
-            if before.get(pair[:_KEY]) != pair[_KEY:]:
-                return Reason(UPSTREAM_CHANGED, f"upstream task {describe(plan.names[d])} changed")
-        return Reason(UPSTREAM_CHANGED, "its dependencies changed (one was removed)")
-    if last_identity == identity and identity in present:
-        return Reason(DAMAGED, "its stored value is damaged (it will be computed again)")
-    return Reason(NOT_STORED, "not stored (its stored value was deleted)")
-
-
-def _function_name(graph: Any, name: Hashable) -> str:
-    fn = graph.tasks[name].fn
-    inner = getattr(fn, "func", fn)  # a functools.partial
-    return repr(getattr(inner, "__qualname__", type(inner).__qualname__))
-
-
-def _stored_parts(store: Any, keys: list[bytes]) -> dict[bytes, tuple[bytes, bytes]]:
-    found: dict[bytes, tuple[bytes, bytes]] = {}
-    for start in range(0, len(keys), 900):
-        chunk = keys[start : start + 900]
-        marks = ",".join("?" * len(chunk))
-        rows = store._read(
-            f"SELECT key, identity, parts FROM dagexec_names WHERE key IN ({marks})", chunk
-        )
-        for key, identity, parts in rows:
-            found[key] = (identity, parts)
-    return found
+        to_run, loaded = resume(store, ids, plan.deps, plan.targets)
+    seen = Forecast(graph, plan, ids, store, to_run, loaded).walk()
+    names = plan.names
+    return Explanation(
+        {names[i]: seen.run[i] for i in sorted(seen.run)},
+        tuple(names[i] for i in sorted(seen.load)),
+        {names[i]: seen.during[i] for i in sorted(seen.during)},
+        {names[i]: seen.items[i] for i in sorted(seen.items)},
+    )

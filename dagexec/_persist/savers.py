@@ -57,7 +57,10 @@ __all__ = [
     "TABLE",
     "RunIdentities",
     "dynamic_saver",
+    "item_identity",
     "item_saver",
+    "map_identity",
+    "map_mark",
     "may_save",
     "static_saver",
     "value_recorder",
@@ -123,14 +126,14 @@ class RunIdentities:
             own = self.combined(j, (None,) * len(self.deps[j]), skip=1)
             if own is None:
                 return None
-        parts = [b"M", own]
+        items = []
         with self._lock:
             for i in range(count):
                 item = self._known.get((name, i))
                 if item is None:
                     return None
-                parts.append(item)
-        return _digest(b"".join(parts))
+                items.append(item)
+        return map_identity(own, items)
 
     def parts(self, task: int) -> bytes:
         """What static ``task``'s identity is made of, for the store's table of names
@@ -147,18 +150,58 @@ class RunIdentities:
             out += (key_of(dep_prefix), dep_id)
         return b"".join(out)
 
-    def combined(self, task: int, args: Sequence[Any], skip: int = 0) -> bytes | None:
-        """``task``'s identity from its dependencies' (args after the first ``skip``)."""
+    def run_parts(self, task: int, dep_ids: Sequence[bytes], skip: int = 0) -> bytes:
+        """:meth:`parts` of a task decided during the run (or a map: ``skip=1``, its
+        extra deps only), from its dependencies' identities found during it."""
         prefix = self.prefix[task]
         if prefix is None:
-            return None
+            return b""
+        out = [key_of(prefix), code_of(prefix), constants_of(prefix)]
+        for d, identity in zip(self.deps[task][skip:], dep_ids, strict=True):
+            dep_prefix = self.prefix[d]
+            if dep_prefix is None:
+                return b""
+            out += (key_of(dep_prefix), identity)
+        return b"".join(out)
+
+    def dep_ids(self, task: int, args: Sequence[Any], skip: int = 0) -> list[bytes] | None:
+        """The identities of ``task``'s dependencies after the first ``skip``, given
+        their values ``args``; None if one is not known."""
         ids = []
         for j, value in zip(self.deps[task][skip:], args[skip:], strict=False):
             identity = self.of(j, value)
             if identity is None:
                 return None
             ids.append(identity)
-        return combine(prefix, ids)
+        return ids
+
+    def combined(self, task: int, args: Sequence[Any], skip: int = 0) -> bytes | None:
+        """``task``'s identity from its dependencies' (args after the first ``skip``)."""
+        prefix = self.prefix[task]
+        if prefix is None:
+            return None
+        ids = self.dep_ids(task, args, skip)
+        return None if ids is None else combine(prefix, ids)
+
+
+def map_identity(own: bytes, items: Sequence[bytes]) -> bytes:
+    """A map's identity as its dependents see it: its own and its items' identities."""
+    return _digest(b"".join((b"M", own, *items)))
+
+
+def map_mark(own: bytes) -> bytes:
+    """Under which a map's mark is stored: items were saved under its own identity
+    ``own`` (what :mod:`dagexec._persist.explain` asks when the list is not known)."""
+    return _digest(b"m" + own)
+
+
+def item_identity(own: bytes, element: Any, index: int) -> tuple[bytes, bool]:
+    """A map item's identity: the map's own identity and the item's element (its
+    index if the element has no encoding: then also False)."""
+    digest = value_digest(element)
+    if digest is None:
+        return _digest(b"i%d:" % index + own), False
+    return _digest(b"e" + own + digest), True
 
 
 def may_save(name: Hashable, started: float, policy: Policy | None, args: Sequence[Any]) -> bool:
@@ -235,20 +278,23 @@ def _load_or_run(
     store: CheckpointStore,
     table: RunIdentities,
     policy: Policy | None,
-) -> Any:
+    parts: bytes = b"",
+) -> tuple[Any, bool]:
     """What a task decided during the run does on its worker: load its value if the
     store has ``identity`` (counted as loaded), else run ``fn`` and save what it
-    returns unless :func:`may_save` says no. No identity: run, save nothing."""
+    returns (with ``parts``) unless :func:`may_save` says no. No identity: run,
+    save nothing. Returns (the value, whether it was saved)."""
     if identity is not None:
         found = store.load_many((identity,))
         if identity in found:
             table.loaded.add(name)
-            return found[identity]
+            return found[identity], False
     started = monotonic()
     value = fn(*args)
     if identity is not None and may_save(name, started, policy, args):
-        _save(store, identity, value, name, b"")
-    return value
+        _save(store, identity, value, name, parts)
+        return value, True
+    return value, False
 
 
 def dynamic_saver(
@@ -261,10 +307,17 @@ def dynamic_saver(
     """``fn`` for a task decided during the run: load if stored, else run and save."""
     name = table.names[task]
 
+    prefix = table.prefix[task]
+
     def checkpointed(*args: Any) -> Any:
-        identity = table.combined(task, args)
+        ids = table.dep_ids(task, args) if prefix is not None else None
+        if ids is None:
+            table.record(name, None)
+            return _load_or_run(fn, args, None, name, store, table, policy)[0]
+        identity = combine(prefix, ids)  # type: ignore[arg-type]
         table.record(name, identity)
-        return _load_or_run(fn, args, identity, name, store, table, policy)
+        parts = table.run_parts(task, ids)  # what explain compares next time
+        return _load_or_run(fn, args, identity, name, store, table, policy, parts)[0]
 
     checkpointed.__wrapped__ = fn  # type: ignore[attr-defined]  # pictures group by fn
     return checkpointed
@@ -304,35 +357,42 @@ def item_saver(
     name = table.names[task]
     warned = threading.Event()  # one WARNING per map and run, not one per item
 
+    prefix = table.prefix[task]
+    marked = threading.Event()  # this run saved the map's mark (see map_mark)
+
     def item(*args: Any) -> Any:
         me = current_task().name
-        own = table.combined(task, args, skip=1)  # extra deps only: not the list
-        table.record(name, own)
+        ids = table.dep_ids(task, args, skip=1) if prefix is not None else None
+        own = None if ids is None else combine(prefix, ids)  # type: ignore[arg-type]
+        table.record(name, own)  # extra deps only: not the list
         if not checkpointed:
             value = fn(*args)
             table.record(me, value_digest(value))
             return value
         identity = None
         if own is not None:
-            element = value_digest(args[0])
-            if element is None:
-                index = me[1] if isinstance(me, tuple) else 0
-                if not warned.is_set():
-                    warned.set()
-                    log.warning(
-                        "checkpoint: map %s: item %d's element, a %s, has no stable "
-                        "encoding, so its items are stored by index: if the list changes "
-                        "order, items may load another element's value; map over plain "
-                        "data (paths as str, numbers, tuples)",
-                        describe_safely(name),
-                        index,
-                        type(args[0]).__name__,
-                    )
-                identity = _digest(b"i%d:" % index + own)
-            else:
-                identity = _digest(b"e" + own + element)
+            index = me[1] if isinstance(me, tuple) else 0
+            identity, by_element = item_identity(own, args[0], index)
+            if not by_element and not warned.is_set():
+                warned.set()
+                log.warning(
+                    "checkpoint: map %s: item %d's element, a %s, has no stable "
+                    "encoding, so its items are stored by index: if the list changes "
+                    "order, items may load another element's value; map over plain "
+                    "data (paths as str, numbers, tuples)",
+                    describe_safely(name),
+                    index,
+                    type(args[0]).__name__,
+                )
         table.record(me, identity)
-        return _load_or_run(fn, args, identity, me, store, table, policy)
+        value, saved = _load_or_run(fn, args, identity, me, store, table, policy)
+        if saved and own is not None and not marked.is_set():
+            # Once per run, with its first saved item: what the map's identity was
+            # made of (for explain's reason), and a mark that items exist under it.
+            marked.set()
+            parts = table.run_parts(task, ids, skip=1)  # type: ignore[arg-type]
+            _save(store, map_mark(own), None, name, parts)
+        return value
 
     item.__wrapped__ = fn  # type: ignore[attr-defined]  # pictures group by fn
     return item
