@@ -260,3 +260,14 @@ def test_dask_graphs_keep_as_few_chunks_alive_as_dask_local() -> None:
     Chunk.reset()
     assert dagexec.dask.get(dsk, key, num_workers=2) == 36
     assert Chunk.peak <= theirs + 4
+
+
+def test_a_rerun_that_asks_for_its_last_start_takes_one_first_sample_not_two() -> None:
+    plan = _PlanKey()
+    first = Depth(workers=2, full=130, plan=plan)
+    for _ in range(10):
+        first.after([_report(1)])
+    rerun = Depth(workers=2, full=130, plan=plan)
+    assert rerun.start == 130
+    assert rerun.after([_report(1)]) == 130
+    assert rerun.countdown == 8  # the next sample 8 batches on, as at the full depth

@@ -145,8 +145,7 @@ class Depth:
             # Deeper at most twice as deep per sample: a few small values first
             # (a sum, a row) say little about the tasks that go out next.
             self.current = cap = min(wanted, 2 * self.current)
-            if self.samples < _REMEMBERED_SAMPLES:
-                self.remember(wanted)
+            if self.samples < _REMEMBERED_SAMPLES and self.remember(wanted):
                 self.countdown = self.elapsed = 1
             elif cap < wanted:
                 self.countdown = self.elapsed = 1  # still widening: look again soon
@@ -160,13 +159,20 @@ class Depth:
             self.elapsed += 1
         return self.current
 
-    def remember(self, wanted: int) -> None:
-        """Keep the lowest depth the run's first samples asked for, for its reruns."""
+    def remember(self, wanted: int) -> bool:
+        """Keep the lowest depth the run's first samples asked for, for its reruns;
+        whether to take the next sample at once (False: the first samples are in)."""
         self.samples += 1
+        if self.samples == 1 and wanted == self.known:
+            # A rerun that asks for where the last one stood: nothing new to keep
+            # (a small run of small values then pays for one sample, not two).
+            self.samples = _REMEMBERED_SAMPLES
+            return False
         lowest = wanted if self.samples == 1 or self.known is None else min(wanted, self.known)
         if self.plan is not None and lowest != self.known:
             _first_cap[self.plan] = lowest
         self.known = lowest
+        return self.samples < _REMEMBERED_SAMPLES
 
     def note(self, size: int, batches: int = 1) -> None:
         """One value of ``size`` bytes was made, ``batches`` batches after the last sampled."""
