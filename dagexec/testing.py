@@ -11,7 +11,10 @@ proves nothing about the cap. These helpers force that state deterministically:
   tasks out, and lets the test wait until a capacity is reached;
 * :func:`assert_within_bounds` checks a result's observed bounds (resources
   included); :func:`assert_resource_reached` that a capacity was reached exactly;
-* :func:`no_leaked_threads` fails a test that leaves a thread behind.
+* :func:`no_leaked_threads` fails a test that leaves a thread behind;
+* :func:`explore` runs a graph under many schedules and raises
+  :class:`ScheduleDivergence` when one changes the result (a dependency that was
+  never declared); :func:`replay_schedule` reruns a :class:`Schedule` exactly.
 
 Every wait takes a timeout and reports failure instead of hanging. Not imported
 by ``import dagexec``.
@@ -30,19 +33,31 @@ from typing import ParamSpec, TypeVar
 
 from ._core.graph import Graph
 from ._core.result import RunResult
+from ._engine.front.explore import Exploration, explore, replay_schedule
+from ._engine.front.schedule import Schedule, ScheduleDivergence
 from ._state.resources import exact
 
 __all__ = [
     "ConcurrencyProbe",
+    "Exploration",
     "Gate",
     "GateTimeout",
     "InFlightRecorder",
     "ResourceRecorder",
+    "Schedule",
+    "ScheduleDivergence",
     "assert_resource_reached",
     "assert_within_bounds",
+    "explore",
     "no_leaked_threads",
+    "replay_schedule",
     "run_in_thread",
 ]
+
+# Reprs and tracebacks show the public module, not the private one that defines them.
+for _public in (Exploration, Schedule, ScheduleDivergence, explore, replay_schedule):
+    _public.__module__ = __name__
+del _public
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -1,0 +1,366 @@
+"""``dagexec.testing.explore`` and ``replay_schedule``: run a graph under many
+schedules and report the one that changes its result, smallest first.
+
+The first run takes the plain order (what a run on one worker does): the
+reference. Each later run lets a strategy (:mod:`dagexec._engine.run.strategies`)
+choose every step (:mod:`dagexec._engine.run.explore_driver`) and is compared with
+it (:mod:`dagexec._engine.front.divergence`). Tasks are black boxes: what makes two
+schedules differ is a task reading what another writes (a file, a table, a
+module global) without a declared dependency, and the failure names both.
+
+Runs go on a private executor made per call: ``workers`` threads, each inbox one
+deep, ``max_in_flight=workers``; its runs have no chains and no memory-aware
+depth, and their driver and balancer are the exploring ones. Nothing of this
+touches a plain run.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..._core.graph import Graph
+from ..._core.plan import Plan
+from ..._core.result import RunResult
+from ..run.explore_driver import Chooser, Controller, take_control
+from ..run.scheduler import Run
+from ..run.strategies import (
+    Exhaustive,
+    Natural,
+    Pairs,
+    Pct,
+    RandomOrder,
+    Replay,
+    count_schedules,
+)
+from .divergence import Observed, describe_difference, first_difference, inversions, shrink
+from .executor import Executor
+from .run_checks import RunOptions
+from .schedule import Schedule, ScheduleDivergence
+
+__all__ = ["Exploration", "explore", "replay_schedule"]
+
+STRATEGIES = ("random", "pct", "exhaustive")
+
+# Run options explore refuses, and why: each would make runs differ (or agree)
+# for reasons that are not their order.
+_REFUSED = {
+    "checkpoint": "a checkpoint loads saved values instead of running tasks, which hides "
+    "their order; explore runs without one",
+}
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """What :func:`explore` ran when every schedule agreed.
+
+    Attributes:
+        runs: schedules run besides the plain order.
+        distinct: how many of them differed from each other.
+        uncovered: for ``strategy="exhaustive"``, schedules it did not reach
+            (a lower bound; 0 when it covered them all); None otherwise.
+        result: the plain order's ``RunResult`` (None if that run raised).
+    """
+
+    runs: int
+    distinct: int
+    uncovered: int | None
+    result: RunResult | None
+
+
+class _ExploringExecutor(Executor):
+    """An executor whose runs a :class:`Controller` drives, one step at a time."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers, queue_cap=1, max_in_flight=workers)
+        self.control: Controller | None = None
+
+    def __enter__(self) -> _ExploringExecutor:
+        return self
+
+    def _new_run(self, job: Any, plan: Plan, capacity: Mapping[str, float], context: Any) -> Run:
+        if self.control is not None:
+            plan = replace(plan, chain_next=(-1,) * len(plan.names))  # no chains
+        run = super()._new_run(job, plan, capacity, context)
+        if self.control is not None:
+            take_control(run.driver, self.control)
+        return run
+
+
+def _check_count(name: str, value: object, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"explore: {name} must be an int, got {type(value).__name__} {value!r}")
+    if value < low:
+        raise ValueError(f"explore: {name} must be >= {low}, got {value!r}")
+    return value
+
+
+def _check_callable(name: str, value: object) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(
+            f"explore: {name} must be a function or None, got {type(value).__name__} {value!r}"
+        )
+
+
+def _run_options(where: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``Executor.run``'s options for each run; a conflicting or unknown one refused."""
+    for name, why in _REFUSED.items():
+        if name in options:
+            raise ValueError(f"{where}: {name}= is refused: {why}")
+    allowed = [f for f in RunOptions._fields if f not in _REFUSED]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise TypeError(
+            f"{where}() got unknown options {unknown}; it takes those of Executor.run: "
+            f"{', '.join(allowed)}"
+        )
+    # Every task's state is compared, so a failure must not stop the run.
+    return {"on_error": "continue", **options}
+
+
+def _one_run(
+    ex: _ExploringExecutor,
+    graph: Graph,
+    targets: Sequence[Hashable] | None,
+    chooser: Chooser,
+    options: dict[str, Any],
+    setup: Callable[[], object] | None,
+    check: Callable[[RunResult], object] | None,
+) -> Observed:
+    """Run the graph once under ``chooser``'s schedule."""
+    if setup is not None:
+        setup()
+    control = ex.control = Controller(chooser, ex.workers)
+    result: RunResult | None = None
+    raised: BaseException | None = None
+    try:
+        result = ex.run(graph, targets, **options)
+    except Exception as exc:  # on_error="raise", timeout=: compared like a state
+        raised = exc
+    finally:
+        ex.control = None
+    failed: BaseException | None = None
+    if result is not None and check is not None:
+        try:
+            verdict = check(result)
+        except AssertionError as exc:
+            failed = exc
+        else:
+            if verdict is False:
+                failed = AssertionError("check(result) returned False")
+    return Observed(Schedule(steps=tuple(control.steps)), control.values, result, raised, failed)
+
+
+def _chooser(strategy: str, run_seed: int, length: int) -> Chooser:
+    rng = random.Random(run_seed)
+    if strategy == "pct":
+        return Pct(rng, length)
+    return RandomOrder(rng)
+
+
+def explore(
+    graph: Graph,
+    targets: Iterable[Hashable] | None = None,
+    *,
+    runs: int = 100,
+    seed: int = 0,
+    strategy: str = "random",
+    check: Callable[[RunResult], object] | None = None,
+    equal: Callable[[Any, Any], object] | None = None,
+    setup: Callable[[], object] | None = None,
+    workers: int = 2,
+    max_schedules: int | None = None,
+    **run_options: Any,
+) -> Exploration:
+    """Run ``graph`` under the plain order and then ``runs`` schedules chosen by
+    ``strategy``; raise :class:`ScheduleDivergence` at the first that disagrees.
+
+    See docs/explore.md. Each run: ``setup()`` first, then the run (with
+    ``run_options``, those of :meth:`Executor.run`; ``on_error`` defaults to
+    ``"continue"``, so every task's state is compared), then ``check(result)``,
+    which must not raise ``AssertionError`` or return False. Runs agree when
+    every task ends in the same state (errors by type and message) with
+    ``equal`` values (default ``==``, which must give a bool).
+
+    Args:
+        runs: schedules to try after the plain order (``"exhaustive"``: the most,
+            unless ``max_schedules`` says otherwise).
+        seed: run ``i`` uses seed ``seed + i``; a divergence's ``seed`` with
+            ``runs=1`` runs its schedule first.
+        strategy: ``"random"``, ``"pct"`` or ``"exhaustive"``.
+        workers: threads; with two or more, schedules overlap tasks too.
+        max_schedules: ``"exhaustive"`` only: the most schedules to walk.
+
+    Returns:
+        An :class:`Exploration` saying what ran.
+
+    Raises:
+        ScheduleDivergence: a schedule changed the result (an ``AssertionError``).
+        AssertionError: ``check`` failed on the plain order itself.
+        TypeError, ValueError: a parameter is wrong (named); nothing has run.
+    """
+    _check_count("runs", runs)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"explore: seed must be an int, got {type(seed).__name__} {seed!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"explore: strategy must be one of {STRATEGIES}, got {strategy!r}")
+    for name, fn in (("check", check), ("equal", equal), ("setup", setup)):
+        _check_callable(name, fn)
+    _check_count("workers", workers)
+    if max_schedules is not None:
+        if strategy != "exhaustive":
+            raise ValueError(
+                f"explore: max_schedules= bounds strategy='exhaustive' only; with "
+                f"strategy={strategy!r} use runs="
+            )
+        _check_count("max_schedules", max_schedules)
+    options = _run_options("explore", run_options)
+    wanted = None if targets is None else list(targets)
+    same: Callable[[Any, Any], object] = equal if equal is not None else _equals
+    with _ExploringExecutor(workers) as ex:
+        ref = _one_run(ex, graph, wanted, Natural(), options, setup, check)
+        if ref.check_failed is not None:
+            raise AssertionError(
+                f"explore: check(result) failed on the plain order, before any other "
+                f"schedule: {ref.check_failed}"
+            ) from ref.check_failed
+        length = len(ref.order)
+        seen: set[str] = set()
+        prefix: list[int] | None = []
+        limit = max_schedules if max_schedules is not None else runs
+        done, uncovered = 0, None
+        walker: Exhaustive | None = None
+        chooser: Chooser
+        while done < limit:
+            if strategy == "exhaustive":
+                if prefix is None:
+                    break
+                chooser = walker = Exhaustive(prefix, overlap=workers > 1)
+            else:
+                chooser = _chooser(strategy, seed + done, length)
+            obs = _one_run(ex, graph, wanted, chooser, options, setup, check)
+            seen.add(str(obs.schedule))
+            found = first_difference(ref, obs, same)
+            if found is not None or obs.check_failed is not None:
+                raise _divergence(
+                    ex, graph, wanted, options, setup, check, same, ref, obs, seed + done, found
+                )
+            done += 1
+            if walker is not None:
+                prefix = walker.next_prefix()
+                uncovered = 0 if prefix is None else walker.untaken() + 1
+        if uncovered:  # stopped early: exactly how many, when the graph is static
+            total = _static_count(graph, ref, workers > 1)
+            if total is not None:
+                uncovered = total - done
+    return Exploration(done, len(seen), uncovered, ref.result)
+
+
+def _static_count(graph: Graph, ref: Observed, overlap: bool) -> int | None:
+    """All the exhaustive walk's paths, if every task ran once and none is a map's
+    item (else None: the lower bound stands)."""
+    tasks = graph.tasks
+    if len(ref.order) != len(ref.schedule.order) or not all(n in tasks for n in ref.order):
+        return None
+    ran = set(ref.order)
+    return count_schedules({n: [d for d in tasks[n].deps if d in ran] for n in ref.order}, overlap)
+
+
+def _equals(a: Any, b: Any) -> object:
+    """``==``, except that two float NaNs are the same value (no order made them)."""
+    if type(a) is float and type(b) is float and a != a and b != b:
+        return True
+    return a == b
+
+
+def _divergence(
+    ex: _ExploringExecutor,
+    graph: Graph,
+    targets: Sequence[Hashable] | None,
+    options: dict[str, Any],
+    setup: Callable[[], object] | None,
+    check: Callable[[RunResult], object] | None,
+    same: Callable[[Any, Any], object],
+    ref: Observed,
+    obs: Observed,
+    run_seed: int,
+    found: tuple[Hashable | None, str] | None,
+) -> ScheduleDivergence:
+    """The failure for ``obs``, with its schedule shrunk to the fewest pairs."""
+    task, how = found if found is not None else (None, f"failed check(result): {obs.check_failed}")
+
+    def diverges(pairs: Sequence[tuple[Hashable, Hashable]]) -> bool:
+        again = _one_run(ex, graph, targets, Pairs(pairs), options, setup, check)
+        return again.check_failed is not None or first_difference(ref, again, same) is not None
+
+    pairs = inversions(ref, obs)
+    # The pairs of the task that differed first are usually the whole story: try them alone first.
+    own = [p for p in pairs if task in p]
+    smallest = (shrink(own, diverges) if own and len(own) < len(pairs) else None) or shrink(
+        pairs, diverges
+    )
+    shrunk = Schedule(pairs=tuple(smallest)) if smallest is not None else obs.schedule
+    first = describe_difference(task, how, shrunk, obs, ref, graph.tasks)
+    message = (
+        f"{first}\n"
+        f"  schedule (seed {run_seed}): {obs.schedule}\n"
+        f"  shrunk: {shrunk}\n"
+        f"  replay: dagexec.testing.replay_schedule(graph, {str(shrunk)!r})\n"
+        f"  plain order: {' '.join(map(str, ref.order))}\n"
+        f"  this order:  {' '.join(map(str, obs.order))}"
+    )
+    error = ScheduleDivergence(
+        message,
+        seed=run_seed,
+        schedule=obs.schedule,
+        orders=(ref.order, obs.order),
+        task=task,
+        shrunk=shrunk,
+    )
+    if obs.check_failed is not None:
+        error.__cause__ = obs.check_failed
+    return error
+
+
+def replay_schedule(graph: Graph, schedule: Schedule | str, **run_options: Any) -> RunResult:
+    """Run ``graph`` once under exactly ``schedule`` (a :class:`Schedule` or its
+    string): the same steps, workers and overlaps; as often as wanted.
+
+    ``run_options`` are those of :meth:`Executor.run` (``on_error`` defaults to
+    ``"continue"``), plus ``targets=`` and ``workers=`` (default: as many as the
+    schedule names, at least 2).
+
+    Raises:
+        TypeError: ``schedule`` is neither; an option is unknown.
+        ValueError: the string is not a schedule, or the schedule does not fit
+            the graph (a step's tasks were not ready: it names the step).
+    """
+    if isinstance(schedule, str):
+        schedule = Schedule.parse(schedule)
+    elif not isinstance(schedule, Schedule):
+        raise TypeError(
+            f"replay_schedule: schedule must be a Schedule or its string, got "
+            f"{type(schedule).__name__}"
+        )
+    targets = run_options.pop("targets", None)
+    needed = max((w + 1 for step in schedule.steps for _, w in step), default=1)
+    workers = _check_count("workers", run_options.pop("workers", max(2, needed)))
+    if workers < needed:
+        raise ValueError(
+            f"replay_schedule: the schedule uses {needed} workers, got workers={workers}"
+        )
+    options = _run_options("replay_schedule", run_options)
+    chooser: Chooser
+    chooser = Replay(schedule.steps) if schedule.pairs is None else Pairs(schedule.pairs)
+    with _ExploringExecutor(workers) as ex:
+        obs = _one_run(
+            ex, graph, None if targets is None else list(targets), chooser, options, None, None
+        )
+    if obs.raised is not None:
+        raise obs.raised
+    if isinstance(chooser, Replay) and chooser.drift is not None:
+        raise ValueError(f"replay_schedule: the schedule does not fit this graph: {chooser.drift}")
+    assert obs.result is not None
+    return obs.result

@@ -1,0 +1,252 @@
+"""A run whose schedule a controller chooses: the engine's side of ``dagexec.testing.explore``.
+
+A plain run never meets this module: an exploring executor swaps the driver and
+the balancer of each run it makes for the subclasses here (:func:`take_control`),
+so the ordinary run's path has no extra test at all (the speed gate holds).
+
+The explored run goes in *steps*. A step starts only when nothing is in flight;
+its :class:`Controller` picks one ready task, or a few that overlap, and which
+worker takes each. Tasks of one step start together: each waits at a barrier in
+its worker thread before its function is called (for a process task, before the
+call is sent to the child; for a task with a timeout, before its STARTED report,
+from which its deadline counts), so an overlap the OS rarely produces is
+produced on purpose, and a hold never makes a timeout. The next step starts once
+every task of this one has reported, so a step's order is exact on replay.
+
+Chaining and the memory-aware depth are off (the exploring executor gives plans
+without chains and a fixed bound); balancing never moves a task between inboxes.
+
+Owned by the thread that drives the run, like the driver it replaces; the
+barriers are the only thing shared with the workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Protocol
+
+from ..._state.runstate import RunState
+from ..workers.wire import (
+    ABORT,
+    DONE,
+    NOTIFY_START,
+    R_KIND,
+    R_PAYLOAD,
+    R_TASK,
+    STARTED,
+    Chain,
+    Item,
+    Job,
+    Message,
+    Report,
+    Reporter,
+)
+from .balance import Balance
+from .driver import Driver
+from .items import special_items, take_back
+
+__all__ = ["Chooser", "Controller", "ExploringDriver", "ready_in_order", "take_control"]
+
+# The longest a held task waits for the others of its step to reach their
+# barrier. They are all in flight on idle workers when it starts, so they arrive
+# at once; this only keeps a bug of ours from hanging a test run forever.
+_HOLD_SAFETY_SECONDS = 30.0
+
+
+class Chooser(Protocol):
+    """A strategy: which of the ready tasks go in the next step, on which workers."""
+
+    def choose(self, ready: Sequence[Hashable], workers: int) -> list[tuple[int, int]]:
+        """(position in ``ready``, worker) for each task of the step, workers distinct."""
+        ...
+
+
+class Controller:
+    """One explored run's choices, and what it saw: the steps taken (names and
+    workers, in order) and every value a task returned (by name; a retried
+    task's last)."""
+
+    def __init__(self, chooser: Chooser, workers: int) -> None:
+        self.chooser = chooser
+        self.workers = workers
+        self.steps: list[tuple[tuple[Hashable, int], ...]] = []
+        self.values: dict[Hashable, Any] = {}
+        self.barriers: list[threading.Barrier] = []
+
+    def release(self) -> None:
+        """The run is stopping: no held task waits for a partner that may never come."""
+        for barrier in self.barriers:
+            barrier.abort()
+        self.barriers.clear()
+
+
+class _Held:
+    """A task's function behind its step's barrier (called on its worker thread)."""
+
+    __slots__ = ("barrier", "fn", "started")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        barrier: threading.Barrier,
+        started: Callable[[], None] | None,
+    ) -> None:
+        self.fn, self.barrier, self.started = fn, barrier, started
+
+    def __call__(self, *args: Any) -> Any:
+        with contextlib.suppress(threading.BrokenBarrierError):  # the run stopped: go alone
+            self.barrier.wait(_HOLD_SAFETY_SECONDS)
+        if self.started is not None:  # the deadline counts from here, after the hold
+            self.started()
+        return self.fn(*args)
+
+
+class _Report:
+    """The STARTED report a held task sends itself once its hold is over."""
+
+    __slots__ = ("message", "report")
+
+    def __init__(self, report: Reporter, message: Report) -> None:
+        self.report, self.message = report, message
+
+    def __call__(self) -> None:
+        self.report(self.message)
+
+
+def ready_in_order(state: RunState) -> list[int]:
+    """The ready tasks in the order a plain run would take them."""
+    ready = state.ready
+    if state.keyed:
+        return [entry[-1] for entry in sorted(ready)]
+    if state.depth_first:
+        return list(reversed(ready))
+    return list(ready)
+
+
+def _fits(state: RunState, task: int) -> bool:
+    """Whether ``task``'s resources are free now (always, without any)."""
+    if state.needs is None or not state.needs[task]:
+        return True
+    resources = state.resources
+    assert resources is not None
+    if resources.reserving >= 0:
+        return False
+    return all(amount <= resources.free[r] for r, amount in state.needs[task])
+
+
+def _pick(state: RunState, task: int, worker: int) -> tuple[Any, ...] | None:
+    """Take ``task`` out of the ready set and dispatch it to ``worker``: its
+    arguments, or None if it waits for a resource after all (parked)."""
+    ready = state.ready
+    if state.keyed:
+        at = next(i for i, entry in enumerate(ready) if entry[-1] == task)
+        entry = ready[at]
+        ready[at] = ready[-1]
+        ready.pop()
+        heapq.heapify(ready)
+        if state.needs is not None and state.needs[task]:
+            assert state.resources is not None
+            if not state.resources.try_hold(entry, state.needs[task]):
+                return None
+    else:
+        ready.remove(task)
+    return state.dispatch_all([task], worker)[0]
+
+
+class ExploringDriver(Driver):
+    """A driver whose every dispatch is one step the controller chose."""
+
+    control: Controller
+
+    def _dispatch(self) -> bool:
+        state, control = self.state, self.control
+        if state.in_flight:  # the step is still running
+            return False
+        ready = ready_in_order(state)
+        names = [state.names[t] for t in ready]
+        chosen = control.chooser.choose(names, control.workers)
+        picked: list[tuple[int, int, tuple[Any, ...]]] = []
+        dead = self.balance.dead  # threads hung in a timed-out attempt: no work
+        for position, worker in chosen:
+            task = ready[position]
+            if picked and not _fits(state, task):
+                continue  # an overlap the bounds do not allow
+            if worker in dead:
+                used = {w for _, w, _ in picked}
+                alive = [w for w in range(len(self.inboxes)) if w not in dead and w not in used]
+                if not alive:
+                    continue
+                worker = alive[0]
+            args = _pick(state, task, worker)
+            if args is not None:
+                picked.append((task, worker, args))
+        if not picked:  # its pick waits for a resource held from outside: any other goes
+            first = min(set(range(len(self.inboxes))) - dead, default=0)
+            for task in ready_in_order(state):
+                args = _pick(state, task, first)
+                if args is not None:
+                    picked.append((task, first, args))
+                    break
+            else:
+                return False
+        barrier = threading.Barrier(len(picked)) if len(picked) > 1 else None
+        if barrier is not None:
+            control.barriers = [barrier]
+        stopping = state.stopping
+        for task, worker, args in picked:
+            items = special_items(self, [task], [args])
+            if barrier is not None:
+                items = [self._held(items[0], worker, barrier)]
+            if state.events:
+                self.observer.drain(state.events)
+                if state.stopping and not stopping:  # a callback raised: none goes out
+                    take_back(self, items)
+                    control.release()
+                    continue
+            self.inboxes[worker].put_all(items)
+            self.balance.dispatched(worker, self.now, 1)
+        control.steps.append(tuple((state.names[t], w) for t, w, _ in picked))
+        return False
+
+    def _held(self, item: Item, worker: int, barrier: threading.Barrier) -> Job:
+        """``item`` with its function behind ``barrier`` (and its STARTED report after it)."""
+        assert not isinstance(item, Chain)  # explored plans have no chains
+        report, task, fn, args, flags, stop, context = item
+        started = None
+        if flags & NOTIFY_START:
+            started = _Report(report, (worker, task, STARTED, None, 0.0, 0.0))
+            flags &= ~NOTIFY_START
+        return (report, task, _Held(fn, barrier, started), args, flags, stop, context)
+
+    def _receive(self, pickup: bool, wait: float | None) -> list[Message]:
+        if self.state.stopping:
+            self.control.release()
+        batch = super()._receive(pickup, wait)
+        values, names = self.control.values, self.state.names
+        for msg in batch:
+            if msg is not ABORT and msg[R_KIND] == DONE:
+                values[names[msg[R_TASK]]] = msg[R_PAYLOAD]
+        return batch
+
+
+class _StillBalance(Balance):
+    """A balancer that never moves a task: the controller chose its worker."""
+
+    __slots__ = ()
+
+    def steer(self, now: float, started: float, finished: int) -> None:
+        return None
+
+    def feed_idle(self, now: float) -> None:
+        return None
+
+
+def take_control(driver: Driver, control: Controller) -> None:
+    """Make ``driver`` (a run's, before it starts) an :class:`ExploringDriver`."""
+    driver.__class__ = ExploringDriver
+    assert isinstance(driver, ExploringDriver)
+    driver.control = control
+    driver.balance.__class__ = _StillBalance
