@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from process_tasks import ProcessGate
 
 from dagexec import Graph
 from dagexec.testing import no_leaked_threads
@@ -16,6 +18,17 @@ def _no_leaked_threads() -> Iterator[None]:
     # test is a bug (a worker never stopped, a scheduler never finished).
     with no_leaked_threads():
         yield
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[ProcessGate]:
+    """A :class:`process_tasks.ProcessGate` in ``tmp_path``, opened and closed after."""
+    g = ProcessGate(tmp_path)
+    try:
+        yield g
+    finally:
+        g.open()
+        g.close()
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -88,13 +89,13 @@ def cache_bug(*, fixed: bool = False) -> Bug:
 
 
 def deposit(db: str) -> int:
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         con.execute("UPDATE accounts SET balance = balance + 50 WHERE id = 1")
     return 50
 
 
 def statement(db: str, after: object = None) -> str:
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con, con:
         (balance,) = con.execute("SELECT balance FROM accounts WHERE id = 1").fetchone()
     return f"balance: {balance}"
 
@@ -103,7 +104,7 @@ def database_bug(directory: Path, *, fixed: bool = False) -> Bug:
     db = str(directory / "bank.sqlite")
 
     def setup() -> None:
-        with sqlite3.connect(db) as con:
+        with closing(sqlite3.connect(db)) as con, con:
             con.execute("CREATE TABLE IF NOT EXISTS accounts (id INTEGER PRIMARY KEY, balance INT)")
             con.execute("INSERT OR REPLACE INTO accounts VALUES (1, 100)")
 

@@ -25,6 +25,15 @@ HOLD_SECONDS = 20.0
 _PID = struct.Struct("<q")
 
 
+def alive(pid: int) -> bool:
+    """True if ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 class ProcessGate:
     """Holds tasks running in child processes until the test opens it."""
 
@@ -230,3 +239,97 @@ def raise_two_arg_error(*values: Any) -> None:
 def double_array(a: Any) -> Any:
     a *= 2  # in place: the array that arrived is writable
     return a
+
+
+def raise_two_arg_error_counted(path: str) -> None:
+    """:func:`raise_two_arg_error`, noting each call in ``path``."""
+    count_call(path)
+    raise TwoArgError(1, 2)
+
+
+class LockedError(Exception):
+    """Does not pickle at all: it holds a lock."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+def raise_locked_error(*values: Any) -> None:
+    raise LockedError("holds a lock")
+
+
+def raise_unimportable_error(*values: Any) -> None:
+    """An exception whose class the parent cannot find (made here, in the child)."""
+    ghost = type("GhostError", (Exception,), {"__module__": __name__})
+    raise ghost("boo")
+
+
+def start_grandchild(gate_dir: str, hold: bool = True) -> int:
+    """Start ``sleep 60`` (a grandchild, in this child's process group), arrive at the
+    gate with its pid, then (``hold``) wait there with this pid; return its pid."""
+    import subprocess
+
+    grandchild = subprocess.Popen(["sleep", "60"])
+    fd = os.open(os.path.join(gate_dir, "arrive"), os.O_WRONLY)
+    os.write(fd, _PID.pack(grandchild.pid))
+    os.close(fd)
+    if hold:
+        held(gate_dir)
+    return grandchild.pid
+
+
+def start_grandchild_and_exit(gate_dir: str) -> None:
+    """Start a grandchild, arrive with its pid, and die (a crash)."""
+    start_grandchild(gate_dir, hold=False)
+    os._exit(7)
+
+
+def in_a_child() -> bool:
+    """True in a dagexec child process (which loads ``_dagexec_child``)."""
+    import sys
+
+    return "_dagexec_child" in sys.modules
+
+
+def block_in_a_child() -> str:
+    """Hang (60 s) when called in a child; at once in the parent."""
+    if in_a_child():
+        threading.Event().wait(60)
+    return "loaded"
+
+
+class SlowToUnpickle:
+    """An argument whose unpickling in a child hangs: the deadline must see it."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (block_in_a_child, ())
+
+
+def my_name(*values: Any) -> Any:
+    return dagexec.current_task().name
+
+
+def grandchild_for_a_while(item: int, data: bytes, seconds: float) -> int:
+    """Start ``sleep 60`` and wait ``seconds`` in Python (the GIL free), then end it:
+    what this task starts lives only while it runs. Returns ``len(data)``."""
+    import subprocess
+
+    grandchild = subprocess.Popen(["sleep", "60"])
+    try:
+        threading.Event().wait(seconds)
+    finally:
+        grandchild.kill()
+        grandchild.wait()
+    return len(data)
+
+
+def hold_the_gil(data: bytes, n: int) -> int:
+    """Sum ``range(n)`` in one C call, which never lets go of the GIL."""
+    return sum(range(n)) + len(data)
+
+
+def arrive_then_hold_the_gil(gate_dir: str) -> int:
+    """Arrive at the gate, then hold the GIL in C for minutes."""
+    arrive(gate_dir)
+    return sum(range(10**12))

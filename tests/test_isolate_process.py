@@ -29,13 +29,7 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
 
-def alive(pid: int) -> bool:
-    """True if ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+alive = pt.alive
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +41,6 @@ def ex() -> Iterator[dagexec.Executor]:
         # test: the no-leaked-threads check compares each test's threads.
         executor.submit(_pid_graph()).result()
         yield executor
-
-
-@pytest.fixture
-def gate(tmp_path: Path) -> Iterator[pt.ProcessGate]:
-    g = pt.ProcessGate(tmp_path)
-    try:
-        yield g
-    finally:
-        g.open()
-        g.close()
 
 
 # -- values in and out ---------------------------------------------------------
@@ -614,14 +598,15 @@ def test_a_wait_ended_by_anything_else_never_reads_a_stale_answer(
         slot.close()
 
 
-def test_an_exception_that_cannot_be_unpickled_arrives_as_a_stand_in(
+def test_an_exception_whose_class_the_parent_cannot_find_arrives_as_a_stand_in(
     ex: dagexec.Executor,
 ) -> None:
     g = dagexec.Graph()
-    g.add("odd", pt.raise_two_arg_error, isolate="process")
-    with pytest.raises(RuntimeError, match=r"task 'odd' raised TwoArgError: 1 and 2") as info:
+    g.add("odd", pt.raise_unimportable_error, isolate="process")
+    with pytest.raises(RuntimeError, match=r"task 'odd' raised GhostError: boo") as info:
         ex.run(g)
-    assert "TwoArgError" in "\n".join(info.value.__notes__)  # the child's traceback
+    assert "process_tasks.GhostError cannot be imported" in str(info.value)
+    assert "GhostError" in "\n".join(info.value.__notes__)  # the child's traceback
 
 
 def test_graph_files_loaded_by_the_cli_run_in_children(tmp_path: Path) -> None:

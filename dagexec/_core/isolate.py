@@ -36,6 +36,7 @@ __all__ = [
     "check_isolate",
     "inbox_depth",
     "load_by_file",
+    "refuse_in_a_loading_child",
 ]
 
 ISOLATIONS = ("process",)
@@ -49,6 +50,28 @@ _FILE_MODULE_PREFIX = "__dagexec_graph_"
 def load_by_file(module: str) -> bool:
     """True if a child must load ``module`` from its file rather than import it by name."""
     return module == "__main__" or module.startswith(_FILE_MODULE_PREFIX)
+
+
+def refuse_in_a_loading_child(what: str) -> None:
+    """Refuse to start ``what`` (a run, an executor) while this process is a dagexec
+    child loading its parent's script: that is the script's own pipeline, outside
+    an ``if __name__ == "__main__":`` guard, and would run again in every child.
+
+    The child (``dagexec/_engine/process/child.py``, loaded as ``_dagexec_child``)
+    sets ``loading_main`` while it loads the script. One dict lookup otherwise.
+
+    Raises:
+        RuntimeError: naming the guard.
+    """
+    child = sys.modules.get("_dagexec_child")
+    if child is not None and getattr(child, "loading_main", False):
+        raise RuntimeError(
+            f"{what} was started while a dagexec child process was loading your script "
+            "to find a task of it (isolate='process'): the script's top level runs again "
+            "in each child, so its pipeline would run again there. Put the code that "
+            'builds and runs the graph under if __name__ == "__main__": (the tasks stay '
+            "at the top level), as multiprocessing requires too"
+        )
 
 
 def inbox_depth(policies: Sequence[Any] | None, queue_cap: int) -> int:

@@ -27,7 +27,8 @@ after the scheduler saw its dependency end, which came after the entry was
 written.
 
 Never saved (:func:`may_save`): a value returned after the attempt's cancel
-token or the run's stop was set, or after the attempt's own timeout (an attempt
+token or the run's stop was set, or after the attempt's own timeout (a process
+task's value returns at all only within its attempt's deadline; an attempt
 that noticed and returned early returns a partial value); a cleanup task's
 (``run_if="all_done"``) value when a dependency failed, was skipped or cancelled
 (it received an exception or ``MISSING`` instead of a value).
@@ -218,7 +219,15 @@ def may_save(name: Hashable, started: float, policy: Policy | None, args: Sequen
 
 def _why_not_saved(started: float, policy: Policy | None, args: Sequence[Any]) -> str | None:
     limit = policy.timeout if policy is not None else None
-    if limit is not None and monotonic() - started >= limit:
+    # A process task's value comes back only if its attempt's one deadline (counted
+    # by its worker, dagexec._engine.process.process_pool) had not passed: a second
+    # clock here would refuse values the task was allowed to return.
+    if (
+        limit is not None
+        and policy is not None
+        and policy.isolate is None
+        and (monotonic() - started >= limit)
+    ):
         # Whether or not the driver heard of it yet (a slow report, a busy CPU).
         return "it returned after its timeout"
     try:

@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from ..._core.graph import Graph
+from ..._core.isolate import refuse_in_a_loading_child
 from ..._core.plan import Plan, check_resources
 from ..._core.result import RunResult
 from ..run.attempts import AttemptBook
@@ -104,6 +105,7 @@ class Executor:
         max_in_flight: int | None = None,
         resources: Mapping[str, float] | None = None,
     ) -> None:
+        refuse_in_a_loading_child("dagexec.Executor (or dagexec.run)")
         if workers is None:
             workers = os.cpu_count() or 1
         self.workers = check_int("workers", workers, 1)

@@ -10,23 +10,26 @@ in about the time of a bare interpreter. It talks over three pipes::
     parent worker thread --stops (task seq)--> stop listener thread here
 
 The main loop reads one request (the call and its arguments, see
-:mod:`dagexec._engine.process.transfer`; one ``read`` for a small one), tells the parent
-when the call starts if the task has a timeout (the parent times it from then),
-runs it and replies with the value or the exception (one ``writev``). The stop
-listener sleeps in a ``read`` of its own pipe: it costs a call nothing. A
-closed request pipe (the parent closed it, or died) ends the process. SIGINT is
-ignored: Ctrl-C is the parent's to handle, which kills the children whose tasks
-must stop.
+:mod:`dagexec._engine.process.transfer`; one ``read`` for a small one), loads
+the task's module and arguments, runs the call and replies with the value or the
+exception (one ``writev``). The parent times all of that (see ``docs/processes.md``).
+The stop listener sleeps in a ``read`` of its own pipe: it costs a call nothing.
+SIGINT is ignored: Ctrl-C is the parent's to handle, which kills the children
+whose tasks must stop.
 
-What the call sees: modules imported fresh by name (the parent's ``sys.path``
-is sent along whenever it changed), or loaded from their file for a script's
-``__main__`` (as ``__mp_main__``, like :mod:`multiprocessing`'s spawn, so its
-``if __name__ == "__main__":`` block does not run) and for graph files the CLI
-loaded. ``dagexec.current_task()`` gives the task's name and attempt (it reads
-:data:`calling` here), and its ``cancelled`` is set when the parent forwards a stop.
-Tasks arrive as their parts (function, dependency values, constants, the
-parameters keyword dependencies go to), not as dagexec's call objects, so that
-unpickling them does not import dagexec either.
+How a child ends, and takes its process group (it leads one: whatever its tasks
+started) with it:
+
+* its request pipe closes (the executor shuts down): it flushes its stdout and
+  stderr and kills its group, itself included;
+* its stop pipe reads end of file while it lives: the parent died (it closes that
+  pipe only once this child is gone). The listener thread unlinks every
+  shared-memory segment of this child and kills the group at once, even while a
+  task runs;
+* the parent dies while a task holds the GIL in C code, where no Python thread
+  here can run: the watchdog, a tiny process this child forks as it starts, does
+  the same (see :mod:`dagexec._engine.process.lifecycle` for why a process, not
+  ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -43,32 +46,96 @@ import traceback
 from typing import Any
 
 try:
-    from .transfer import Reader, dumps, lift, receive, send
-except ImportError:  # loaded by file as _dagexec_child, beside _dagexec_transfer
-    from _dagexec_transfer import (  # type: ignore[import-not-found,no-redef]
+    from .transfer import (
+        ERROR,
+        SEGMENT_PREFIX,
+        VALUE,
         Reader,
         dumps,
         lift,
         receive,
         send,
+        unlink_segments,
+    )
+except ImportError:  # loaded by file as _dagexec_child, beside _dagexec_transfer
+    from _dagexec_transfer import (  # type: ignore[import-not-found,no-redef]
+        ERROR,
+        SEGMENT_PREFIX,
+        VALUE,
+        Reader,
+        dumps,
+        lift,
+        receive,
+        send,
+        unlink_segments,
     )
 
-__all__ = ["calling", "main"]
+__all__ = ["calling", "loading_main", "main"]
 
 _SEQ = struct.Struct("<Q")
 
 # The call running now, as (name, attempt, stop event), for dagexec.current_task()
 # (which looks here when it finds no task of its own); None between calls.
 calling: tuple[Any, int, threading.Event] | None = None
+# True while this child loads the parent's main script (or a CLI graph file): a
+# dagexec.run or Executor started then is that script's unguarded pipeline, and
+# refuses to start (dagexec._core.isolate.refuse_in_a_loading_child looks here).
+loading_main = False
 
 
-def main(requests: int, replies: int, stops: int, parent: int) -> None:
+def main(requests: int, replies: int, stops: int, life: int, parent: int) -> None:
     """Serve requests until the request pipe closes (or the reply pipe breaks: the
-    parent is gone, and nobody is left to tell). ``parent`` is the parent's pid,
-    which names this child's shared-memory files (the parent unlinks them)."""
+    parent is gone, and nobody is left to tell), then end this child's process
+    group. ``life`` is the pipe whose end of file says the parent died; ``parent``
+    is the parent's pid, which names this child's shared-memory segments."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(BrokenPipeError):
-        _serve(requests, replies, stops, f"dagexec-{parent}-{os.getpid()}-")
+    tag = f"{SEGMENT_PREFIX}{parent}-{os.getpid()}-"
+    _start_watchdog(life, (requests, replies, stops), tag)
+    try:
+        with contextlib.suppress(BrokenPipeError):
+            _serve(requests, replies, stops, tag)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        _end_group()
+
+
+def _start_watchdog(life: int, others: tuple[int, ...], tag: str) -> None:
+    """Fork the watchdog: a process that waits for the end of file of ``life`` (the
+    parent died), then unlinks this child's segments and kills its group.
+
+    Forked twice, before any thread starts (a fork of a threaded process is not
+    safe): it is nobody's child here, so a task's ``os.wait()`` never sees it. It
+    holds none of this child's other pipes, so that the parent still reads the end
+    of file of a child that died.
+    """
+    me = os.getpid()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            if os.fork() == 0:
+                for fd in others:
+                    os.close(fd)
+                with contextlib.suppress(OSError):
+                    while os.read(life, 1):
+                        pass  # nothing is written to it: this waits for end of file
+                unlink_segments(lambda name: name.startswith(tag))
+                _end_group(me)
+        finally:
+            os._exit(0)
+    os.waitpid(middle, 0)
+    os.close(life)
+
+
+def _end_group(leader: int | None = None) -> None:
+    """Kill the process group this child leads (what its tasks started, the watchdog
+    and this child); only the child ``leader`` itself if it leads none."""
+    leader = os.getpid() if leader is None else leader
+    if os.getpgrp() == leader:  # it leads its group, as the parent starts it
+        os.killpg(leader, signal.SIGKILL)
+    else:
+        os.kill(leader, signal.SIGKILL)
 
 
 def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
@@ -76,7 +143,7 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
     stop = threading.Event()
     running = [0]  # seq of the call running now (0: none)
     threading.Thread(
-        target=_listen_for_stops, args=(stops, stop, running), daemon=True, name="stops"
+        target=_listen_for_stops, args=(stops, stop, running, tag), daemon=True, name="stops"
     ).start()
     loaded: set[str] = set()
     reader = Reader(requests)
@@ -85,7 +152,7 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
             meta, data, buffers = receive(reader)
         except EOFError:
             return
-        seq, name, attempt, timed, shm, extra = meta
+        _, seq, name, attempt, shm, extra = meta
         # Where a reply with large buffers goes: a file the parent names the same way.
         out_path = f"{shm}/{tag}{seq}-out" if shm else None
         if stop.is_set():
@@ -103,8 +170,6 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
             )
             _reply_error(replies, exc, name, out_path)
             continue
-        if timed:
-            send(replies, ("started",), b"", [], None)
         calling = (name, attempt, stop)
         try:
             if dep_params:  # dependencies passed by keyword (deps={param: task})
@@ -126,15 +191,25 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
         del value
 
 
-def _prepare(extra: tuple[list[str] | None, dict[str, str]], loaded: set[str]) -> None:
-    """Take the parent's ``sys.path`` and load the modules it says to load by file."""
-    paths, files = extra
+def _prepare(extra: tuple[list[str] | None, dict[str, tuple[str, str]]], loaded: set[str]) -> None:
+    """Take the parent's ``sys.path`` and load the modules it says to load (its
+    script, by name or by file; CLI graph files, by file)."""
+    global loading_main
+    paths, modules = extra
     if paths is not None:
         sys.path[:] = paths
-    for module, path in files.items():
-        if module not in loaded:
-            _load_file(module, path)
-            loaded.add(module)
+    for module, (how, where) in modules.items():
+        if module in loaded:
+            continue
+        loading_main = True
+        try:
+            if how == "name":
+                _run_main_by_name(where)
+            else:
+                _load_file(module, where)
+        finally:
+            loading_main = False
+        loaded.add(module)
 
 
 def _reply_value(replies: int, value: Any, name: Any, out_path: str | None) -> None:
@@ -149,40 +224,58 @@ def _reply_value(replies: int, value: Any, name: Any, out_path: str | None) -> N
         )
         _reply_error(replies, error, name, out_path)
         return
-    send(replies, ("done", True), data, buffers, out_path)
+    send(replies, (VALUE,), data, buffers, out_path)
 
 
 def _reply_error(replies: int, exc: BaseException, name: Any, out_path: str | None) -> None:
-    """Send ``exc`` back with the child's traceback as a note; a stand-in if it won't pickle."""
+    """Send ``exc`` back with the child's traceback as a note, and what it is (its
+    class's module and name, its message), from which the parent rebuilds it when
+    it does not pickle, here or there."""
     text = "".join(traceback.format_exception(exc)).rstrip()
     exc.__traceback__ = None
+    kind = type(exc)
     try:
-        exc.add_note(f"dagexec: in the child process (pid {os.getpid()}):\n{text}")
-        data, buffers = dumps(exc)
-        # An exception class whose __init__ takes other arguments than it passes
-        # on pickles but does not unpickle: find out here, not in the parent.
-        pickle.loads(data, buffers=buffers)
+        message = str(exc)
     except Exception:
-        stand_in = RuntimeError(
-            f"task {name!r} raised {type(exc).__qualname__}: {exc} in its child process, "
-            "and that exception cannot be pickled back"
-        )
-        stand_in.add_note(f"dagexec: in the child process (pid {os.getpid()}):\n{text}")
-        data, buffers = dumps(stand_in)
-    send(replies, ("done", False), data, buffers, out_path)
+        message = object.__repr__(exc)
+    note = f"dagexec: in the child process (pid {os.getpid()}):\n{text}"
+    what = (kind.__module__, kind.__qualname__, message, note)
+    exc.add_note(note)
+    why = None
+    try:
+        data, buffers = dumps(exc)
+    except Exception as error:
+        why = f"{type(error).__name__}: {error}"
+        data, buffers = b"", []
+    send(replies, (ERROR, what, why), data, buffers, out_path)
 
 
-def _listen_for_stops(stops: int, stop: threading.Event, running: list[int]) -> None:
-    """Set ``stop`` when the parent forwards a stop for the call running now."""
+def _listen_for_stops(stops: int, stop: threading.Event, running: list[int], tag: str) -> None:
+    """Set ``stop`` when the parent forwards a stop for the call running now; at end
+    of file (the parent died) unlink this child's segments and end its group."""
     while True:
         try:
             raw = os.read(stops, _SEQ.size)
         except OSError:
-            return
+            raw = b""
         if len(raw) < _SEQ.size:
-            return
+            break
         if _SEQ.unpack(raw)[0] == running[0]:
             stop.set()
+    unlink_segments(lambda name: name.startswith(tag))
+    _end_group()
+
+
+def _run_main_by_name(module: str) -> None:
+    """Run the parent's ``python -m module`` as ``__mp_main__`` (what :mod:`multiprocessing`'s
+    spawn does), so that its relative imports find its package; installed as
+    ``__main__`` too, so that pickled references to ``__main__.f`` find it."""
+    import runpy
+    import types
+
+    main_module = types.ModuleType("__mp_main__")
+    main_module.__dict__.update(runpy.run_module(module, run_name="__mp_main__", alter_sys=True))
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = main_module
 
 
 def _load_file(module: str, path: str) -> None:

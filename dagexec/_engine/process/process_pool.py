@@ -23,15 +23,21 @@ together with a pipe):
   a cleanup task's child is told (its ``current_task().cancelled`` is set) and
   finishes; any other task's child is killed and the task fails with
   :class:`~dagexec.Cancelled`;
-* the task has a ``timeout``: counted from the child's "started" message; past
-  it the child is killed and the task fails with :class:`~dagexec.TaskTimeout`
-  at once. The worker is free straight away: nothing is abandoned.
+* the task has a ``timeout``: the attempt has one deadline (:meth:`ChildSlot.deadline`),
+  counted from when the call is sent, so that the child's loading of the task's
+  module and arguments counts, plus :data:`STARTUP_ALLOWANCE` if the call starts
+  the child. Past it the child and its process group are killed and the task
+  fails with :class:`~dagexec.TaskTimeout` at once (:meth:`ChildSlot.time_out`);
+  an answer read after it is never used, so a value that came back is one that
+  came in time (which the checkpoint's save rule relies on). The worker is free
+  straight away: nothing is abandoned.
 
 A child that dies fails its task with :class:`~dagexec.WorkerCrashed`; the next
 process task starts a new one. A child found dead when a call is sent (killed
 while idle: the request pipe is broken) is replaced and the call goes to the new
 one: it never reached the old. Killed and crashed children are reaped at once,
-and the shared-memory files of their call are unlinked by the parent.
+with their process group (:mod:`dagexec._engine.process.lifecycle`), and the
+shared-memory files of their call are unlinked by the parent.
 
 Per call, the worker thread makes three system calls: one ``writev`` (the
 request), one ``poll`` and one ``read`` (the reply, up to 64 KiB). Each lets go
@@ -52,6 +58,7 @@ import contextlib
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -61,14 +68,26 @@ import weakref
 from collections.abc import Hashable
 from typing import Any, NoReturn
 
-from ..._core.bind import BoundCall, KeywordCall
 from ..._core.current import running_by_thread, running_here
 from ..._core.errors import Cancelled, TaskTimeout, WorkerCrashed, describe
 from ..._core.isolate import IsolatedCall
 from ..._core.policy import CurrentTask, _local
-from .transfer import Reader, dumps, lift, receive, send, shm_dir, unlink_quietly
+from .lifecycle import end_group, sweep_segments
+from .transfer import (
+    CALL,
+    SEGMENT_PREFIX,
+    VALUE,
+    Reader,
+    dumps,
+    lift,
+    receive,
+    send,
+    shm_dir,
+    unlink_quietly,
+)
+from .travel import parts, rebuilt_error, travelling_name, unpicklable
 
-__all__ = ["ChildSlot", "call_in_child", "live_children"]
+__all__ = ["STARTUP_ALLOWANCE", "ChildSlot", "call_in_child", "live_children"]
 
 # How often a waiting worker thread looks at its task's cancellation token. Lower
 # notices Ctrl-C and cancel() sooner, for more wake-ups while a long task runs
@@ -76,6 +95,12 @@ __all__ = ["ChildSlot", "call_in_child", "live_children"]
 _TICK = 0.05
 # How long close() lets an idle child exit on its own before killing it.
 _CLOSE_GRACE = 1.0
+# Added to a task's timeout for the attempt that starts its child: the bare
+# interpreter and child.py loading (~50 ms idle, measured up to ~0.5 s on this
+# loaded 2-core machine), not the task's own imports, which count in its timeout.
+# Higher lets a hung cold start go on longer; lower fails tasks on a busy machine
+# for what their code did not do.
+STARTUP_ALLOWANCE = 2.0
 
 _SEQ = struct.Struct("<Q")
 # The directory dagexec is imported from, put first on the child's path so that
@@ -90,8 +115,8 @@ _BOOT = (
     "    module = sys.modules[name] = u.module_from_spec(spec)\n"
     "    spec.loader.exec_module(module)\n"
     "    return module\n"
-    "load('_dagexec_transfer', sys.argv[5])\n"
-    "load('_dagexec_child', sys.argv[6]).main(*map(int, sys.argv[1:5]))\n"
+    "load('_dagexec_transfer', sys.argv[6])\n"
+    "load('_dagexec_child', sys.argv[7]).main(*map(int, sys.argv[1:6]))\n"
 )
 
 _live: weakref.WeakSet[ChildSlot] = weakref.WeakSet()
@@ -147,6 +172,8 @@ class ChildSlot:
     __slots__ = (
         "__weakref__",
         "busy",
+        "deadline",
+        "life",
         "loaded",
         "poller",
         "proc",
@@ -160,11 +187,12 @@ class ChildSlot:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
-        self.requests = self.stops = -1
+        self.requests = self.stops = self.life = -1
         self.reader: Reader | None = None
         self.poller: select.poll | None = None
         self.seq = 0
         self.busy = False  # a call was sent and its answer not read yet
+        self.deadline: float | None = None  # the call's, if its task has a timeout
         self.tag = ""  # shared-memory file names of this child's calls start so
         self.sent_path: list[str] | None = None  # sys.path as the child has it
         self.loaded: set[str] = set()  # modules the child loaded from their file
@@ -172,9 +200,11 @@ class ChildSlot:
     def start(self) -> None:
         """Start a fresh child: a bare interpreter loading child.py (~50 ms)."""
         global _exit_hook_installed
+        sweep_segments()  # the first child of this program: those of dead parents go
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         stop_r, stop_w = os.pipe()
+        life_r, life_w = os.pipe()  # never written: its end of file says the parent died
         try:
             self.proc = subprocess.Popen(
                 [
@@ -186,28 +216,30 @@ class ChildSlot:
                     str(req_r),
                     str(rep_w),
                     str(stop_r),
+                    str(life_r),
                     str(os.getpid()),
                     os.path.join(_HERE, "transfer.py"),
                     os.path.join(_HERE, "child.py"),
                 ],
-                pass_fds=(req_r, rep_w, stop_r),
+                pass_fds=(req_r, rep_w, stop_r, life_r),
                 stdin=subprocess.DEVNULL,
                 # Its own process group: a terminal's Ctrl-C goes to the parent only
-                # (the child also ignores SIGINT), which decides what to kill.
+                # (the child also ignores SIGINT), which decides what to kill; and
+                # what its tasks start can be killed with it, as one.
                 process_group=0,
             )
         except BaseException:
-            for fd in (req_w, rep_r, stop_w):
+            for fd in (req_w, rep_r, stop_w, life_w):
                 os.close(fd)
             raise
         finally:
-            for fd in (req_r, rep_w, stop_r):
+            for fd in (req_r, rep_w, stop_r, life_r):
                 os.close(fd)
-        self.requests, self.stops = req_w, stop_w
+        self.requests, self.stops, self.life = req_w, stop_w, life_w
         self.reader = Reader(rep_r)
         self.poller = select.poll()
         self.poller.register(rep_r, select.POLLIN)
-        self.tag = f"dagexec-{os.getpid()}-{self.proc.pid}-"
+        self.tag = f"{SEGMENT_PREFIX}{os.getpid()}-{self.proc.pid}-"
         self.sent_path = None
         self.loaded = set()
         with _live_lock:
@@ -219,18 +251,21 @@ class ChildSlot:
     def run(self, call: IsolatedCall, dep_values: tuple[Any, ...], info: CurrentTask) -> Any:
         """Send the call, wait for its answer, return the value or raise the error."""
         try:
-            data, buffers = dumps((*_parts(call.call), lift(dep_values)))
+            data, buffers = dumps((*parts(call.call), lift(dep_values)))
         except Exception as exc:
-            raise _unpicklable(call, dep_values, info.name, exc) from None
+            raise unpicklable(call, dep_values, info.name, exc) from None
         shm = shm_dir()
         self.seq += 1
         in_path = None
+        name = travelling_name(info.name)
         for retry in (False, True):
-            if self.proc is None:
+            cold = self.proc is None
+            if cold:
                 self.start()
             extra = self._extra(call, data)
-            meta = (self.seq, info.name, info.attempt, call.timeout is not None, shm, extra)
+            meta = (CALL, self.seq, name, info.attempt, shm, extra)
             in_path = f"{shm}/{self.tag}{self.seq}-in" if shm and buffers else None
+            self.deadline = self.deadline_for(call, cold)
             try:
                 shared = send(self.requests, meta, data, buffers, in_path)
                 self.busy = True
@@ -257,9 +292,26 @@ class ChildSlot:
             if shared:  # read by now, or the child is gone: unlinked either way
                 unlink_quietly(in_path)
 
+    def deadline_for(self, call: IsolatedCall, cold: bool) -> float | None:
+        """The attempt's one deadline (``time.monotonic()``), taken as its call is sent:
+        its task's timeout, plus :data:`STARTUP_ALLOWANCE` if the call starts the
+        child. Everything after counts: the call's journey, the child's import of
+        the task's module, the unpickling of its arguments, the call. None: no timeout.
+        """
+        if call.timeout is None:
+            return None
+        return time.monotonic() + call.timeout + (STARTUP_ALLOWANCE if cold else 0.0)
+
+    def time_out(self, call: IsolatedCall, info: CurrentTask, shm: str | None) -> NoReturn:
+        """The attempt's deadline passed: kill the child and its group, fail with
+        TaskTimeout. The one place a process task times out."""
+        assert call.timeout is not None
+        self.kill(shm)
+        raise TaskTimeout(info.name, call.timeout, info.attempt)
+
     def _extra(
         self, call: IsolatedCall, data: bytes
-    ) -> tuple[list[str] | None, dict[str, str]] | None:
+    ) -> tuple[list[str] | None, dict[str, tuple[str, str]]] | None:
         """What the child must know before it unpickles this call, if anything new:
         the parent's ``sys.path`` (when it changed) and modules to load by file."""
         paths = None
@@ -268,22 +320,31 @@ class ChildSlot:
         files = self._files(call, data)
         return None if paths is None and not files else (paths, files)
 
-    def _files(self, call: IsolatedCall, data: bytes) -> dict[str, str]:
-        """Modules the child must load from their file before it unpickles this call."""
-        files: dict[str, str] = {}
+    def _files(self, call: IsolatedCall, data: bytes) -> dict[str, tuple[str, str]]:
+        """Modules the child must load before it unpickles this call, each as
+        ("name", module) or ("file", path): the script as it was started (``python
+        -m pkg.module`` by its name, so that its relative imports work; a file by
+        its path), and graph files the CLI loaded, by their path."""
+        files: dict[str, tuple[str, str]] = {}
         wanted = [call.by_file] if call.by_file is not None else []
         if "__main__" not in wanted and b"__main__" in data:  # a value of a __main__ class
             wanted.append("__main__")
         for name in wanted:
             if name in self.loaded:
                 continue
-            path = getattr(sys.modules.get(name), "__file__", None)
-            if path:
-                files[name] = os.path.abspath(path)
-                self.loaded.add(name)
-                if name == "__main__":
-                    # The child's __main__ classes come back as __mp_main__.<name>.
-                    sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
+            module = sys.modules.get(name)
+            spec_name = getattr(getattr(module, "__spec__", None), "name", None)
+            path = getattr(module, "__file__", None)
+            if name == "__main__" and spec_name and spec_name != "__main__":
+                files[name] = ("name", spec_name)
+            elif path:
+                files[name] = ("file", os.path.abspath(path))
+            else:
+                continue
+            self.loaded.add(name)
+            if name == "__main__":
+                # The child's __main__ classes come back as __mp_main__.<name>.
+                sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
         return files
 
     def _wait(
@@ -291,40 +352,41 @@ class ChildSlot:
         call: IsolatedCall,
         info: CurrentTask,
         shm: str | None,
-        extra: tuple[list[str] | None, dict[str, str]] | None,
+        extra: tuple[list[str] | None, dict[str, tuple[str, str]]] | None,
     ) -> Any:
         reader, poller, proc = self.reader, self.poller, self.proc
         assert reader is not None and poller is not None and proc is not None
         token = info.cancelled
-        deadline: float | None = None
+        deadline = self.deadline
         told = False
         while True:
             wait = _TICK if deadline is None else min(_TICK, max(0.0, deadline - time.monotonic()))
             if reader.has_frame() or poller.poll(wait * 1000.0):
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.time_out(call, info, shm)  # an answer past it is never used
                 try:
                     meta, data, buffers = receive(reader, unlink=True)
                 except EOFError:
                     self._crashed(info, shm)
-                if meta[0] == "started":
-                    assert call.timeout is not None
-                    deadline = time.monotonic() + call.timeout
-                    continue
+                # A message kind that is not final (a log record, say) is handled
+                # here, before this line, and the loop waits on.
                 self.busy = False
-                if not meta[1] and extra is not None:
+                if meta[0] == VALUE:
+                    try:
+                        value = pickle.loads(data, buffers=buffers)
+                    except Exception as exc:
+                        raise RuntimeError(
+                            f"task {describe(info.name)}: the value its child process sent "
+                            f"back cannot be unpickled here: {type(exc).__name__}: {exc}; "
+                            "return a value whose classes the parent can import"
+                        ) from exc
+                    return value[0]
+                if extra is not None:
                     # Perhaps a module failed to load there: send it again next time.
                     self.loaded.difference_update(extra[1])
-                try:
-                    value = pickle.loads(data, buffers=buffers)
-                except Exception as exc:
-                    raise RuntimeError(
-                        f"task {describe(info.name)}: the value its child process sent "
-                        f"back cannot be unpickled here: {type(exc).__name__}: {exc}; "
-                        "return a value whose classes the parent can import"
-                    ) from exc
+                error = rebuilt_error(info.name, meta[1], meta[2], data, buffers)
                 del data, buffers
-                if meta[1]:
-                    return value[0]
-                raise value
+                raise error
             if proc.poll() is not None and not poller.poll(0):
                 # Dead, and the pipe still open: a process it started holds its end.
                 self._crashed(info, shm)
@@ -339,41 +401,38 @@ class ChildSlot:
                     raise Cancelled(
                         f"task {describe(info.name)} (attempt {info.attempt}) was stopped "
                         "while it ran in a child process (the run is stopping: Ctrl-C, "
-                        "cancel() or a failure); the child was killed"
+                        "cancel() or a failure); the child and its process group were killed"
                     )
             if deadline is not None and time.monotonic() >= deadline:
-                assert call.timeout is not None
-                self.kill(shm)
-                raise TaskTimeout(info.name, call.timeout, info.attempt)
+                self.time_out(call, info, shm)
 
     def _crashed(self, info: CurrentTask, shm: str | None) -> NoReturn:
         proc = self.proc
         assert proc is not None
         pid = proc.pid
-        try:
-            code = proc.wait(timeout=_CLOSE_GRACE)
-        except subprocess.TimeoutExpired:  # pipe closed but still alive: make sure
-            proc.kill()
-            code = proc.wait()
+        # Its exit code is fixed once it began to exit, which its closed pipe says:
+        # killing its group first (what it started) leaves that code as it was.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        code = proc.wait()
         self.kill(shm)
         raise WorkerCrashed(info.name, code, pid)
 
     def kill(self, shm: str | None = None) -> None:
-        """Kill the child now and reap it; the next call starts a new one. With
-        ``shm``, unlink the shared-memory file its reply to the last call may have
-        left there."""
+        """Kill the child and its process group now and reap it; the next call starts
+        a new one. With ``shm``, unlink the shared-memory file its reply to the last
+        call may have left there."""
         proc = self.proc
         if proc is None:
             return
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        end_group(proc)
         if shm:
             unlink_quietly(f"{shm}/{self.tag}{self.seq}-out")
         self._discard()
 
     def close(self) -> None:
-        """Let the child exit (it ends when its request pipe closes); kill it if slow."""
+        """Let the child exit (it ends when its request pipe closes, and kills its
+        process group as it goes); kill it and its group if slow."""
         proc = self.proc
         if proc is None:
             return
@@ -382,68 +441,22 @@ class ChildSlot:
         try:
             proc.wait(timeout=_CLOSE_GRACE)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            end_group(proc)
         self._discard()
 
     def _discard(self) -> None:
         reader = self.reader
-        for fd in (self.requests, -1 if reader is None else reader.fd, self.stops):
+        for fd in (self.requests, -1 if reader is None else reader.fd, self.stops, self.life):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.requests = self.stops = -1
+        self.requests = self.stops = self.life = -1
         self.reader = None
         self.busy = False
         self.proc = None
         self.poller = None
         with _live_lock:
             _live.discard(self)
-
-
-def _parts(call: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any], tuple[str, ...]]:
-    """``call`` as (function, constant args, constant kwargs, keyword-dependency
-    parameters), large ``bytes`` constants lifted out of band: the child rebuilds
-    the call from these without importing dagexec's call classes."""
-    if isinstance(call, KeywordCall):
-        return call.fn, lift(call.args), _lift_values(call.kwargs), call.dep_params
-    if isinstance(call, BoundCall):
-        return call.fn, lift(call.args), _lift_values(call.kwargs), ()
-    return call, (), {}, ()
-
-
-def _lift_values(kwargs: dict[str, Any]) -> dict[str, Any]:
-    values = tuple(kwargs.values())
-    lifted = lift(values)
-    return kwargs if lifted is values else dict(zip(kwargs, lifted, strict=True))
-
-
-def _unpicklable(
-    call: IsolatedCall, dep_values: tuple[Any, ...], name: Hashable, exc: Exception
-) -> TypeError:
-    """The TypeError naming which parameter of the task could not be pickled."""
-    parts: list[tuple[str, Any]] = list(zip(call.labels, dep_values, strict=False))
-    parts += [(f"argument {i}", v) for i, v in enumerate(dep_values) if i >= len(call.labels)]
-    inner = call.call
-    if isinstance(inner, (BoundCall, KeywordCall)):
-        parts += [(f"args[{i}] (a constant)", v) for i, v in enumerate(inner.args)]
-        parts += [(f"kwargs[{k!r}] (a constant)", v) for k, v in inner.kwargs.items()]
-        parts.append(("its function", inner.fn))
-    else:
-        parts.append(("its function", inner))
-    what = "an argument"
-    for label, value in parts:
-        try:
-            pickle.dumps(value, protocol=5)
-        except Exception:
-            what = f"{label}, a {type(value).__name__},"
-            break
-    return TypeError(
-        f"task {describe(name)}: {what} cannot be pickled to send to its child process "
-        f"(isolate='process'): {type(exc).__name__}: {exc}; pass a picklable value (not a "
-        "lock, an open file, a generator or a lambda), or run the task on a thread (drop "
-        "isolate)"
-    )
 
 
 def _kill_all() -> None:

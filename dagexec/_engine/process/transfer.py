@@ -27,6 +27,17 @@ names and unlinks every segment, both directions (see
 child. Without ``/dev/shm`` (macOS, Windows) everything goes through the pipe.
 A message without out-of-band buffers never looks at ``/dev/shm``.
 
+Messages: every ``meta`` is a tuple whose first item is its kind, one of the
+constants below; the fields after it are the kind's own. The parent sends
+:data:`CALL`; the child answers each call with one final message, :data:`VALUE`
+or :data:`ERROR`. A new kind (a log record, say) is one more constant here, a
+``send`` in ``child.py`` and one more branch in the parent's wait loop
+(``ChildSlot._wait``), which handles kinds that are not final and waits on.
+
+Segment names carry both pids, ``dagexec-<parent>-<child>-<seq>-in|out``: a child
+whose parent died unlinks its own (:func:`unlink_segments`), and a later program
+sweeps those of parents that are gone (``dagexec._engine.process.lifecycle``).
+
 Imported by the child process too: standard library only, nothing else of dagexec.
 """
 
@@ -36,9 +47,14 @@ import contextlib
 import os
 import pickle
 import struct
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "CALL",
+    "ERROR",
+    "SEGMENT_PREFIX",
+    "VALUE",
     "Reader",
     "dumps",
     "lift",
@@ -46,7 +62,17 @@ __all__ = [
     "send",
     "shm_dir",
     "unlink_quietly",
+    "unlink_segments",
 ]
+
+# Message kinds, each ``meta[0]`` (see the module doc).
+CALL = "call"  # parent -> child: (CALL, seq, name, attempt, shm dir or None, extra)
+VALUE = "value"  # child -> parent, final: (VALUE,); data is (value,) pickled
+# child -> parent, final: (ERROR, (module, qualname, message, traceback note), why
+# it did not pickle or None); data is the exception pickled, or empty if it did not
+ERROR = "error"
+# Every segment's name starts so, then "<parent pid>-<child pid>-".
+SEGMENT_PREFIX = "dagexec-"
 
 # Buffers at least this large leave the pickle stream (out of band). Lower moves
 # more small buffers around one by one; higher copies more into the stream.
@@ -227,6 +253,21 @@ def unlink_quietly(path: str | None) -> None:
     if path is not None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+def unlink_segments(chosen: Callable[[str], bool]) -> int:
+    """Unlink every shared-memory segment whose name ``chosen`` says yes to; how many."""
+    try:
+        names = os.listdir(_SHM_DIR)
+    except OSError:
+        return 0
+    gone = 0
+    for name in names:
+        if chosen(name):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(_SHM_DIR, name))
+                gone += 1
+    return gone
 
 
 def _room(size: int) -> bool:
