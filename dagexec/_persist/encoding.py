@@ -14,13 +14,13 @@ import hashlib
 import pickle
 import struct
 import types
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from .._core.errors import CheckpointError
 from .checkpoint_values import describe_safely
 
-_PERSON = b"dagexec-task-3"  # bump when the encoding changes: old checkpoints then miss
+_PERSON = b"dagexec-task-4"  # bump when the encoding changes: old checkpoints then miss
 _PROTOCOL = 5
 # Bytes longer than this are encoded by their digest. Lower saves memory on more
 # values but hashes more small ones twice; higher copies large ones into the join.
@@ -29,6 +29,10 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set for classes created by a class st
 _SIMPLE_GLOBALS = (type(None), bool, int, float, complex, str, bytes)
 _FROZEN_CONTAINERS = (tuple, frozenset)
 _CONTAINERS = (list, dict, set)
+# How many functions (and module instances) deep one encoding follows references;
+# deeper ones count by name only. Each level takes ~6 Python frames, so this stays
+# far inside the default recursion limit (1000), whatever stack the caller has.
+_MAX_DEPTH = 100
 _pack_d = struct.Struct("<d").pack
 _pack_dd = struct.Struct("<dd").pack
 
@@ -52,7 +56,11 @@ class _Encoder:
         self.functions: dict[int, tuple[object, bytes]] = {}
         self.codes: dict[int, tuple[types.CodeType, bytes, tuple[str, ...]]] = {}
         self.active: set[int] = set()  # functions being fingerprinted (recursion)
-        self.cuts = 0  # recursion markers emitted; a digest with one is not memoised
+        self.cuts = 0  # recursion or depth markers emitted; see :meth:`function`
+        # Digests with a marker, for the rest of one outermost call: each object is
+        # then encoded once per call (a chain of functools.wraps reaches each level
+        # twice, through __wrapped__ and a default: without this, 2**depth).
+        self.within: dict[int, tuple[object, bytes]] = {}
         self.task: Hashable = None  # the task being identified, for error messages
 
     # -- values ---------------------------------------------------------------------
@@ -217,24 +225,42 @@ class _Encoder:
 
     def function(self, fn: object) -> bytes:
         """16-byte digest of a callable's behaviour; see the module docstring."""
-        key = id(fn)
-        hit = self.functions.get(key)
+        hit = self.functions.get(id(fn))  # the common case, without a call
         if hit is not None:
             return hit[1]
-        if key in self.active:
-            # Recursion (a function naming itself, mutual helpers): a marker by name.
+        return self._memoised(fn, self._function_parts)
+
+    def _memoised(self, obj: object, parts: Callable[[Any], list[bytes]]) -> bytes:
+        """Digest of ``parts(obj)``, memoised by ``id(obj)``.
+
+        Recursion (a function naming itself, mutual helpers) and references deeper
+        than ``_MAX_DEPTH`` are cut with a marker by name. A digest with a marker
+        depends on where the encoding started, so it is kept only until the
+        outermost call returns; one without is kept for the whole computation.
+        """
+        key = id(obj)
+        hit = self.functions.get(key) or self.within.get(key)
+        if hit is not None:
+            return hit[1]
+        active = self.active
+        if key in active or len(active) >= _MAX_DEPTH:
             self.cuts += 1
-            out: list[bytes] = [b"@"]
-            self.lenient(getattr(fn, "__qualname__", None), out)
+            out: list[bytes] = [b"@" if key in active else b"^"]
+            self.lenient(getattr(obj, "__qualname__", None), out)
             return _digest(b"".join(out))
-        self.active.add(key)
+        outermost = not active
+        active.add(key)
         cuts = self.cuts
         try:
-            digest = _digest(b"".join(self._function_parts(fn)))
+            digest = _digest(b"".join(parts(obj)))
         finally:
-            self.active.discard(key)
-        if self.cuts == cuts:  # a digest with a marker depends on where we started
-            self.functions[key] = (fn, digest)
+            active.discard(key)
+            if outermost:
+                self.within.clear()
+        if self.cuts == cuts:
+            self.functions[key] = (obj, digest)
+        elif not outermost:
+            self.within[key] = (obj, digest)
         return digest
 
     def _function_parts(self, fn: Any) -> list[bytes]:
