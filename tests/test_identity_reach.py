@@ -6,8 +6,13 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
+from test_identity import _module_task
+
+import dagexec
 from dagexec._persist import encoding
 from dagexec._persist.identity import task_identities
 
@@ -70,3 +75,113 @@ def test_beyond_the_depth_limit_a_function_counts_by_name_only() -> None:
     one, two = (_wraps_chain(base, depth) for base in bases)
     assert _identity(one) == _identity(two)
     assert _identity(one) != _identity(_wraps_chain(_plus_one, depth - 1))  # its depth counts
+
+
+INSTANCES = {
+    "a frozen dataclass's field": (
+        "import dataclasses\n@dataclasses.dataclass(frozen=True)\nclass C:\n    rate: int\n"
+        "CFG = C({})\ndef task(x):\n    return x * CFG.rate\n"
+    ),
+    "a method of an instance's class": (
+        "class Tax:\n    def f(self, x):\n        return x + {}\n"
+        "T = Tax()\ndef task(x):\n    return T.f(x)\n"
+    ),
+    "a class constant of an instance's class": (
+        "class Tax:\n    RATE = {}\n    def f(self, x):\n        return x * self.RATE\n"
+        "T = Tax()\ndef task(x):\n    return T.f(x)\n"
+    ),
+    "an attribute set in __init__": (
+        "class Tax:\n    def __init__(self, rate):\n        self.rate = rate\n"
+        "T = Tax({})\ndef task(x):\n    return x * T.rate\n"
+    ),
+    "a slot": (
+        "class Tax:\n    __slots__ = ('rate',)\n    def __init__(self, rate):\n"
+        "        self.rate = rate\nT = Tax({})\ndef task(x):\n    return x * T.rate\n"
+    ),
+    "a slots dataclass's field": (
+        "import dataclasses\n@dataclasses.dataclass(slots=True)\nclass C:\n    rate: int\n"
+        "CFG = C({})\ndef task(x):\n    return x * CFG.rate\n"
+    ),
+    "a NamedTuple's field": (
+        "import typing\nclass C(typing.NamedTuple):\n    rate: int\n"
+        "CFG = C({})\ndef task(x):\n    return x * CFG.rate\n"
+    ),
+    "a nested instance": (
+        "class Inner:\n    def __init__(self, r):\n        self.r = r\n"
+        "class Outer:\n    def __init__(self, inner):\n        self.inner = inner\n"
+        "CFG = Outer(Inner({}))\ndef task(x):\n    return x * CFG.inner.r\n"
+    ),
+    "a callable instance's __call__": (
+        "class Scale:\n    def __call__(self, x):\n        return x * {}\n"
+        "scale = Scale()\ndef task(x):\n    return scale(x)\n"
+    ),
+    "an instance as a class constant": (
+        "class C:\n    def __init__(self, r):\n        self.r = r\n"
+        "class Tax:\n    DEFAULT = C({})\ndef task(x):\n    return x * Tax.DEFAULT.r\n"
+    ),
+}
+
+
+def _module_identity(tmp_path: Path, source: str) -> bytes:
+    return _identity(_module_task(tmp_path, source))
+
+
+@pytest.mark.parametrize("edit", sorted(INSTANCES))
+def test_an_edit_of_a_module_level_instance_is_seen(tmp_path: Path, edit: str) -> None:
+    template = INSTANCES[edit]
+    before = _module_identity(tmp_path, template.format(1))
+    assert _module_identity(tmp_path, template.format(1)) == before  # loading again: no edit
+    assert _module_identity(tmp_path, template.format(2)) != before  # before: equal
+
+
+def test_an_instance_that_refers_to_itself_has_a_stable_identity(tmp_path: Path) -> None:
+    source = (
+        "class Node:\n    def __init__(self, r):\n        self.r = r\n        self.me = self\n"
+        "        self.PEERS = [self]\nN = Node({})\ndef task(x):\n    return x * N.r\n"
+    )
+    before = _module_identity(tmp_path, source.format(1))
+    assert _module_identity(tmp_path, source.format(1)) == before
+    assert _module_identity(tmp_path, source.format(2)) != before
+
+
+def test_an_instances_lower_case_containers_are_state_not_seen(tmp_path: Path) -> None:
+    # Documented: by the rule of globals, a lower-case list or dict attribute is
+    # state (a log, a cache the task fills), so filling it does not re-run the task.
+    source = (
+        "class Log:\n    def __init__(self):\n        self.seen = []\n        self.RATES = [2]\n"
+        "LOG = Log()\ndef task(x):\n    LOG.seen.append(x)\n    return x * LOG.RATES[0]\n"
+    )
+    task = _module_task(tmp_path, source)
+    before = _identity(task)
+    task(1)
+    assert _identity(task) == before
+    assert _module_identity(tmp_path, source.replace("[2]", "[3]")) != before
+
+
+def test_an_instance_with_an_unencodable_attribute_still_identifies(tmp_path: Path) -> None:
+    source = (
+        "import threading\nclass Guarded:\n    def __init__(self):\n"
+        "        self.lock = threading.Lock()\n        self.rate = {}\n"
+        "G = Guarded()\ndef task(x):\n    return x * G.rate\n"
+    )
+    assert _module_identity(tmp_path, source.format(1)) != _module_identity(
+        tmp_path, source.format(2)
+    )
+
+
+def test_a_stale_instance_is_not_loaded_end_to_end(tmp_path: Path) -> None:
+    """The reviewer's case: run, edit CFG = C(1) -> C(2), explain and run again."""
+    template = INSTANCES["a frozen dataclass's field"]
+    path = tmp_path / "c.sqlite"
+
+    def graph(k: int) -> dagexec.Graph:
+        g = dagexec.Graph()
+        g.add("src", lambda: 10)
+        g.add("out", _module_task(tmp_path, template.format(k)), deps=["src"])
+        return g
+
+    assert dagexec.run(graph(1), checkpoint=path)["out"] == 10
+    e = dagexec.explain(graph(2), checkpoint=path)
+    assert e.run["out"].kind == "code changed" and e.load == ("src",)
+    result = dagexec.run(graph(2), checkpoint=path)
+    assert result["out"] == 20 and result.stats.tasks_run == 1  # before: 10, loaded
