@@ -185,3 +185,30 @@ def test_a_stale_instance_is_not_loaded_end_to_end(tmp_path: Path) -> None:
     assert e.run["out"].kind == "code changed" and e.load == ("src",)
     result = dagexec.run(graph(2), checkpoint=path)
     assert result["out"] == 20 and result.stats.tasks_run == 1  # before: 10, loaded
+
+
+@pytest.mark.parametrize("edit", [("FACTOR = 2", "FACTOR = 3"), ("RATE = 1", "RATE = 5")])
+def test_an_edited_constant_is_not_reported_as_the_functions_own_code(
+    tmp_path: Path, edit: tuple[str, str]
+) -> None:
+    # The review: "its code changed (function 'sq')" for FACTOR = 2 -> 3 read as an
+    # edit of sq. One digest covers sq and what it uses, so the reason says both.
+    source = "FACTOR = 2\nclass Tax:\n    RATE = 1\ndef sq(x):\n    return x * FACTOR * Tax.RATE\n"
+    path = tmp_path / "c.sqlite"
+
+    def graph(text: str) -> dagexec.Graph:
+        g = dagexec.Graph()
+        g.add("src", lambda: 1)
+        g.add("out", _module_task(tmp_path, text, "sq"), deps=["src"])
+        g.map("each", _module_task(tmp_path, text, "sq"), over="src_list")
+        g.add("src_list", lambda: [1, 2])
+        return g
+
+    dagexec.run(graph(source), checkpoint=path)
+    e = dagexec.explain(graph(source.replace(*edit)), checkpoint=path)
+    for task in ("out", "each"):
+        assert e.run[task].kind == "code changed"
+        assert str(e.run[task]).startswith(
+            "its code changed (function 'sq', or a helper, class or constant of its module"
+        )
+    assert e.items["each"].run == 2
