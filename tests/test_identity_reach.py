@@ -212,3 +212,14 @@ def test_an_edited_constant_is_not_reported_as_the_functions_own_code(
             "its code changed (function 'sq', or a helper, class or constant of its module"
         )
     assert e.items["each"].run == 2
+
+
+def test_a_hostile_instance_in_a_cycle_still_identifies(tmp_path: Path) -> None:
+    source = (
+        "class Odd:\n    def __getattr__(self, name):\n        raise RuntimeError(name)\n"
+        "O = Odd()\nO.__dict__['me'] = O\nO.__dict__['rate'] = {}\n"
+        "def task(x):\n    return x * O.rate\n"
+    )
+    assert _module_identity(tmp_path, source.format(1)) != _module_identity(
+        tmp_path, source.format(2)
+    )

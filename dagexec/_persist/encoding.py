@@ -257,7 +257,11 @@ class _Encoder:
         if key in active or len(active) >= _MAX_DEPTH:
             self.cuts += 1
             out: list[bytes] = [b"@" if key in active else b"^"]
-            self.lenient(getattr(obj, "__qualname__", None), out)
+            try:
+                label = getattr(obj, "__qualname__", None)
+            except Exception:  # an instance's hostile __getattr__
+                label = None
+            self.lenient(label, out)
             return _digest(b"".join(out))
         outermost = not active
         active.add(key)
