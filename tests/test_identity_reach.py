@@ -223,3 +223,14 @@ def test_a_hostile_instance_in_a_cycle_still_identifies(tmp_path: Path) -> None:
     assert _module_identity(tmp_path, source.format(1)) != _module_identity(
         tmp_path, source.format(2)
     )
+
+
+def test_an_instance_of_another_modules_class_is_not_seen(tmp_path: Path) -> None:
+    # Documented in docs/checkpoints.md ("does not see"): only the module's own
+    # classes' instances are followed (another module's object may be anything:
+    # a connection, a large frame). Pinned, so that changing it is a choice.
+    source = "import types\nCFG = types.SimpleNamespace(rate={})\ndef task(x):\n"
+    source += "    return x * CFG.rate\n"
+    assert _module_identity(tmp_path, source.format(1)) == _module_identity(
+        tmp_path, source.format(2)
+    )
