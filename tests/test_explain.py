@@ -164,7 +164,8 @@ def test_command_line_explain(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
         "2 would run, 0 would load, 0 decided during the run",
-        "run   'a': its code changed (function '<lambda>')",
+        "run   'a': its code changed (function '<lambda>'"
+        ", or a helper, class or constant of its module that it uses)",
         "run   'b': upstream task 'a' changed",
     ]
     missing = cli("explain", f"{source}:graph")

@@ -14,6 +14,9 @@ seen_lock = threading.Lock()
 seen_names: list[Any] = []
 
 
+_USES = ", or a helper, class or constant of its module that it uses)"
+
+
 def _ran() -> list[Any]:
     with seen_lock:
         names = list(seen_names)
@@ -68,7 +71,7 @@ def test_an_edited_map_function_is_reported_with_its_reason(tmp_path: Path) -> N
     # Before issue 31: "a map: each item loads or runs by its element, once the list
     # exists", for every stage, though the function's edit is known before the run.
     assert e.run["sizes"].kind == "code changed"
-    assert str(e.run["sizes"]) == "its code changed (function 'bigger'): every item runs"
+    assert str(e.run["sizes"]) == f"its code changed (function 'bigger'{_USES}: every item runs"
     assert e.items["sizes"] == dagexec._persist.explain.MapItems(None, 0)
     assert "sizes" not in e.during_run
     _ran()
@@ -112,7 +115,7 @@ def test_a_map_over_a_stored_list_is_counted(tmp_path: Path) -> None:
     edited = dagexec.explain(_stored_list(bigger), checkpoint=path)
     assert (
         str(edited.run["sizes"])
-        == "its code changed (function 'bigger'): every item runs (5 items)"
+        == f"its code changed (function 'bigger'{_USES}: every item runs (5 items)"
     )
     assert edited.items["sizes"].run == 5
     assert edited.run["total"].kind == "upstream changed"  # foreseen, not "decided later"

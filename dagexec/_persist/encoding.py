@@ -14,13 +14,14 @@ import hashlib
 import pickle
 import struct
 import types
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from .._core.errors import CheckpointError
 from .checkpoint_values import describe_safely
+from .members import dunder_or_sunder, functions_of, state_of, wrapped_by
 
-_PERSON = b"dagexec-task-3"  # bump when the encoding changes: old checkpoints then miss
+_PERSON = b"dagexec-task-4"  # bump when the encoding changes: old checkpoints then miss
 _PROTOCOL = 5
 # Bytes longer than this are encoded by their digest. Lower saves memory on more
 # values but hashes more small ones twice; higher copies large ones into the join.
@@ -29,6 +30,11 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: set for classes created by a class st
 _SIMPLE_GLOBALS = (type(None), bool, int, float, complex, str, bytes)
 _FROZEN_CONTAINERS = (tuple, frozenset)
 _CONTAINERS = (list, dict, set)
+_BUILTIN_BASES = (tuple, list, dict, set, frozenset)  # whose contents are not in __dict__
+# How many functions (and module instances) deep one encoding follows references;
+# deeper ones count by name only. Each level takes ~6 Python frames, so this stays
+# far inside the default recursion limit (1000), whatever stack the caller has.
+_MAX_DEPTH = 100
 _pack_d = struct.Struct("<d").pack
 _pack_dd = struct.Struct("<dd").pack
 
@@ -52,7 +58,14 @@ class _Encoder:
         self.functions: dict[int, tuple[object, bytes]] = {}
         self.codes: dict[int, tuple[types.CodeType, bytes, tuple[str, ...]]] = {}
         self.active: set[int] = set()  # functions being fingerprinted (recursion)
-        self.cuts = 0  # recursion markers emitted; a digest with one is not memoised
+        self.cuts = 0  # recursion or depth markers emitted; see :meth:`function`
+        # Digests with a marker, for the rest of one outermost call: each object is
+        # then encoded once per call (a chain of functools.wraps reaches each level
+        # twice, through __wrapped__ and a default: without this, 2**depth).
+        self.within: dict[int, tuple[object, bytes]] = {}
+        # The same for module-level instances (:meth:`_instance_parts`).
+        self.instances: dict[int, tuple[object, bytes]] = {}
+        self.within_instances: dict[int, tuple[object, bytes]] = {}
         self.task: Hashable = None  # the task being identified, for error messages
 
     # -- values ---------------------------------------------------------------------
@@ -217,24 +230,53 @@ class _Encoder:
 
     def function(self, fn: object) -> bytes:
         """16-byte digest of a callable's behaviour; see the module docstring."""
-        key = id(fn)
-        hit = self.functions.get(key)
+        hit = self.functions.get(id(fn))  # the common case, without a call
         if hit is not None:
             return hit[1]
-        if key in self.active:
-            # Recursion (a function naming itself, mutual helpers): a marker by name.
+        return self._memoised(fn, self._function_parts, self.functions, self.within)
+
+    def _memoised(
+        self,
+        obj: object,
+        parts: Callable[[Any], list[bytes]],
+        memo: dict[int, tuple[object, bytes]],
+        within: dict[int, tuple[object, bytes]],
+    ) -> bytes:
+        """Digest of ``parts(obj)``, memoised by ``id(obj)``.
+
+        Recursion (a function naming itself, mutual helpers) and references deeper
+        than ``_MAX_DEPTH`` are cut with a marker by name. A digest with a marker
+        depends on where the encoding started, so it is kept only until the
+        outermost call returns; one without is kept for the whole computation.
+        """
+        key = id(obj)
+        hit = memo.get(key) or within.get(key)
+        if hit is not None:
+            return hit[1]
+        active = self.active
+        if key in active or len(active) >= _MAX_DEPTH:
             self.cuts += 1
-            out: list[bytes] = [b"@"]
-            self.lenient(getattr(fn, "__qualname__", None), out)
+            out: list[bytes] = [b"@" if key in active else b"^"]
+            try:
+                label = getattr(obj, "__qualname__", None)
+            except Exception:  # an instance's hostile __getattr__
+                label = None
+            self.lenient(label, out)
             return _digest(b"".join(out))
-        self.active.add(key)
+        outermost = not active
+        active.add(key)
         cuts = self.cuts
         try:
-            digest = _digest(b"".join(self._function_parts(fn)))
+            digest = _digest(b"".join(parts(obj)))
         finally:
-            self.active.discard(key)
-        if self.cuts == cuts:  # a digest with a marker depends on where we started
-            self.functions[key] = (fn, digest)
+            active.discard(key)
+            if outermost:
+                self.within.clear()
+                self.within_instances.clear()
+        if self.cuts == cuts:
+            memo[key] = (obj, digest)
+        elif not outermost:
+            within[key] = (obj, digest)
         return digest
 
     def _function_parts(self, fn: Any) -> list[bytes]:
@@ -286,7 +328,7 @@ class _Encoder:
                 out.append(
                     self.strict(owner, "the object its builtin method is bound to", self.task)
                 )
-        elif (wrapped := _wrapped(fn)) is not None:
+        elif (wrapped := wrapped_by(fn)) is not None:
             # functools.cache / lru_cache, a decorator object: what it wraps, and its
             # class's code, not its state (a cache it fills would change every run).
             out.append(b"wrapped")
@@ -315,12 +357,12 @@ class _Encoder:
                 klass.__members__ if own and isinstance(klass, enum.EnumMeta) else {}
             )
             for attr, member in sorted(vars(klass).items()):
-                parts = _functions_of(member)
+                parts = functions_of(member)
                 if parts:
                     for part in parts:
                         self.value(attr, out)
                         out.append(self.function(part))
-                elif own and attr not in members and not _dunder_or_sunder(attr):
+                elif own and attr not in members and not dunder_or_sunder(attr):
                     self._module_value(attr, member, module, out)
             for attr, member in members.items():  # an Enum's members (aliases too), by value
                 self.value(attr, out)
@@ -370,10 +412,32 @@ class _Encoder:
         elif (
             callable(found)
             and getattr(found, "__module__", None) == module
-            and _wrapped(found) is not None
+            and wrapped_by(found) is not None
         ):  # @functools.cache def helper(): ...
             self.value(name, out)
             out.append(self._lenient_function(found))
+        elif kind.__flags__ & _HEAPTYPE and getattr(kind, "__module__", None) == module:
+            # CFG = Config(rate=2), T = Tax(): an instance of the module's own class.
+            self.value(name, out)
+            out.append(
+                self._memoised(found, self._instance_parts, self.instances, self.within_instances)
+            )
+
+    def _instance_parts(self, obj: Any) -> list[bytes]:
+        """A module-level instance of its module's own class: the class's code and
+        constants, and the instance's state (``__dict__``, ``__slots__``) by the rule
+        of :meth:`_module_value`; an object with neither, or a subclass of a builtin
+        container (a NamedTuple), also as a value (:meth:`lenient`)."""
+        cls = type(obj)
+        out = [b"instance", self.function(cls)]
+        state = state_of(obj)
+        if state is None or isinstance(obj, _BUILTIN_BASES):  # a NamedTuple: its items
+            self.lenient(obj, out)
+        else:
+            for attr, member in state:
+                if not dunder_or_sunder(attr):
+                    self._module_value(attr, member, cls.__module__, out)
+        return out
 
     def _partial_helper(self, helper: functools.partial[Any], module: str | None) -> bytes:
         """A module's ``functools.partial`` helper: its function (by name if it is
@@ -401,34 +465,6 @@ class _Encoder:
             self.value(type(fn).__module__, out)
             self.value(type(fn).__qualname__, out)
             return _digest(b"".join(out))
-
-
-def _dunder_or_sunder(name: str) -> bool:
-    """``__module__``, ``_order_``: Python's and enum's own names, not constants."""
-    return len(name) > 2 and name[0] == "_" and name[-1] == "_"
-
-
-def _wrapped(fn: object) -> object | None:
-    """What a decorator's result wraps (``__wrapped__``), if it is callable; else None."""
-    try:
-        wrapped = getattr(fn, "__wrapped__", None)
-    except Exception:  # a hostile __getattr__
-        return None
-    return wrapped if wrapped is not fn and callable(wrapped) else None
-
-
-def _functions_of(member: object) -> list[types.FunctionType]:
-    """The Python functions behind a class attribute: method, static, class, property,
-    cached property."""
-    if isinstance(member, (staticmethod, classmethod)):
-        member = member.__func__
-    elif isinstance(member, functools.cached_property):
-        member = member.func
-    if isinstance(member, property):
-        return [
-            f for f in (member.fget, member.fset, member.fdel) if isinstance(f, types.FunctionType)
-        ]
-    return [member] if isinstance(member, types.FunctionType) else []
 
 
 _FUNCTION_TYPES = (

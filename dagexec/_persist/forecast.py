@@ -180,8 +180,13 @@ class Forecast:
             return Reason(NOT_STORED, "not stored yet")
         last = row[1]
         if last[_KEY : 2 * _KEY] != code_of(prefix):
+            # One digest covers the function and what it uses in its module, so the
+            # part that changed cannot be named (see docs/explain.md).
+            function = _function_name(self.graph, names[i])
             return Reason(
-                CODE_CHANGED, f"its code changed (function {_function_name(self.graph, names[i])})"
+                CODE_CHANGED,
+                f"its code changed (function {function}, or a helper, class or constant "
+                "of its module that it uses)",
             )
         if last[2 * _KEY : 3 * _KEY] != constants_of(prefix):
             return Reason(CONSTANT_CHANGED, "a constant changed (its args or kwargs)")

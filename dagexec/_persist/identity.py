@@ -9,8 +9,9 @@ everything that decides the value, and nothing else:
   nested functions' code, names, argument layout), defaults, closure contents and
   what it names in its own module: functions, classes (their methods' code),
   simple constants, tuples and frozensets, lists, dicts and sets under an
-  upper-case (constant) name, and objects pickled through ``copyreg``
-  (``re.Pattern``); for a
+  upper-case (constant) name, objects pickled through ``copyreg``
+  (``re.Pattern``), and instances of its own classes (their class's code and
+  their state, by the same rule); for a
   ``functools.partial``, the function and the bound arguments; for a bound method
   or a callable object, its class's code and the object's state; for a builtin or
   a C callable, its qualified name (or its pickle);
