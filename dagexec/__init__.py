@@ -26,6 +26,7 @@ from ._core.graph import Graph, Task
 from ._core.hooks import Callback, PlanInfo
 from ._core.policy import MISSING, CurrentTask, Missing, current_task
 from ._core.result import RunResult, RunStats, StatusMap, TaskState, TraceRecord
+from ._core.task_logs import TaskLogs
 from ._core.version import __version__ as __version__
 from ._engine.front.executor import Executor
 from ._engine.front.future import RunFuture
@@ -54,6 +55,7 @@ __all__ = [
     "RunStats",
     "StatusMap",
     "Task",
+    "TaskLogs",
     "TaskState",
     "TaskTimeout",
     "TraceRecord",

@@ -311,7 +311,7 @@ def run_on(
             ``run_on``'s own keyword arguments.
         run_options: ``dagexec.run``'s other options. None is supported on a
             cluster (``callbacks``, ``trace``, ``progress``, ``timeout``,
-            ``resources``): each raises a TypeError saying what to use
+            ``resources``, ``logs``): each raises a TypeError saying what to use
             instead, as does any unknown one.
 
     Raises:

@@ -336,6 +336,35 @@ def arrive_then_hold_the_gil(gate_dir: str) -> int:
     return sum(range(10**12))
 
 
+def log_lines(n: int, *values: Any) -> int:
+    """Log n INFO lines and a WARNING from the child (run(logs=...) streams them)."""
+    import logging
+
+    log = logging.getLogger("child.task")
+    for i in range(n):
+        log.info("child line %d", i)
+    log.warning("child warning")
+    return n
+
+
+def log_then_die(*values: Any) -> None:
+    """Log two lines, then kill this child process: they must reach the parent first."""
+    import logging
+    import signal
+
+    logging.getLogger("child.task").info("about to die")
+    logging.getLogger("child.task").error("last words")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def log_then_hang(*values: Any) -> None:
+    """Log a line, then block past any timeout (the parent kills the child)."""
+    import logging
+
+    logging.getLogger("child.task").info("hanging now")
+    time.sleep(HOLD_SECONDS)
+
+
 def dagexec_origin() -> dict[str, str]:
     """Where this process imported dagexec from, and the child code it runs (by path)."""
     import sys

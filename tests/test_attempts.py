@@ -141,6 +141,7 @@ OPTIONS: dict[str, Callable[[Path], dict[str, object]]] = {
     "trace": lambda tmp: {"trace": True},
     "checkpoint": lambda tmp: {"checkpoint": tmp / "c.sqlite"},
     "timeout": lambda tmp: {"timeout": 600},
+    "logs": lambda tmp: {"logs": True},
 }
 
 

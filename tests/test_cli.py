@@ -367,7 +367,7 @@ def test_targets_are_python_literals_when_they_parse(values: Path) -> None:
     assert shown.returncode == 0 and "('load', 'a.csv')" in shown.stdout
 
 
-@pytest.mark.parametrize("option", ["--trace", "--gantt", "--json"])
+@pytest.mark.parametrize("option", ["--trace", "--gantt", "--report", "--json"])
 def test_output_paths_are_checked_before_the_run(option: str, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     path = tmp_path / "g.py"

@@ -49,6 +49,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("_core.result", "_observation.gantt"): (
         "RunResult.gantt_svg() is a convenience, imported when called"
     ),
+    ("_core.result", "_observation.report"): (
+        "RunResult.report_html() is a convenience, imported when called"
+    ),
     ("_core.validate", "_core.plan"): (
         "a CompiledGraph caches the Plans made from it; the type is named under "
         "TYPE_CHECKING only, while plan.py builds on CompiledGraph"

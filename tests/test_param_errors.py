@@ -127,6 +127,7 @@ RUN_OPTIONS: dict[str, tuple[object, object]] = {
     "resources": ({"db": "2"}, {"db": -1}),
     "timeout": ("5", -1),
     "checkpoint": (5, ""),
+    "logs": (1.5, ""),
 }
 EXECUTOR_OPTIONS: dict[str, tuple[object, object]] = {
     "workers": ("2", 0),

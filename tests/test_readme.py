@@ -149,7 +149,7 @@ def test_nightly_batch_recipe_prints_what_its_comments_say(
 ) -> None:
     [code] = [c for c in README_BLOCKS if "def list_files" in c]
     for feature in ("g.map(", "retries=", "timeout=", '"db"', 'run_if="all_done"',
-                    "checkpoint=", "progress=True", "gantt_svg("):  # fmt: skip
+                    "checkpoint=", "progress=True", "report_html(", "logs=True"):  # fmt: skip
         assert feature in code, feature
     monkeypatch.chdir(tmp_path)
     out, err = io.StringIO(), io.StringIO()

@@ -25,6 +25,7 @@ __all__ = [
     "CurrentTask",
     "Missing",
     "Policy",
+    "attempt_here",
     "backoff",
     "check_policy",
     "current_task",
@@ -208,6 +209,12 @@ class CurrentTask:
             f"<dagexec.current_task {describe(self.name)} attempt {self.attempt}"
             f"{' cancelled' if self.cancelled.is_set() else ''}>"
         )
+
+
+def attempt_here() -> int:
+    """The attempt number of the task this worker thread runs: 1 unless it has a policy."""
+    task: CurrentTask | None = getattr(_local, "task", None)
+    return 1 if task is None else task.attempt
 
 
 def current_task() -> CurrentTask:

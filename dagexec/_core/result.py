@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import describe
+from .task_logs import NO_LOGS, TaskLogs
 
 __all__ = ["RunResult", "RunStats", "StatusMap", "TaskState", "TraceRecord"]
 
@@ -163,9 +164,11 @@ class RunResult(Mapping[Hashable, Any]):
     As a mapping it holds each target that produced a value. ``status`` has every
     task the run planned, ``errors`` every task that raised, ``stats`` the observed
     bounds and ``trace`` per-task timings (empty unless the run had ``trace=True``).
+    ``logs`` maps each task that logged something to its attempts'
+    :class:`TaskLogs` (empty unless the run had ``logs=``).
     """
 
-    __slots__ = ("_stats", "_targets", "_values", "errors", "status", "trace")
+    __slots__ = ("_needs", "_stats", "_targets", "_values", "errors", "logs", "status", "trace")
 
     def __init__(
         self,
@@ -175,6 +178,7 @@ class RunResult(Mapping[Hashable, Any]):
         stats: RunStats | tuple[Any, ...],
         trace: tuple[TraceRecord, ...] = (),
         targets: tuple[Hashable, ...] | None = None,
+        logs: Mapping[Hashable, tuple[TaskLogs, ...]] = NO_LOGS,
     ) -> None:
         self._values = values
         # The run's targets, only for explaining a missing value; None: the
@@ -188,6 +192,10 @@ class RunResult(Mapping[Hashable, Any]):
         # calls), ~5% of a 1-task run's Python work (benchmarks/small_runs.py).
         self._stats = stats
         self.trace = trace
+        self.logs: Mapping[Hashable, tuple[TaskLogs, ...]] = logs
+        # A traced run's resource needs by task (those that need any), for
+        # report_html()'s resource use over time; empty otherwise.
+        self._needs: Mapping[Hashable, tuple[tuple[str, float], ...]] = {}
 
     @property
     def stats(self) -> RunStats:
@@ -209,6 +217,14 @@ class RunResult(Mapping[Hashable, Any]):
         state = {name: getattr(self, name) for name in self.__slots__ if name != "_stats"}
         state["stats"] = self.stats
         return None, state
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """Load a pickle of this or an older version: one from before ``logs``
+        existed has none (the run captured none)."""
+        _, slots = state
+        self.logs, self._needs = NO_LOGS, {}
+        for name, value in slots.items():
+            setattr(self, name, value)
 
     def __getitem__(self, name: Hashable) -> Any:
         try:
@@ -271,6 +287,17 @@ class RunResult(Mapping[Hashable, Any]):
         from .._observation.gantt import write_gantt_svg
 
         write_gantt_svg(self, path)
+
+    def report_html(self, path: str | os.PathLike[str]) -> None:
+        """Write the run as one self-contained HTML page: summary, timeline, every
+        task, failures' tracebacks, captured logs, resource use (docs/observing.md).
+
+        Raises:
+            ValueError: the run had no ``trace=True``, which the page is drawn from.
+        """
+        from .._observation.report import write_report
+
+        write_report(self, path)
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}

@@ -89,7 +89,9 @@ class _Keep:
         self.result = result
 
 
-def _write_pictures(result: Any, trace: str | None, gantt: str | None) -> None:
+def _write_pictures(
+    result: Any, trace: str | None, gantt: str | None, report: str | None = None
+) -> None:
     try:
         if trace:
             result.trace_to_chrome(trace)
@@ -97,12 +99,20 @@ def _write_pictures(result: Any, trace: str | None, gantt: str | None) -> None:
         if gantt:
             result.gantt_svg(gantt)
             print(f"timeline written to {gantt}")
+        if report:
+            result.report_html(report)
+            print(f"report written to {report} (open it in a browser)")
     except OSError as exc:
         raise Fail(f"cannot write {exc.filename}: {exc.strerror}") from exc
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    for option, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--json", args.json)):
+    for option, path in (
+        ("--trace", args.trace),
+        ("--gantt", args.gantt),
+        ("--report", args.report),
+        ("--json", args.json),
+    ):
         check_output(option, path)
     graph = load_graph(*args.spec, full_traceback=args.traceback)
     targets = resolve_targets(graph, args.targets)
@@ -144,7 +154,8 @@ def _run_reporting_failures(
         options = RunOptions(
             on_error=args.on_error,
             callbacks=callbacks,
-            trace=bool(args.trace or args.gantt),
+            trace=bool(args.trace or args.gantt or args.report),
+            logs=args.logs or bool(args.report),
             checkpoint=args.checkpoint,
             resources=args.resources,
             timeout=args.timeout,
@@ -189,7 +200,7 @@ def _report(
     wanted = graph.sinks() if targets is None else targets
     if args.print_values or args.print_full:
         print_values(result, wanted, full=args.print_full)
-    _write_pictures(result, args.trace, args.gantt)
+    _write_pictures(result, args.trace, args.gantt, args.report)
     if args.json:
         document, note = json_values(result, wanted)
         try:
@@ -204,7 +215,7 @@ def _report(
             print(f"dagexec: note: {note}", file=sys.stderr)
     if result.errors:
         sys.stdout.flush()
-        write_tracebacks(dict(result.errors), args.traceback)
+        write_tracebacks(dict(result.errors), args.traceback, result.logs if args.logs else None)
         raise Fail(failure_line(dict(result.errors), result.stats.tasks_planned))
 
 

@@ -12,16 +12,18 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import logging
 import os
 import reprlib
 import sys
 import traceback
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from .._core.errors import describe
 from .._core.graph import Graph
 from .._core.safe import str_for_message
+from .._core.task_logs import TaskLogs
 from .._observation.draw import display_name
 
 __all__ = [
@@ -148,8 +150,13 @@ _SHORT_FRAMES = 3
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def write_tracebacks(errors: dict[Hashable, BaseException], full: bool) -> None:
-    """A failed task's traceback on stderr: the first one, short, or all, full."""
+def write_tracebacks(
+    errors: dict[Hashable, BaseException],
+    full: bool,
+    logs: Mapping[Hashable, tuple[TaskLogs, ...]] | None = None,
+) -> None:
+    """A failed task's traceback on stderr: the first one, short, or all, full; with
+    ``logs`` (``--logs``), each one's captured records under it."""
     items = list(errors.items()) if full else list(errors.items())[:1]
     for name, exc in items:
         try:
@@ -174,6 +181,29 @@ def write_tracebacks(errors: dict[Hashable, BaseException], full: bool) -> None:
             sys.stderr.write(head + "".join(lines))
         except Exception:  # a hostile exception must not hide the error line
             sys.stderr.write(f"task {_task_label(name)} failed (traceback unavailable)\n")
+        if logs is not None:
+            sys.stderr.write(_logged(name, logs.get(name, ())))
+
+
+def _logged(name: Hashable, attempts: tuple[TaskLogs, ...]) -> str:
+    """What a failed task logged (``--logs``), attempt by attempt, one line a record."""
+    if not attempts:
+        return f"task {_task_label(name)} logged nothing that was captured\n"
+    out = []
+    for attempt in attempts:
+        n = len(attempt.records)
+        dropped = f", {attempt.dropped} more dropped (the cap)" if attempt.dropped else ""
+        out.append(
+            f"task {_task_label(name)} logged (attempt {attempt.attempt}: "
+            f"{n} record{'s' if n != 1 else ''}{dropped}):\n"
+        )
+        for record in attempt.records:
+            text = _LOG_LINE.format(record)
+            out.append("  " + text.replace("\n", "\n  ") + "\n")
+    return "".join(out)
+
+
+_LOG_LINE = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def json_values(result: Any, targets: Sequence[Hashable]) -> tuple[dict[str, Any], str]:

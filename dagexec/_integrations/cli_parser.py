@@ -164,6 +164,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--gantt", metavar="OUT.svg", help="write an SVG timeline, one lane per worker"
     )
     run.add_argument(
+        "--report",
+        metavar="OUT.html",
+        help=(
+            "write the run as one self-contained HTML page: summary, timeline, every "
+            "task, tracebacks and each task's logs (records the run's timings and "
+            "captures the tasks' logs at INFO, or --logs LEVEL)"
+        ),
+    )
+    run.add_argument(
+        "--logs",
+        nargs="?",
+        const="INFO",
+        type=log_level,
+        metavar="LEVEL",
+        help=(
+            "capture each task's log records of LEVEL and above (default INFO) and print "
+            "a failed task's under its traceback; put it after the graph, or write "
+            "--logs=LEVEL"
+        ),
+    )
+    run.add_argument(
         "--print",
         action="store_true",
         dest="print_values",

@@ -34,6 +34,7 @@ _REFUSED_RUN_OPTIONS = {
     "progress": "use submit_on(...) and distributed.progress(run)",
     "timeout": "use submit_on(...) and run.result(timeout=...), then run.cancel()",
     "resources": "capacities are the workers' own (dask-worker --resources)",
+    "logs": "each worker's logs are in client.get_worker_logs() and on the dashboard",
 }
 
 

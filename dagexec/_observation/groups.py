@@ -32,6 +32,8 @@ def _unwrap(fn: Any) -> Any:
         inner = getattr(fn, "__wrapped__", None)
         if inner is None and type(fn).__name__ in ("BoundCall", "KeywordCall"):
             inner = getattr(fn, "fn", None)
+        if inner is None and type(fn).__name__ == "IsolatedCall":  # isolate="process"
+            inner = getattr(fn, "call", None)
         if inner is None:
             break
         fn = inner

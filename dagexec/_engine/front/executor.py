@@ -183,6 +183,7 @@ class Executor:
         resources: Mapping[str, float] | None = None,
         timeout: float | None = None,
         checkpoint: str | os.PathLike[str] | None = None,
+        logs: bool | int | str = False,
     ) -> RunResult:
         """Run ``targets`` (every sink if None) and their ancestors; nothing else runs.
 
@@ -209,6 +210,10 @@ class Executor:
             checkpoint: path of a checkpoint file (SQLite). Each finished task's
                 value is saved there; tasks found there are loaded, not run. See
                 docs/checkpoints.md.
+            logs: ``True`` to keep the ``logging`` records (INFO and up) each
+                task's attempt emits, in ``result.logs``; a level (``"DEBUG"``,
+                ``logging.WARNING``) or a logger's name narrows it. See
+                docs/observing.md.
 
         Raises:
             TypeError, ValueError: a parameter is of the wrong type or value; the
@@ -224,7 +229,9 @@ class Executor:
                 is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is
                 raised in either mode.
         """
-        options = RunOptions(on_error, callbacks, trace, progress, resources, timeout, checkpoint)
+        options = RunOptions(
+            on_error, callbacks, trace, progress, resources, timeout, checkpoint, logs
+        )
         job = prepare(graph, targets, options)
         capacity = self._capacity(job.plan, options.resources)
         return self._run_prepared(job, capacity)
@@ -296,6 +303,7 @@ class Executor:
             trace=job.trace,
             capacity=capacity,
             context=context,
+            logs=job.logs,
         )
 
     def _run_prepared(self, job: Job, capacity: Mapping[str, float]) -> RunResult:

@@ -27,13 +27,14 @@ def run(
     resources: Mapping[str, float] | None = None,
     timeout: float | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
+    logs: bool | int | str = False,
 ) -> RunResult:
     """Run a graph on a fresh :class:`Executor` and shut it down afterwards.
 
     Arguments are those of :class:`Executor` and :meth:`Executor.run`. The graph
     and the parameters are all checked before any thread starts.
     """
-    options = RunOptions(on_error, callbacks, trace, progress, resources, timeout, checkpoint)
+    options = RunOptions(on_error, callbacks, trace, progress, resources, timeout, checkpoint, logs)
     return run_with(graph, targets, options, workers, queue_cap, max_in_flight)
 
 

@@ -6,6 +6,7 @@ so that all three accept and refuse the same things.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -38,6 +39,7 @@ class RunOptions(NamedTuple):
     resources: Mapping[str, float] | None = None
     timeout: float | None = None
     checkpoint: str | os.PathLike[str] | None = None
+    logs: bool | int | str = False
 
 
 # Ints above this cannot become a float (10**400): refused as capacities, not
@@ -122,6 +124,36 @@ def _check_timeout(timeout: object) -> float | None:
     return None if timeout > threading.TIMEOUT_MAX else float(timeout)
 
 
+def check_logs(logs: object) -> tuple[int, str | None] | None:
+    """``logs=``: None for False; else (the least level kept, the logger or None).
+
+    True keeps INFO and up from every logger; a level (``logging.DEBUG``, or a
+    level's name in any case, ``"WARNING"``, ``"debug"``) keeps that level and up;
+    any other string names a logger, whose records and its children's are kept at
+    INFO and up.
+    """
+    if logs is False:
+        return None
+    if logs is True:
+        return logging.INFO, None
+    if isinstance(logs, int) and not isinstance(logs, bool):
+        if logs < 0:
+            raise ValueError(f"logs= as a level must be >= 0 (logging.DEBUG is 10), got {logs}")
+        return logs, None
+    if isinstance(logs, str):
+        if not logs:
+            raise ValueError(
+                "logs= must not be empty: True for every logger, a level such as "
+                "'DEBUG', or a logger's name"
+            )
+        level = logging.getLevelNamesMapping().get(logs.upper())
+        return (logging.INFO, logs) if level is None else (level, None)
+    raise TypeError(
+        "logs= must be True or False, a level (logging.DEBUG, 'WARNING') or a logger's "
+        f"name (a str); got {type(logs).__name__} {logs!r}"
+    )
+
+
 # The hooks of a run without callbacks, the usual case: made once, not per run
 # (binding nine empty hook lists is ~3 us, a few per cent of a small run's
 # Python work). Never changed: a Hooks is only read.
@@ -138,6 +170,7 @@ class Job(NamedTuple):
     timeout: float | None
     checkpoint: str | None
     identities: list[bytes | None] | None
+    logs: tuple[int, str | None] | None = None  # (level, logger name or None)
 
 
 def prepare(graph: object, targets: Iterable[Hashable] | None, options: RunOptions) -> Job:
@@ -153,6 +186,7 @@ def prepare(graph: object, targets: Iterable[Hashable] | None, options: RunOptio
     on_error = _check_on_error(options.on_error)
     trace = _check_flag("trace", options.trace)
     timeout = _check_timeout(options.timeout)
+    logs = check_logs(options.logs)
     path = check_checkpoint_path(options.checkpoint)
     callback_objects = callback_list(options.callbacks)
     if _check_flag("progress", options.progress):
@@ -166,4 +200,4 @@ def prepare(graph: object, targets: Iterable[Hashable] | None, options: RunOptio
         from ..._persist.resume import checkpoint_identities
 
         identities = checkpoint_identities(graph, plan)
-    return Job(plan, hooks, on_error, trace, timeout, path, identities)
+    return Job(plan, hooks, on_error, trace, timeout, path, identities, logs)

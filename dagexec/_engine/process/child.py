@@ -48,6 +48,8 @@ from typing import Any
 try:
     from .transfer import (
         ERROR,
+        LOG,
+        LOGS,
         SEGMENT_PREFIX,
         VALUE,
         Reader,
@@ -60,6 +62,8 @@ try:
 except ImportError:  # loaded by file as _dagexec_child, beside _dagexec_transfer
     from _dagexec_transfer import (  # type: ignore[import-not-found,no-redef]
         ERROR,
+        LOG,
+        LOGS,
         SEGMENT_PREFIX,
         VALUE,
         Reader,
@@ -152,6 +156,9 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
             meta, data, buffers = receive(reader)
         except EOFError:
             return
+        if meta[0] == LOGS:  # which records to stream back, from the next call on
+            _stream_logs(meta[1], replies)
+            continue
         _, seq, name, attempt, shm, extra = meta
         # Where a reply with large buffers goes: a file the parent names the same way.
         out_path = f"{shm}/{tag}{seq}-out" if shm else None
@@ -295,3 +302,67 @@ def _load_file(module: str, path: str) -> None:
     if module == "__main__":
         sys.modules["__main__"] = loaded
     spec.loader.exec_module(loaded)
+
+
+# run(logs=...): which records the calls stream back, (level, logger or None); None:
+# none. Records go to the parent as they are made, so a child killed mid-call (its
+# timeout, a crash) has sent its last lines already. The same rule as the parent's
+# capture (dagexec._observation.capture): logging is wrapped once the first LOGS
+# arrives, and a record the child's own levels would drop is made for the parent
+# only; one they let through reaches the child's handlers as before.
+_wanted: tuple[int, str | None] | None = None
+_log_out = -1
+
+
+def _stream_logs(wanted: tuple[int, str | None] | None, replies: int) -> None:
+    global _wanted, _log_out
+    _wanted, _log_out = wanted, replies
+    if wanted is None:
+        return
+    import logging
+
+    if getattr(logging.Logger.handle, "_dagexec", False):
+        return
+    enabled, handle = logging.Logger.isEnabledFor, logging.Logger.handle
+
+    def wants(name: str, level: int) -> bool:
+        w = _wanted
+        if w is None or calling is None or level < w[0]:
+            return False
+        if threading.current_thread() is not threading.main_thread():
+            return False  # the call's own thread only, the one writing the replies
+        return w[1] is None or name == w[1] or name.startswith(w[1] + ".")
+
+    def is_enabled_for(self: logging.Logger, level: int) -> bool:
+        return enabled(self, level) or wants(self.name, level)
+
+    def handle_record(self: logging.Logger, record: logging.LogRecord) -> None:
+        if not wants(record.name, record.levelno):
+            handle(self, record)
+            return
+        if enabled(self, record.levelno):
+            handle(self, record)
+        _send_record(record)
+
+    handle_record._dagexec = True  # type: ignore[attr-defined]
+    logging.Logger.isEnabledFor = is_enabled_for  # type: ignore[method-assign]
+    logging.Logger.handle = handle_record  # type: ignore[method-assign]
+
+
+def _send_record(record: Any) -> None:
+    """Send ``record``'s fields, message formatted, to the parent."""
+    import logging
+
+    fields = dict(record.__dict__)
+    try:
+        fields["msg"] = record.getMessage()
+    except Exception as exc:
+        fields["msg"] = f"{record.msg!r} % {record.args!r} (could not format: {exc!r})"
+    fields["args"] = None
+    if record.exc_info:
+        fields["exc_text"] = record.exc_text or logging.Formatter().formatException(record.exc_info)
+    fields["exc_info"] = None
+    # Plain data only: an extra= value may not pickle, or not unpickle in the parent.
+    plain = (str, int, float, bool, type(None))
+    data = pickle.dumps({k: v if isinstance(v, plain) else repr(v) for k, v in fields.items()})
+    send(_log_out, (LOG,), data, [], None)

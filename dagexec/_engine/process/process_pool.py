@@ -72,9 +72,12 @@ from ..._core.current import running_by_thread, running_here
 from ..._core.errors import Cancelled, TaskTimeout, WorkerCrashed, describe
 from ..._core.isolate import IsolatedCall
 from ..._core.policy import CurrentTask, _local
+from ..._observation.capture import child_wanted, from_child
 from .lifecycle import end_group, sweep_segments
 from .transfer import (
     CALL,
+    LOG,
+    LOGS,
     SEGMENT_PREFIX,
     VALUE,
     Reader,
@@ -179,6 +182,7 @@ class ChildSlot:
         "proc",
         "reader",
         "requests",
+        "sent_logs",
         "sent_path",
         "seq",
         "stops",
@@ -195,6 +199,7 @@ class ChildSlot:
         self.deadline: float | None = None  # the call's, if its task has a timeout
         self.tag = ""  # shared-memory file names of this child's calls start so
         self.sent_path: list[str] | None = None  # sys.path as the child has it
+        self.sent_logs: tuple[int, str | None] | None = None  # what it streams back
         self.loaded: set[str] = set()  # modules the child loaded from their file
 
     def start(self) -> None:
@@ -240,7 +245,7 @@ class ChildSlot:
         self.poller = select.poll()
         self.poller.register(rep_r, select.POLLIN)
         self.tag = f"{SEGMENT_PREFIX}{os.getpid()}-{self.proc.pid}-"
-        self.sent_path = None
+        self.sent_path = self.sent_logs = None
         self.loaded = set()
         with _live_lock:
             _live.add(self)
@@ -258,6 +263,7 @@ class ChildSlot:
         self.seq += 1
         in_path = None
         name = travelling_name(info.name)
+        logs = child_wanted()
         for retry in (False, True):
             cold = self.proc is None
             if cold:
@@ -267,6 +273,9 @@ class ChildSlot:
             in_path = f"{shm}/{self.tag}{self.seq}-in" if shm and buffers else None
             self.deadline = self.deadline_for(call, cold)
             try:
+                if logs != self.sent_logs:  # run(logs=...): stream records back
+                    send(self.requests, (LOGS, logs), b"", [], None)
+                    self.sent_logs = logs
                 shared = send(self.requests, meta, data, buffers, in_path)
                 self.busy = True
                 break
@@ -368,8 +377,11 @@ class ChildSlot:
                     meta, data, buffers = receive(reader, unlink=True)
                 except EOFError:
                     self._crashed(info, shm)
-                # A message kind that is not final (a log record, say) is handled
-                # here, before this line, and the loop waits on.
+                # A message kind that is not final is handled here, and the loop
+                # waits on: a log record (run(logs=...)), kept as it comes.
+                if meta[0] == LOG:
+                    from_child(data)
+                    continue
                 self.busy = False
                 if meta[0] == VALUE:
                     try:

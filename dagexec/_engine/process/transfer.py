@@ -53,6 +53,8 @@ from typing import Any
 __all__ = [
     "CALL",
     "ERROR",
+    "LOG",
+    "LOGS",
     "SEGMENT_PREFIX",
     "VALUE",
     "Reader",
@@ -71,6 +73,12 @@ VALUE = "value"  # child -> parent, final: (VALUE,); data is (value,) pickled
 # child -> parent, final: (ERROR, (module, qualname, message, traceback note), why
 # it did not pickle or None); data is the exception pickled, or empty if it did not
 ERROR = "error"
+# parent -> child, before a CALL whenever it changes: (LOGS, (level, logger name or
+# None) or None): which logging records the calls must stream back (run(logs=...)).
+LOGS = "logs"
+# child -> parent, not final: (LOG,); data is one record's fields pickled, message
+# formatted (dagexec._observation.capture takes it), sent as the call logs it.
+LOG = "log"
 # Every segment's name starts so, then "<parent pid>-<child pid>-".
 SEGMENT_PREFIX = "dagexec-"
 

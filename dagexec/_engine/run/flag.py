@@ -39,6 +39,7 @@ from __future__ import annotations
 import threading
 from _thread import allocate_lock
 from collections.abc import Callable, Hashable
+from typing import Any
 
 __all__ = ["Flag"]
 
@@ -59,6 +60,9 @@ class Flag(threading.Event):
 
     # Class-level default: the three flags of a run that name nothing pay no store.
     name_of: Callable[[int], Hashable] | None = None
+    # A run with logs= hangs its Capture here too, on stop and hard_stop: what a
+    # logging call on a task's thread reads to find its run (_observation/capture.py).
+    capture: Any = None
 
     def __init__(self) -> None:  # no super().__init__(): it would build the slow Condition
         self._flag = False

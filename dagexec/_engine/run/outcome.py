@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..._core.errors import TaskTimeout
 from ..._core.hooks import PlanInfo
 from ..._core.result import DONE, RunResult, StatusMap, TraceRecord
+from ..._core.task_logs import NO_LOGS
 
 if TYPE_CHECKING:
     from .scheduler import Run
@@ -133,4 +134,13 @@ def build_result(run: Run, wall: float) -> RunResult:
     if recorder is not None:
         timed_out = {t for t, e in state.errors.items() if isinstance(e, TaskTimeout)}
         trace = recorder.records(status, codes, timed_out, run.abandoned_attempts)
-    return RunResult(values, status, errors, stats, trace, target_names)
+    logs = NO_LOGS if run.capture is None else run.capture.close(names, state.index)
+    result = RunResult(values, status, errors, stats, trace, target_names, logs)
+    if recorder is not None and state.needs is not None:
+        rnames, needs = state.resource_names, state.needs
+        result._needs = {
+            names[t]: tuple((rnames[r], amount) for r, amount in need)
+            for t, need in enumerate(needs)
+            if need
+        }
+    return result

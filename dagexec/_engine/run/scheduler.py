@@ -62,6 +62,9 @@ from ..._core.hooks import Hooks
 from ..._core.isolate import inbox_depth
 from ..._core.plan import Plan
 from ..._core.safe import add_note, task_for_message
+from ..._observation.capture import Capture
+from ..._observation.capture import release as release_capture
+from ..._observation.capture import start as start_capture
 from ..._observation.observer import OWN_FILES, Observer, release_frames
 from ..._observation.trace import Recorder
 from ..._state.runstate import RunState
@@ -135,6 +138,7 @@ class Run:
         crew: Crew | None = None,
         book: AttemptBook | None = None,
         adaptive: bool = False,
+        logs: tuple[int, str | None] | None = None,
     ) -> None:
         self.plan, self.inboxes, self.hooks = plan, inboxes, hooks
         self.crew = crew  # replaces a worker blocked by a timed-out attempt
@@ -161,6 +165,13 @@ class Run:
         self.hard_stop = Flag()  # the same for cleanup tasks' items
         self.cancelled = Flag()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
+        # logs=: the run's capture rides on the flags every item carries, which a
+        # worker's Running holds while it runs the item (see _observation/capture.py).
+        self.capture = None if logs is None else Capture(*logs)
+        if self.capture is not None:
+            self.stop.capture = self.hard_stop.capture = self.capture
+        self.capturing = False  # capture.start() called; release() owed at the end
+        self.lingering: list[threading.Event] = []  # abandoned attempts' done flags
         self.expired: float | None = None  # its timeout= passed (set before abort())
         self.begun = self.detached = False  # the driving thread only, like all below
         self.escaped: BaseException | None = None  # see main()
@@ -294,6 +305,9 @@ class Run:
         # state and all it holds then go with the last reference, not at the
         # next cyclic collection: tests/test_run_garbage.py).
         self.state.close()
+        if self.capturing:
+            self.capturing = False
+            release_capture(self.lingering)
         if self.timers is not None:
             self.timers.close()
         self.book.unsubscribe(self._freed)
@@ -359,6 +373,9 @@ class Run:
         # a task may keep its token (this flag) after the run, and the run's values
         # must not live on through it.
         self.stop.name_of = _namer(weakref.ref(state))
+        if self.capture is not None:
+            start_capture()
+            self.capturing = True
         self._borrow()
         announce(self)
         self.detached = driver.loop()
@@ -373,6 +390,7 @@ class Run:
             left = self.timers.abandon()
             self.abandoned = len(left)
             self.abandoned_attempts = {(task, live.number) for live, task in left}
+            self.lingering = [live.done for live, _ in left]
             for attempt, _ in left:
                 log.warning(
                     "task %s: its attempt %d timed out and still runs; the run ends "
