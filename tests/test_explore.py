@@ -345,6 +345,90 @@ def test_bad_parameters_are_refused_before_anything_runs(
     assert ran == []
 
 
+def _two_tasks(ran: list[Hashable]) -> dagexec.Graph:
+    g = dagexec.Graph()
+    g.add("ab", lambda: ran.append("ab"))
+    g.add("b", lambda: ran.append("b"))
+    return g
+
+
+@pytest.mark.parametrize(
+    ("targets", "kwargs", "error", "match"),
+    [
+        (["zz"], {}, dagexec.UnknownTargetError, "unknown target 'zz'"),
+        ("ab", {}, TypeError, "got the string 'ab'"),
+        (None, {"resources": {"x": -1}}, ValueError, r"resources\['x'\] must be a number"),
+        (None, {"timeout": "soon"}, TypeError, "timeout must be a number"),
+        (None, {"on_error": "ignore"}, ValueError, "on_error must be 'raise' or 'continue'"),
+        (None, {"callbacks": [3]}, TypeError, "callback"),
+    ],
+)
+@pytest.mark.parametrize("call", ["explore", "replay_schedule"])
+def test_what_a_run_refuses_explore_refuses_before_anything_runs(
+    call: str, targets: Any, kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    ran: list[Hashable] = []
+    g = _two_tasks(ran)
+    with pytest.raises(error, match=match):
+        if call == "explore":
+            explore(g, targets, runs=3, **kwargs)
+        else:
+            replay_schedule(g, "ab@0 b@0", targets=targets, **kwargs)
+    assert ran == []
+
+
+def test_a_graph_a_run_refuses_is_refused_before_anything_runs() -> None:
+    ran: list[Hashable] = []
+    g = _two_tasks(ran)
+    g.add("gpu", lambda: ran.append("gpu"), resources={"gpu": 1})
+    with pytest.raises(ValueError, match="'gpu', which has no capacity"):
+        explore(g, runs=3)
+    g = _two_tasks(ran)
+    g.add("c", lambda b: b, deps=["missing"])
+    with pytest.raises(dagexec.MissingDependencyError, match="'missing'"):
+        explore(g, runs=3)
+    with pytest.raises(TypeError, match="graph must be a dagexec.Graph"):
+        explore({"a": 1}, runs=3)  # type: ignore[arg-type]
+    assert ran == []
+
+
+def test_a_plain_order_that_raises_for_the_run_itself_is_raised() -> None:
+    release = threading.Event()
+    g = dagexec.Graph()
+    g.add("a", lambda: 1)
+    g.add("slow", lambda a: release.wait(10), deps=["a"])
+    try:
+        with pytest.raises(TimeoutError, match="the run timed out") as caught:
+            explore(g, runs=3, timeout=0.2)
+    finally:
+        release.set()
+    assert "explore: raised by the run in the plain order" in caught.value.__notes__[-1]
+
+    class Broken:
+        def on_task_end(self, *args: object) -> None:
+            raise RuntimeError("callback broke")
+
+    with pytest.raises(RuntimeError, match="callback broke"):
+        explore(g, runs=3, callbacks=[Broken()])
+
+
+def test_a_task_failure_under_on_error_raise_is_a_state_unless_check_needs_the_result() -> None:
+    checked: list[object] = []
+
+    def boom() -> int:
+        raise ValueError("boom")
+
+    g = dagexec.Graph()
+    g.add("a", boom)
+    g.add("b", lambda: 2)
+    # Every order raises the same task error: they agree.
+    assert explore(g, runs=5, on_error="raise").result is None
+    with pytest.raises(ValueError, match="boom") as caught:
+        explore(g, runs=5, on_error="raise", check=checked.append)
+    assert "check(result) could not be called" in caught.value.__notes__[-1]
+    assert checked == []
+
+
 def test_schedule_strings() -> None:
     s = Schedule(steps=(((("m", 0), 1), ("a b", 0)), (("x", 0), ("y", 1))))
     assert str(s) == "('m', 0)@1+'a b'@0 x@0+y@1"

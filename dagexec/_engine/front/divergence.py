@@ -32,13 +32,15 @@ _short.maxstring = _short.maxother = 60
 @dataclass
 class Observed:
     """One explored run: its schedule, every value returned (by task), and its
-    result, or what it raised, and ``check``'s failure if any."""
+    result, or what it raised (``raised_by_task``: a task's own exception, under
+    ``on_error="raise"``), and ``check``'s failure if any."""
 
     schedule: Schedule
     values: dict[Hashable, Any]
     result: RunResult | None
     raised: BaseException | None = None
     check_failed: BaseException | None = None
+    raised_by_task: bool = False
     order: tuple[Hashable, ...] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..._state.runstate import RunState
@@ -66,14 +66,16 @@ class Chooser(Protocol):
 
 class Controller:
     """One explored run's choices, and what it saw: the steps taken (names and
-    workers, in order) and every value a task returned (by name; a retried
-    task's last)."""
+    workers, in order), every value a task returned (by name; a retried task's
+    last) and the run's task errors (its state's own dict, by task id: what
+    tells a task's failure from the run's own)."""
 
     def __init__(self, chooser: Chooser, workers: int) -> None:
         self.chooser = chooser
         self.workers = workers
         self.steps: list[tuple[tuple[Hashable, int], ...]] = []
         self.values: dict[Hashable, Any] = {}
+        self.errors: Mapping[int, BaseException] = {}
         self.barriers: list[threading.Barrier] = []
 
     def release(self) -> None:
@@ -249,4 +251,5 @@ def take_control(driver: Driver, control: Controller) -> None:
     driver.__class__ = ExploringDriver
     assert isinstance(driver, ExploringDriver)
     driver.control = control
+    control.errors = driver.state.errors
     driver.balance.__class__ = _StillBalance
