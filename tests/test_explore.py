@@ -444,3 +444,17 @@ def test_schedule_strings() -> None:
     g.add("a", lambda: 1)
     with pytest.raises(ValueError, match="does not fit this graph: step 1 wants 'zz'@0"):
         replay_schedule(g, "zz@0")
+
+
+def test_a_step_that_reuses_a_worker_or_repeats_a_task_is_refused_naming_it() -> None:
+    ran: list[Hashable] = []
+    g = dagexec.Graph()
+    g.add("a", lambda: ran.append("a"))
+    g.add("b", lambda: ran.append("b"))
+    with pytest.raises(ValueError, match=r"step 1 \(a@0\+b@0\) puts two tasks on worker 0"):
+        replay_schedule(g, "a@0+b@0")
+    with pytest.raises(ValueError, match=r"step 1 \(a@0\+a@1\) starts task a twice"):
+        replay_schedule(g, "a@0+a@1 b@0")
+    with pytest.raises(ValueError, match=r"step 2 \(a@1\+b@1\)"):
+        Schedule(steps=((("c", 0),), (("a", 1), ("b", 1))))
+    assert ran == []
