@@ -59,9 +59,9 @@ class Schedule:
                 )
             names = [t for t, _ in step]
             if len(set(names)) < len(names):
-                twice = next(t for t in names if names.count(t) > 1)
+                again = next(t for t in names if names.count(t) > 1)
                 raise ValueError(
-                    f"{where} starts task {_name(twice)} twice; a task starts once a step "
+                    f"{where} starts task {_name(again)} twice; a task starts once a step "
                     "(a retry is a later step)"
                 )
 
