@@ -442,8 +442,10 @@ def test_schedule_strings() -> None:
         Schedule.parse(3)  # type: ignore[arg-type]
     g = dagexec.Graph()
     g.add("a", lambda: 1)
-    with pytest.raises(ValueError, match="does not fit this graph: step 1 wants 'zz'@0"):
+    with pytest.raises(ValueError, match="does not fit this graph: 'zz' is not a task"):
         replay_schedule(g, "zz@0")
+    with pytest.raises(ValueError, match="Schedule.parse: an empty string"):
+        Schedule.parse("  ")
 
 
 def test_a_step_that_reuses_a_worker_or_repeats_a_task_is_refused_naming_it() -> None:
@@ -458,3 +460,46 @@ def test_a_step_that_reuses_a_worker_or_repeats_a_task_is_refused_naming_it() ->
     with pytest.raises(ValueError, match=r"step 2 \(a@1\+b@1\)"):
         Schedule(steps=((("c", 0),), (("a", 1), ("b", 1))))
     assert ran == []
+
+
+def test_a_schedule_that_does_not_fit_is_refused_before_anything_runs() -> None:
+    ran: list[Hashable] = []
+    g = dagexec.Graph()
+    g.add("a", lambda: ran.append("a"))
+    g.add("b", lambda: ran.append("b"))
+    g.add("c", lambda a: ran.append("c"), deps=["a"])
+    g.add("xs", lambda: [1, 2])
+    g.map("m", lambda x: ran.append(x), over="xs")
+    for schedule, match in [
+        ("x@0 y@1", "'x' is not a task of this run"),
+        ("c@0 a@0 b@0", r"step 1 starts 'c' before its dependency 'a' has run"),
+        ("nope<a", "'nope' is not a task"),
+        ("c<a", "the pair 'c<a' cannot hold: 'c' depends on 'a'"),
+        ("('m', 0)<xs", "the pair .* cannot hold: .* depends on 'xs'"),
+        ("a<a", "puts a task before itself"),
+        ("a@0 a@0", "step 2 starts 'a' again: it runs at most 1 time"),
+        ("m@0", "'m' is a map: its items run"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            replay_schedule(g, schedule)
+    assert ran == []
+
+
+def test_a_replay_stops_at_the_first_step_that_does_not_fit() -> None:
+    ran: list[Hashable] = []
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    g = dagexec.Graph()
+    g.add("a", boom)
+    g.add("b", lambda: ran.append("b"))
+    g.add("c", lambda a: ran.append("c"), deps=["a"])
+    # 'a' fails, so 'c' is never ready: the run stops there, and 'b' never runs.
+    with pytest.raises(ValueError, match=r"step 2 wants 'c'@0; ready were \['b'\]"):
+        replay_schedule(g, "a@0 c@0 b@0")
+    assert ran == []
+    g = dagexec.Graph()
+    g.add("a", lambda: ran.append("a"), retries=1)
+    with pytest.raises(ValueError, match="the run ended after step 1; the schedule has 2"):
+        replay_schedule(g, "a@0 a@0")

@@ -40,6 +40,7 @@ from .divergence import Observed, describe_difference, first_difference, inversi
 from .executor import Executor
 from .run_checks import Job, RunOptions, check_capacity, prepare
 from .schedule import Schedule, ScheduleDivergence
+from .schedule_fit import check_fits
 
 __all__ = ["Exploration", "explore", "replay_schedule"]
 
@@ -379,7 +380,10 @@ def replay_schedule(graph: Graph, schedule: Schedule | str, **run_options: Any) 
     Raises:
         TypeError: ``schedule`` is neither; an option is unknown.
         ValueError: the string is not a schedule, or the schedule does not fit
-            the graph (a step's tasks were not ready: it names the step).
+            the graph: an unknown name, a step before its task's dependency, a
+            pair against a declared dependency (all refused before anything
+            runs), or a step whose tasks were not ready (the run stops there).
+            Each names the step or pair.
     """
     if isinstance(schedule, str):
         schedule = Schedule.parse(schedule)
@@ -397,14 +401,23 @@ def replay_schedule(graph: Graph, schedule: Schedule | str, **run_options: Any) 
         )
     options = _run_options("replay_schedule", run_options)
     wanted = None if targets is None else normalise_targets(targets)
-    _prepare(graph, wanted, options)
-    chooser: Chooser
-    chooser = Replay(schedule.steps) if schedule.pairs is None else Pairs(schedule.pairs)
+    job, _ = _prepare(graph, wanted, options)
+    check_fits(schedule, job.plan)
+    replay = Replay(schedule.steps) if schedule.pairs is None else None
+    chooser: Chooser = replay if replay is not None else Pairs(schedule.pairs or ())
     with _ExploringExecutor(workers) as ex:
         obs = _one_run(ex, graph, wanted, chooser, options, None, None)
+    if replay is not None:
+        if obs.raised is None and replay.drift is None and replay.at < len(schedule.steps):
+            replay.drift = (
+                f"the run ended after step {replay.at}; the schedule has "
+                f"{len(schedule.steps)} steps"
+            )
+        if replay.drift is not None:  # the run stopped there
+            raise ValueError(
+                f"replay_schedule: the schedule does not fit this graph: {replay.drift}"
+            )
     if obs.raised is not None:
         raise obs.raised
-    if isinstance(chooser, Replay) and chooser.drift is not None:
-        raise ValueError(f"replay_schedule: the schedule does not fit this graph: {chooser.drift}")
     assert obs.result is not None
     return obs.result

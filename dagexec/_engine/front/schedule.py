@@ -131,6 +131,8 @@ class _Parser:
         steps: list[tuple[tuple[Hashable, int], ...]] = []
         pairs: list[tuple[Hashable, Hashable]] = []
         text = self.text
+        if not text:
+            raise self.fail("an empty string (the plain order is Schedule(pairs=()))")
         while self.at < len(text):
             first = self.name()
             if self.expect("<"):

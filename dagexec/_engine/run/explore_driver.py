@@ -60,7 +60,8 @@ class Chooser(Protocol):
     """A strategy: which of the ready tasks go in the next step, on which workers."""
 
     def choose(self, ready: Sequence[Hashable], workers: int) -> list[tuple[int, int]]:
-        """(position in ``ready``, worker) for each task of the step, workers distinct."""
+        """(position in ``ready``, worker) for each task of the step, workers
+        distinct; none to stop the run."""
         ...
 
 
@@ -170,21 +171,11 @@ class ExploringDriver(Driver):
         ready = ready_in_order(state)
         names = [state.names[t] for t in ready]
         chosen = control.chooser.choose(names, control.workers)
-        picked: list[tuple[int, int, tuple[Any, ...]]] = []
-        dead = self.balance.dead  # threads hung in a timed-out attempt: no work
-        for position, worker in chosen:
-            task = ready[position]
-            if picked and not _fits(state, task):
-                continue  # an overlap the bounds do not allow
-            if worker in dead:
-                used = {w for _, w, _ in picked}
-                alive = [w for w in range(len(self.inboxes)) if w not in dead and w not in used]
-                if not alive:
-                    continue
-                worker = alive[0]
-            args = _pick(state, task, worker)
-            if args is not None:
-                picked.append((task, worker, args))
+        if not chosen:  # the chooser gave up (a replay that does not fit): stop here
+            state.stop(hard=True)
+            return False
+        picked = self._take(ready, chosen)
+        dead = self.balance.dead
         if not picked:  # its pick waits for a resource held from outside: any other goes
             first = min(set(range(len(self.inboxes))) - dead, default=0)
             for task in ready_in_order(state):
@@ -212,6 +203,29 @@ class ExploringDriver(Driver):
             self.balance.dispatched(worker, self.now, 1)
         control.steps.append(tuple((state.names[t], w) for t, w, _ in picked))
         return False
+
+    def _take(
+        self, ready: list[int], chosen: list[tuple[int, int]]
+    ) -> list[tuple[int, int, tuple[Any, ...]]]:
+        """Dispatch the chosen tasks, those the bounds allow together: (task,
+        worker, arguments) for each."""
+        state = self.state
+        picked: list[tuple[int, int, tuple[Any, ...]]] = []
+        dead = self.balance.dead  # threads hung in a timed-out attempt: no work
+        for position, worker in chosen:
+            task = ready[position]
+            if picked and not _fits(state, task):
+                continue  # an overlap the bounds do not allow
+            if worker in dead:
+                used = {w for _, w, _ in picked}
+                alive = [w for w in range(len(self.inboxes)) if w not in dead and w not in used]
+                if not alive:
+                    continue
+                worker = alive[0]
+            args = _pick(state, task, worker)
+            if args is not None:
+                picked.append((task, worker, args))
+        return picked
 
     def _held(self, item: Item, worker: int, barrier: threading.Barrier) -> Job:
         """``item`` with its function behind ``barrier`` (and its STARTED report after it)."""

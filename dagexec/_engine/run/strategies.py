@@ -170,9 +170,9 @@ def count_schedules(deps: Mapping[Hashable, Collection[Hashable]], overlap: bool
 
 
 class Replay:
-    """A recorded schedule's steps, exactly. A step whose tasks are not all ready
-    (the graph changed since it was recorded) goes the plain way, and ``drift``
-    says where the first such step was."""
+    """A recorded schedule's steps, exactly. At a step whose tasks are not all
+    ready (the graph changed since it was recorded), or once the steps run out,
+    it chooses nothing, which stops the run, and ``drift`` says where."""
 
     def __init__(self, steps: Sequence[Sequence[tuple[Hashable, int]]]) -> None:
         self.steps = steps
@@ -187,12 +187,11 @@ class Replay:
             position = {name: i for i, name in enumerate(ready)}
             if all(name in position for name, _ in step) and all(w < workers for _, w in step):
                 return [(position[name], w) for name, w in step]
-            if self.drift is None:
-                wanted = ", ".join(f"{name!r}@{w}" for name, w in step)
-                self.drift = f"step {at + 1} wants {wanted}; ready were {list(ready)!r}"
-        elif self.drift is None:
+            wanted = ", ".join(f"{name!r}@{w}" for name, w in step)
+            self.drift = f"step {at + 1} wants {wanted}; ready were {list(ready)!r}"
+        else:
             self.drift = f"the schedule has {len(self.steps)} steps; the run needed more"
-        return [(0, 0)]
+        return []
 
 
 class Pairs:
