@@ -503,3 +503,36 @@ def test_a_replay_stops_at_the_first_step_that_does_not_fit() -> None:
     g.add("a", lambda: ran.append("a"), retries=1)
     with pytest.raises(ValueError, match="the run ended after step 1; the schedule has 2"):
         replay_schedule(g, "a@0 a@0")
+
+
+@pytest.mark.timeout(15)
+def test_exhaustive_on_a_wide_graph_gives_a_lower_bound_quickly() -> None:
+    from dagexec._engine.run.strategies import count_schedules
+
+    assert count_schedules({f"t{i}": [] for i in range(20)}, True) is None  # was ~20 s
+    assert count_schedules({f"t{i}": [] for i in range(3)}, True) == 12
+    g = dagexec.Graph()
+    for i in range(40):
+        g.add(f"t{i}", lambda: 1)
+    for workers in (2, 4):  # each was 26 s and 46 s
+        summary = explore(g, strategy="exhaustive", runs=5, workers=workers)
+        assert summary.runs == 5
+        assert summary.uncovered is not None and summary.uncovered > 0
+
+
+def test_exhaustive_branches_only_on_overlaps_the_resources_allow() -> None:
+    g = dagexec.Graph()
+    for i in range(4):
+        g.add(f"r{i}", lambda: 1, resources={"disk": 1})
+    # Capacity 1: no two overlap, so the walk is the 4! serial orders, not more.
+    every = explore(g, strategy="exhaustive", resources={"disk": 1}, runs=1000)
+    assert (every.runs, every.distinct, every.uncovered) == (24, 24, 0)
+    part = explore(g, strategy="exhaustive", resources={"disk": 1}, max_schedules=5)
+    assert (part.runs, part.uncovered) == (5, 19)
+    # Capacity 2: every pair may overlap, as without resources.
+    both = explore(g, strategy="exhaustive", resources={"disk": 2}, runs=1000)
+    g2 = dagexec.Graph()
+    for i in range(4):
+        g2.add(f"r{i}", lambda: 1)
+    free = explore(g2, strategy="exhaustive", runs=1000)
+    assert both.runs == free.runs and both.uncovered == free.uncovered == 0

@@ -25,6 +25,7 @@ from ..._core.graph import Graph
 from ..._core.plan import Plan, check_resources, normalise_targets
 from ..._core.result import RunResult
 from ..._core.safe import add_note
+from ..._state.resources import exact
 from ..run.explore_driver import Chooser, Controller, take_control
 from ..run.scheduler import Run
 from ..run.strategies import (
@@ -62,7 +63,9 @@ class Exploration:
         runs: schedules run besides the plain order.
         distinct: how many of them differed from each other.
         uncovered: for ``strategy="exhaustive"``, schedules it did not reach
-            (a lower bound; 0 when it covered them all); None otherwise.
+            (0 when it covered them all; exact for a graph without maps or
+            retries when counting them is quick, else a lower bound; never
+            negative); None otherwise.
         result: the plain order's ``RunResult`` (None if that run raised).
     """
 
@@ -241,7 +244,7 @@ def explore(
         _check_count("explore", "max_schedules", max_schedules)
     options = _run_options("explore", run_options)
     wanted = None if targets is None else normalise_targets(targets)
-    _prepare(graph, wanted, options)
+    job, capacity = _prepare(graph, wanted, options)
     same: Callable[[Any, Any], object] = equal if equal is not None else _equals
     with _ExploringExecutor(workers) as ex:
         ref = _one_run(ex, graph, wanted, Natural(), options, setup, check)
@@ -277,8 +280,8 @@ def explore(
                 prefix = walker.next_prefix()
                 uncovered = 0 if prefix is None else walker.untaken() + 1
         if uncovered:  # stopped early: exactly how many, when the graph is static
-            total = _static_count(graph, ref, workers > 1)
-            if total is not None:
+            total = _static_count(job.plan, capacity, ref, workers > 1)
+            if total is not None and total >= done:
                 uncovered = total - done
     return Exploration(done, len(seen), uncovered, ref.result)
 
@@ -303,14 +306,29 @@ def _reference_raised(ref: Observed, check: Callable[[RunResult], object] | None
     raise raised
 
 
-def _static_count(graph: Graph, ref: Observed, overlap: bool) -> int | None:
+def _static_count(
+    plan: Plan, capacity: Mapping[str, float], ref: Observed, overlap: bool
+) -> int | None:
     """All the exhaustive walk's paths, if every task ran once and none is a map's
-    item (else None: the lower bound stands)."""
-    tasks = graph.tasks
-    if len(ref.order) != len(ref.schedule.order) or not all(n in tasks for n in ref.order):
+    item, and counting them is quick (else None: the lower bound stands)."""
+    index = plan.index
+    if len(ref.order) != len(ref.schedule.order) or not all(n in index for n in ref.order):
         return None
     ran = set(ref.order)
-    return count_schedules({n: [d for d in tasks[n].deps if d in ran] for n in ref.order}, overlap)
+    deps = {
+        n: [plan.names[d] for d in plan.deps[index[n]] if plan.names[d] in ran] for n in ref.order
+    }
+    needs = plan.needs
+
+    def together(a: Hashable, b: Hashable) -> bool:
+        if needs is None:
+            return True
+        total: dict[str, Any] = {}
+        for r, amount in (*needs[index[a]], *needs[index[b]]):
+            total[r] = total.get(r, 0) + exact(amount)
+        return all(amount <= exact(capacity.get(r, 0)) for r, amount in total.items())
+
+    return count_schedules(deps, overlap, together)
 
 
 def _equals(a: Any, b: Any) -> object:

@@ -59,9 +59,12 @@ _HOLD_SAFETY_SECONDS = 30.0
 class Chooser(Protocol):
     """A strategy: which of the ready tasks go in the next step, on which workers."""
 
-    def choose(self, ready: Sequence[Hashable], workers: int) -> list[tuple[int, int]]:
+    def choose(
+        self, ready: Sequence[Hashable], workers: int, together: Callable[[int, int], bool]
+    ) -> list[tuple[int, int]]:
         """(position in ``ready``, worker) for each task of the step, workers
-        distinct; none to stop the run."""
+        distinct; none to stop the run. ``together(i, j)``: whether the tasks at
+        ``i`` and ``j`` may start together (their resources fit at once)."""
         ...
 
 
@@ -140,6 +143,22 @@ def _fits(state: RunState, task: int) -> bool:
     return all(amount <= resources.free[r] for r, amount in state.needs[task])
 
 
+def _fit_together(state: RunState, a: int, b: int) -> bool:
+    """Whether ``a`` and ``b``'s resources are free at once now (the step's
+    start: nothing of this run is held)."""
+    needs = state.needs
+    if needs is None or not needs[a] or not needs[b]:
+        return True
+    resources = state.resources
+    assert resources is not None
+    if resources.reserving >= 0:
+        return False
+    total: dict[int, Any] = {}
+    for r, amount in (*needs[a], *needs[b]):
+        total[r] = total.get(r, 0) + amount
+    return all(amount <= resources.free[r] for r, amount in total.items())
+
+
 def _pick(state: RunState, task: int, worker: int) -> tuple[Any, ...] | None:
     """Take ``task`` out of the ready set and dispatch it to ``worker``: its
     arguments, or None if it waits for a resource after all (parked)."""
@@ -170,7 +189,9 @@ class ExploringDriver(Driver):
             return False
         ready = ready_in_order(state)
         names = [state.names[t] for t in ready]
-        chosen = control.chooser.choose(names, control.workers)
+        chosen = control.chooser.choose(
+            names, control.workers, lambda i, j: _fit_together(state, ready[i], ready[j])
+        )
         if not chosen:  # the chooser gave up (a replay that does not fit): stop here
             state.stop(hard=True)
             return False
