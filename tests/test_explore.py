@@ -536,3 +536,21 @@ def test_exhaustive_branches_only_on_overlaps_the_resources_allow() -> None:
         g2.add(f"r{i}", lambda: 1)
     free = explore(g2, strategy="exhaustive", runs=1000)
     assert both.runs == free.runs and both.uncovered == free.uncovered == 0
+
+
+def test_a_task_that_differs_by_itself_is_not_blamed_on_a_missing_edge() -> None:
+    import random
+
+    g = dagexec.Graph()
+    g.add("a", lambda: random.random())
+    g.add("b", lambda: 1)
+    g.add("c", lambda: 2)
+    with pytest.raises(ScheduleDivergence) as caught:
+        explore(g, runs=5)
+    e = caught.value
+    first = str(e).splitlines()[0]
+    assert first.startswith("task 'a' gave a different value even in the plain order, run again")
+    assert "pass equal=" in first and "add deps" not in str(e)
+    assert e.task == "a" and e.shrunk == Schedule(pairs=())
+    assert "shrunk: (none: the plain order alone differs)" in str(e)
+    assert explore(g, runs=5, equal=lambda x, y: True).runs == 5

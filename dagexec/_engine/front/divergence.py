@@ -19,7 +19,14 @@ from ..._core.result import RunResult, TaskState
 from ..._core.safe import task_for_message
 from .schedule import Schedule
 
-__all__ = ["Observed", "describe_difference", "first_difference", "inversions", "shrink"]
+__all__ = [
+    "Observed",
+    "describe_difference",
+    "describe_unstable",
+    "first_difference",
+    "inversions",
+    "shrink",
+]
 
 # Most runs one shrink may take: each is a whole run of the graph. Enough for a
 # few hundred candidate pairs (ddmin takes O(k log n) runs for k needed pairs).
@@ -189,3 +196,16 @@ def describe_difference(
             f"{r if owner is None else task_for_message(owner)}"
         )
     return f"{first}\n  task {task_for_message(task)} {how}"
+
+
+def describe_unstable(task: Hashable | None, how: str) -> str:
+    """The first lines of a divergence that the plain order, run again, repeats:
+    no order is to blame, the task (or ``check``) differs by itself."""
+    who = "the run" if task is None else f"task {task_for_message(task)}"
+    verb = how.split(" (", 1)[0]
+    return (
+        f"{who} {verb} even in the plain order, run again: no order is to blame, it "
+        "differs from run to run by itself (random numbers, the clock, state that setup= "
+        "does not reset); make it deterministic, or pass equal= (or check=) a comparison "
+        f"that accepts the difference\n  {who} {how}"
+    )

@@ -37,7 +37,14 @@ from ..run.strategies import (
     Replay,
     count_schedules,
 )
-from .divergence import Observed, describe_difference, first_difference, inversions, shrink
+from .divergence import (
+    Observed,
+    describe_difference,
+    describe_unstable,
+    first_difference,
+    inversions,
+    shrink,
+)
 from .executor import Executor
 from .run_checks import Job, RunOptions, check_capacity, prepare
 from .schedule import Schedule, ScheduleDivergence
@@ -358,19 +365,24 @@ def _divergence(
         again = _one_run(ex, graph, targets, Pairs(pairs), options, setup, check)
         return again.check_failed is not None or first_difference(ref, again, same) is not None
 
-    pairs = inversions(ref, obs)
-    # The pairs of the task that differed first are usually the whole story: try them alone first.
-    own = [p for p in pairs if task in p]
-    smallest = (shrink(own, diverges) if own and len(own) < len(pairs) else None) or shrink(
-        pairs, diverges
-    )
-    shrunk = Schedule(pairs=tuple(smallest)) if smallest is not None else obs.schedule
-    first = describe_difference(task, how, shrunk, obs, ref, graph.tasks)
+    if diverges(()):  # the plain order itself, run again, differs: no order is to blame
+        shrunk, first = Schedule(pairs=()), describe_unstable(task, how)
+        shown, replay = "(none: the plain order alone differs)", obs.schedule
+    else:
+        pairs = inversions(ref, obs)
+        # The pairs of the task that differed first are usually the whole story: try them alone.
+        own = [p for p in pairs if task in p]
+        smallest = (shrink(own, diverges) if own and len(own) < len(pairs) else None) or shrink(
+            pairs, diverges
+        )
+        shrunk = Schedule(pairs=tuple(smallest)) if smallest is not None else obs.schedule
+        first = describe_difference(task, how, shrunk, obs, ref, graph.tasks)
+        shown, replay = str(shrunk), shrunk
     message = (
         f"{first}\n"
         f"  schedule (seed {run_seed}): {obs.schedule}\n"
-        f"  shrunk: {shrunk}\n"
-        f"  replay: dagexec.testing.replay_schedule(graph, {str(shrunk)!r})\n"
+        f"  shrunk: {shown}\n"
+        f"  replay: dagexec.testing.replay_schedule(graph, {str(replay)!r})\n"
         f"  plain order: {' '.join(map(str, ref.order))}\n"
         f"  this order:  {' '.join(map(str, obs.order))}"
     )
