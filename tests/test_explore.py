@@ -237,6 +237,33 @@ def test_equal_must_give_a_bool() -> None:
     assert explore(g, runs=3, equal=lambda a, b: True).runs == 3
 
 
+class _Ambiguous:
+    def __bool__(self) -> bool:
+        raise ValueError("the truth value is ambiguous")
+
+
+class _ArrayLike:
+    def __eq__(self, other: object) -> Any:
+        return _Ambiguous()
+
+    __hash__ = object.__hash__
+
+
+def test_an_equal_that_raises_is_named() -> None:
+    g = dagexec.Graph()
+    g.add("a", lambda: {"k": _ArrayLike()})  # dict == calls bool() on each value's ==
+    g.add("b", lambda: 1)
+    with pytest.raises(TypeError, match=r"\(default ==\) raised ValueError .*task 'a'"):
+        explore(g, runs=1)
+
+    def broken(x: object, y: object) -> bool:
+        return bool(_Ambiguous()) if isinstance(x, dict) else x == y
+
+    with pytest.raises(TypeError, match=r"raised ValueError comparing the values of task 'a'") as e:
+        explore(g, runs=1, equal=broken)
+    assert isinstance(e.value.__cause__, ValueError)
+
+
 def test_maps_retries_timeouts_and_callbacks_are_explored() -> None:
     tries: dict[int, int] = {}
     started: list[Hashable] = []

@@ -59,7 +59,14 @@ def _error(exc: BaseException | None) -> tuple[str, str] | None:
 
 
 def _same(equal: Callable[[Any, Any], Any], name: Hashable, a: Any, b: Any) -> bool:
-    same = equal(a, b)
+    try:
+        same = equal(a, b)
+    except Exception as exc:  # a dict of arrays under ==: "truth value ... is ambiguous"
+        raise TypeError(
+            f"explore: equal(a, b) (default ==) raised {type(exc).__qualname__} comparing "
+            f"the values of task {task_for_message(name)}: {_short.repr(str(exc))[1:-1]}; "
+            "pass equal= a function that compares such values and returns True or False"
+        ) from exc
     if type(same) is bool:
         return same
     if getattr(same, "shape", None) == () and hasattr(same, "__bool__"):  # numpy.bool_
