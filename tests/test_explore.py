@@ -581,3 +581,19 @@ def test_a_task_that_differs_by_itself_is_not_blamed_on_a_missing_edge() -> None
     assert e.task == "a" and e.shrunk == Schedule(pairs=())
     assert "shrunk: (none: the plain order alone differs)" in str(e)
     assert explore(g, runs=5, equal=lambda x, y: True).runs == 5
+
+
+def test_a_run_that_raises_under_one_schedule_is_described_once() -> None:
+    from dagexec._engine.front.divergence import Observed, describe_difference, first_difference
+
+    steps = Schedule(steps=((("a", 0),), (("b", 0),)))
+    timed_out = TimeoutError("the run timed out after 0.5 s with 1 of 3 tasks finished")
+    ref = Observed(steps, {}, None)
+    obs = Observed(steps, {}, None, raised=timed_out)
+    found = first_difference(ref, obs, lambda x, y: x == y)
+    assert found is not None and found[0] is None
+    line = describe_difference(None, found[1], steps, obs, ref)
+    assert line == (
+        "the run raised TimeoutError: the run timed out after 0.5 s with 1 of 3 tasks "
+        "finished (in the plain order it returned)"
+    )

@@ -34,6 +34,8 @@ SHRINK_BUDGET = 300
 
 _short = reprlib.Repr()
 _short.maxstring = _short.maxother = 60
+_long = reprlib.Repr()
+_long.maxstring = 400
 
 
 @dataclass
@@ -84,6 +86,14 @@ def _state_text(state: TaskState | None, error: BaseException | None) -> str:
     return "did not run" if state is None else f"ended {state.name}"
 
 
+def _raised_text(exc: BaseException | None) -> str:
+    """What a run as a whole did, whole: its errors are the engine's (a timeout
+    says how many tasks had finished), which a short form would cut to look alike."""
+    if exc is None:
+        return "returned"
+    return f"raised {type(exc).__qualname__}: {_long.repr(str(exc))[1:-1]}"
+
+
 def first_difference(
     ref: Observed, obs: Observed, equal: Callable[[Any, Any], Any]
 ) -> tuple[Hashable | None, str] | None:
@@ -91,10 +101,9 @@ def first_difference(
     ``ref``'s, and how it differs; (None, how) when only the run as a whole did
     (it raised differently); None when the runs agree."""
     if _error(ref.raised) != _error(obs.raised):
-        return None, (
-            f"the run {_state_text(TaskState.FAILED, obs.raised) if obs.raised else 'returned'} "
-            f"where the plain order's "
-            f"{_state_text(TaskState.FAILED, ref.raised) if ref.raised else 'returned'}"
+        return (
+            None,
+            f"{_raised_text(obs.raised)} (in the plain order it {_raised_text(ref.raised)})",
         )
     a_status = ref.result.status if ref.result is not None else {}
     b_status = obs.result.status if obs.result is not None else {}
