@@ -597,3 +597,44 @@ def test_a_run_that_raises_under_one_schedule_is_described_once() -> None:
         "the run raised TimeoutError: the run timed out after 0.5 s with 1 of 3 tasks "
         "finished (in the plain order it returned)"
     )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        None,
+        True,
+        False,
+        b"x",
+        float("inf"),
+        float("-inf"),
+        -1,
+        2.5,
+        ("m", 0),
+        "None",
+        "True",
+        "inf",
+        "if",
+        "a b",
+        "a.b:c/d-e",
+        "x@1",
+        "p+q",
+        "it's",
+        "1abc",
+    ],
+)
+def test_every_literal_task_name_round_trips_through_a_schedule_string(name: Hashable) -> None:
+    for schedule in (
+        Schedule(steps=(((name, 0),), (("z", 1),))),
+        Schedule(pairs=((name, "z"), ("z", name))),
+    ):
+        assert Schedule.parse(str(schedule)) == schedule
+    back = Schedule.parse(str(Schedule(steps=(((name, 0),),)))).steps[0][0][0]
+    assert type(back) is type(name)
+    g = dagexec.Graph()
+    g.add(name, lambda: 1)
+    g.add("z", lambda: 2)
+    assert dict(replay_schedule(g, str(Schedule(steps=(((name, 0),), (("z", 0),)))))) == {
+        name: 1,
+        "z": 2,
+    }
