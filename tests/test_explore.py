@@ -638,3 +638,12 @@ def test_every_literal_task_name_round_trips_through_a_schedule_string(name: Has
         name: 1,
         "z": 2,
     }
+
+
+def test_replay_schedule_names_itself_in_its_errors() -> None:
+    g = dagexec.Graph()
+    g.add("a", lambda: 1)
+    with pytest.raises(ValueError, match=r"^replay_schedule: workers must be >= 1, got 0"):
+        replay_schedule(g, "a@0", workers=0)
+    with pytest.raises(TypeError, match=r"^replay_schedule: workers must be an int"):
+        replay_schedule(g, "a@0", workers="2")
