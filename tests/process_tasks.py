@@ -333,3 +333,11 @@ def arrive_then_hold_the_gil(gate_dir: str) -> int:
     """Arrive at the gate, then hold the GIL in C for minutes."""
     arrive(gate_dir)
     return sum(range(10**12))
+
+
+def dagexec_origin() -> dict[str, str]:
+    """Where this process imported dagexec from, and the child code it runs (by path)."""
+    import sys
+
+    child = sys.modules.get("_dagexec_child")
+    return {"dagexec": dagexec.__file__ or "", "child": getattr(child, "__file__", "") or ""}

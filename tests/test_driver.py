@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import io
+import sys
 import tokenize
 from pathlib import Path
 
@@ -27,7 +28,8 @@ from dagexec._engine.workers.wire import DONE as R_DONE
 from dagexec._engine.workers.wire import FAILED as R_FAILED
 from dagexec._engine.workers.wire import MEMBER as R_MEMBER
 
-DRIVER = Path(__file__).resolve().parent.parent / "dagexec" / "_engine" / "run" / "driver.py"
+# The source of the Driver under test (the installed one when CI tests the wheel).
+DRIVER = Path(sys.modules[Driver.__module__].__file__ or "")
 
 # The bound: the loop that moves messages stays small enough to read at once.
 MAX_CODE_LINES = 150

@@ -21,7 +21,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "dagexec"
+import dagexec
+
+# The package imported, whether a checkout or an installed wheel (as CI tests it).
+PACKAGE = Path(dagexec.__file__).resolve().parent
 
 # Which layers each layer may import (its own included).
 MAY_IMPORT: dict[str, set[str]] = {

@@ -4,14 +4,18 @@ A module that long has usually taken on a second job; splitting it along
 that seam keeps each one readable alone (the project's style aims for files
 under about 400 lines; 500 is the hard stop). A module let over it for a
 while would be listed in ``OVER_THE_LIMIT`` with the reason; the list is empty
-now and only shrinks. Reads files only: no imports, no threads.
+now and only shrinks. Reads the files of the package imported (a checkout, or the
+installed wheel CI tests); no threads.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "dagexec"
+import dagexec
+
+# The package imported, whether a checkout or an installed wheel (as CI tests it).
+PACKAGE = Path(dagexec.__file__).resolve().parent
 
 MAX_LINES = 500
 

@@ -17,9 +17,14 @@ import io
 import re
 from pathlib import Path
 
+import docs_checks as dc
 import pytest
 
+import dagexec
+
 ROOT = Path(__file__).resolve().parent.parent
+# The package imported (a checkout, or the installed wheel CI tests): its files.
+PACKAGE = Path(dagexec.__file__).resolve().parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
@@ -30,6 +35,12 @@ MAX_README_LINES = 500
 
 def _rel(page: Path) -> str:
     return page.relative_to(ROOT).as_posix()
+
+
+def _shown(file: Path) -> str:
+    """A file's repository path: dagexec/... for the package, wherever it is installed."""
+    base = PACKAGE.parent if file.is_relative_to(PACKAGE) else ROOT
+    return file.relative_to(base).as_posix()
 
 
 def python_blocks(page: Path) -> list[tuple[int, str]]:
@@ -105,6 +116,12 @@ def test_every_page_has_few_fragments() -> None:
         assert len(fragments) <= MAX_FRAGMENTS_PER_PAGE, (
             f"{_rel(page)}: fragments at lines {fragments}: make them runnable"
         )
+
+
+def test_the_development_guide_counts_the_fragments_it_says_are_skipped() -> None:
+    fragments = sum(1 for _, _, code in BLOCKS if code.startswith(FRAGMENT))
+    text = (DOCS / "development.md").read_text(encoding="utf-8")
+    assert re.findall(r"^\| (\d+) fragments", text, re.M) == [str(fragments)]
 
 
 def test_readme_opens_with_the_demo_and_the_whole_test_suite() -> None:
@@ -229,16 +246,96 @@ CONTRADICTIONS = {
         "a task downstream of a map or a checkpoint=False task loads when its inputs "
         "come back equal (issue 31)"
     ),
+    # issue 28's list of drifts
+    r"tasks\s+run\s+on\s+threads\s+(only|in\s+one\s+process)": 'isolate="process" exists',
+    r"use\s+`?concurrent\.futures\.ProcessPoolExecutor`?\s+\(call\s+it": 'isolate="process" exists',
+    r"only\s+the\s+call\s+in\s+`?_engine/(\w+/)?worker\.py`?\s+changes": "backends: isolate=",
+    r"elsewhere:\s+the\s+call\s+in\s+`?_engine/(\w+/)?worker\.py": "backends: isolate=",
+    r"\(`g\.add`\s+and\s+`@g\.task`\s+only\)": "g.map takes run_if too",
+    r"one\s+(trace\s+)?record\s+per\s+task": "the trace has one record per attempt",
+    r"per\s+task\s+that\s+ran\s+\(its\s+last": "the trace has one record per attempt",
+    r"skip\w*\s+only\s+(what|tests\s+that)\s+cannot\s+run": "docs/development.md lists more",
+    r"ownership\s+table\s+is\s+in\s+the\s+header": "the one table is docs/thread-safety.md",
 }
+
+# Statements a page must keep (a behaviour a reader would otherwise not expect).
+REQUIRED = {
+    "docs/run-control.md": [r"a task loaded from a checkpoint is dispatched, started and ended"],
+    "docs/recipes.md": [r"## I/O on threads, CPU on processes, in one graph"],
+}
+
+
+def test_required_statements_are_kept() -> None:
+    missing = [
+        f"{page}: {pattern}"
+        for page, patterns in REQUIRED.items()
+        for pattern in patterns
+        if not re.search(pattern, (ROOT / page).read_text(encoding="utf-8"), re.I)
+    ]
+    assert not missing, missing
 
 
 @pytest.mark.parametrize("pattern", CONTRADICTIONS)
 def test_no_known_contradiction_comes_back(pattern: str) -> None:
-    code = [f for d in ("dagexec", "tests", "benchmarks") for f in (ROOT / d).rglob("*.py")]
+    code = [f for d in (PACKAGE, ROOT / "tests", ROOT / "benchmarks") for f in d.rglob("*.py")]
     files = [*PAGES, *sorted(f for f in code if f != Path(__file__).resolve())]
     hits = [
-        f"{_rel(f)}: {m.group(0)!r}"
+        f"{_shown(f)}: {m.group(0)!r}"
         for f in files
         for m in re.finditer(pattern, f.read_text(encoding="utf-8"), re.I)
     ]
     assert not hits, f"{CONTRADICTIONS[pattern]}: {hits}"
+
+
+# --- names, paths, commands and figures (conventions: tests/docs_checks.py) ------------
+
+
+def test_every_name_in_backticks_is_in_the_api() -> None:
+    commands = dc.cli_options()
+    bad = [
+        f"{_rel(page)}:{line}: {problem}"
+        for page in PAGES
+        for line, code in dc.spans(page.read_text(encoding="utf-8"))
+        for problem in [*dc.name_problems_in(code), *dc.cli_problems_in(code, commands)]
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_every_command_line_shown_exists() -> None:
+    commands = dc.cli_options()
+    bad = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for line, command in dc.shell_lines(text):
+            problems = [*dc.cli_problems_in(command, commands), *dc.benchmark_problems_in(command)]
+            bad += [f"{_rel(page)}:{line}: {p}" for p in problems]
+        for line, code in dc.spans(text):
+            bad += [f"{_rel(page)}:{line}: {p}" for p in dc.benchmark_problems_in(code)]
+    assert not bad, "\n".join(bad)
+
+
+def _code_files() -> list[Path]:
+    return [f for d in (PACKAGE, ROOT / "tests", ROOT / "benchmarks") for f in d.rglob("*.py")]
+
+
+def test_every_repository_path_exists() -> None:
+    bad = []
+    for page in PAGES:
+        text = dc.prose(page.read_text(encoding="utf-8"))
+        bad += [f"{_rel(page)}:{p}" for p in dc.path_problems_in(text)]
+    for file in _code_files():
+        for line, doc in dc.docstrings(file):
+            bad += [f"{_shown(file)}:{p}" for p in dc.path_problems_in(doc, line)]
+    assert not bad, "\n".join(bad)
+
+
+def test_measured_figures_live_on_the_measured_pages() -> None:
+    bad = [p for page in PAGES for p in dc.figure_problems(page, _rel(page))]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_readme_pins_the_tag_of_this_version() -> None:
+    # .ci/readme_installs.py tags a copy of the clone v<version>, as a release is,
+    # and installs the README's git URL from it: a stale tag fails there too.
+    tags = re.findall(r"github\.com/OWNER/dagexec@(v[\w.]+)", README.read_text(encoding="utf-8"))
+    assert tags and set(tags) == {f"v{dagexec.__version__}"}, tags

@@ -15,10 +15,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import dagexec
 from dagexec._engine.workers import wire
 from dagexec._state import events
 
-PACKAGE = Path(__file__).resolve().parent.parent / "dagexec"
+# The package imported, whether a checkout or an installed wheel (as CI tests it).
+PACKAGE = Path(dagexec.__file__).resolve().parent
 
 # The layers that build or read jobs and reports, and, among their modules, where
 # the layouts are written: the only ones that may index them by number.

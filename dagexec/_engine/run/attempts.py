@@ -13,7 +13,7 @@ its function returns, and the run waits for that. The lifecycle::
        |                             |        TaskTimeout, maybe retried; its
        |                             |        worker slot gets a new thread and
        |                             |        the run lets go of its slot, see
-       |                             |        _crew.py)
+       |                             |        _engine/workers/crew.py)
        |                             +--> returned late (value dropped; its
        |                             |        resources are free again)
        |                             +--> abandoned (its run ended while it ran;

@@ -13,43 +13,18 @@ Data flow::
     |   |       |
     |   v       |  take/dispatch/finish/release      events
     | RunState  | -------------------------------> Observer: trace Recorder,
-    +-----------+   (pure: _runstate.py,             callbacks (one stream,
-                     _fanout.py)                     in order: _observe.py)
+    +-----------+   (pure: _state/runstate.py,       callbacks (one stream, in
+                     _state/fanout.py)               order: _observation/observer.py)
           ^
       the "scheduler thread" is whichever thread drives the run: the caller's
       own for a plain Executor.run (Ctrl-C then becomes ``abort()``, see
-      _sigint.py), else the executor's scheduler thread, with the caller
+      _engine/front/sigint.py), else the executor's scheduler thread, with the caller
       waiting for ``finished`` and putting ABORT on ``results`` on Ctrl-C
 
-Ownership (nothing here relies on the GIL; every shared thing is either owned
-by one thread or is a queue/Event, which has its own lock):
-
-    =====================  ==========================  =========================
-    what                   written by                  read by / ordered by
-    =====================  ==========================  =========================
-    runs queue (executor)  caller puts a Run           scheduler thread gets
-                                                       (SimpleQueue lock)
-    ``_slot`` (executor)   held by the thread that     the next driver waits
-                           drives a run                for it
-    RunState, Observer,    the scheduler thread only   the caller, after
-    Recorder, Balance,                                 ``finished`` is set
-    Run fields
-    inboxes                scheduler put_all (mutex),  workers pop (atomic deque
-                           get_nowait                  ops; mutex only to sleep)
-    results                workers, caller (ABORT)     scheduler get (queue lock)
-    ``stop`` Event         scheduler                   workers, between chain
-                                                       members (Event lock)
-    ``abort_requested``    caller, or a SIGINT         scheduler; the ABORT on
-                           handler on the driving      ``results`` orders it
-                           thread (then puts ABORT)
-    outcome                scheduler, before           caller, after
-                           ``finished.set()``          ``finished.wait()``
-    an attempt's token     scheduler sets it (timeout, the task, through
-    (``current_task()``)   a stop)                     ``current_task()`` (Event
-                                                       lock); one per attempt
-    ``_policy._local``     each worker, around a       that worker's task only
-                           task with a policy          (thread-local)
-    =====================  ==========================  =========================
+Ownership: nothing here relies on the GIL; every shared thing is either owned
+by one thread or is a queue/Event, which has its own lock. The one table of what
+each thread writes and reads, and what orders it, is docs/thread-safety.md
+("Engine: executor, scheduler, workers"); this docstring does not repeat it.
 
 Why no circular wait can form: the scheduler never blocks on an inbox (it only
 try-puts, and checks for space first because it is the only producer: the
