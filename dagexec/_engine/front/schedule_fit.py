@@ -39,9 +39,10 @@ class _Nodes:
             task = None
         if task is not None and task not in self.maps:
             return task
-        item = item_of(name, self.map_names)
-        if item is not None:
-            return plan.index[item[0]]
+        of_map = item_of(name, self.map_names)
+        if of_map is not None:
+            owner, _ = of_map
+            return plan.index[owner]
         what = task_for_message(name)
         if task is not None:
             why = f"{what} is a map: its items run, named ({what}, 0), ({what}, 1)..."
