@@ -11,7 +11,8 @@ This module is the only way into dask; ``import dagexec`` never loads it
 is installed before importing its private helpers in ``dagexec._integrations``,
 which import dask freely: for :func:`get`, ``dask_graph`` (converting graphs
 both ways), ``dask_callbacks`` (driving dask's diagnostics) and ``dask_local``
-(annotations, order, the per-thread executors kept between calls); for a
+(annotations, order, the per-thread executors kept between calls) and
+``dask_settings`` (what it does with each dask setting); for a
 cluster, ``dask_translate`` (checks, keys, annotations), ``dask_worker`` (what
 runs on a worker), ``dask_cluster`` (driving a run) and ``dask_checkpoint``.
 What stays here is the public API. Install the extra from a clone of dagexec
@@ -39,7 +40,7 @@ from ._core.graph import Graph
 from ._core.options import check_checkpoint_path
 from ._core.result import RunResult
 from ._engine.front.executor import Executor
-from ._integrations.dask_callbacks import bridge_for
+from ._integrations.dask_callbacks import Bridge, bridge_for
 from ._integrations.dask_checkpoint import ClusterCheckpoint
 from ._integrations.dask_cluster import ClusterRun
 from ._integrations.dask_graph import assemble, build, flatten_keys, nest
@@ -52,6 +53,7 @@ from ._integrations.dask_local import (
     worker_count,
 )
 from ._integrations.dask_local import executors as _executors  # noqa: F401 - tests read it
+from ._integrations.dask_settings import FailedCalls, check_settings
 from ._integrations.dask_translate import (
     check_run_options,
     declared_resources,
@@ -87,6 +89,8 @@ def get(
     callbacks: Iterable[tuple[Callable[..., Any] | None, ...]] | None = None,
     executor: Executor | None = None,
     resources: Mapping[str, float] | None = None,
+    rerun_exceptions_locally: bool | None = None,
+    raise_exception: Callable[[BaseException, Any], Any] | None = None,
     **kwargs: Any,
 ) -> Any:
     """Compute ``keys`` of the dask graph ``dsk`` on dagexec workers (dask's ``get`` protocol).
@@ -129,18 +133,34 @@ def get(
             ``dagexec.resources`` dask config value). Annotated tasks hold their
             resources while out, as with ``g.add(..., resources=...)``; a task
             annotated with a resource that has no capacity is rejected before
-            anything runs. Ready tasks run in ``dask.order``'s priority order.
+            anything runs (or, with the dask config
+            ``dagexec.unknown-resources: ignore``, runs without it, with one
+            warning). Ready tasks run in ``dask.order``'s priority order.
+        rerun_exceptions_locally: run a failed task again on the calling thread
+            (where ``pdb.pm()`` reaches it), as dask's local schedulers do; its
+            exception is what the call raises (default: the
+            ``rerun_exceptions_locally`` dask config value). Only the
+            arguments of calls that raised are kept for it.
+        raise_exception: called as ``raise_exception(exc, traceback)`` with the
+            first failing task's exception, as ``dask.local.get_async`` does.
         kwargs: other schedulers' options (``chunksize``...); ignored, as the
-            protocol expects of a scheduler that does not know them.
+            protocol expects of a scheduler that does not know them, except the
+            hooks of ``dask.local``'s worker loop (``submit``, ``get_id``,
+            ``pack_exception``, ``dumps``, ``loads``): a TypeError each.
+            ``docs/dask.md`` lists every dask setting and what ``get`` does with it.
 
     Raises:
         KeyError: a requested key is not in the graph.
-        TypeError: ``pool`` is not a thread pool.
+        TypeError: ``pool`` is not a thread pool; a refused dask setting; a
+            priority annotation that is not a number.
         KeyboardInterrupt: Ctrl-C, promptly; tasks already running finish in
             the background on an executor that the next call no longer uses.
         BaseException: the first failing task's own exception.
     """
-    del kwargs  # accepted and ignored, as dask's scheduler protocol expects
+    check_settings(kwargs)  # the rest are accepted and ignored, as the protocol expects
+    if rerun_exceptions_locally is None:
+        rerun_exceptions_locally = bool(dask.config.get("rerun_exceptions_locally", False))
+    failed = FailedCalls() if rerun_exceptions_locally else None
     if executor is None:
         num_workers = worker_count(num_workers, pool)
     annotations = annotations_of(dsk)
@@ -161,23 +181,38 @@ def get(
         check_annotated_capacity(built, annotations.resources, resources, executor)
     with local_callbacks(callbacks) as active:
         bridge = bridge_for(built, nodes, list(active), cache, flat)
-        assemble(
-            built,
-            ranks(built, nodes),
-            annotations,
-            None if bridge is None else bridge.wrap,
-        )
-        values = execute(
-            built,
-            bridge,
-            executor,
-            num_workers,
-            queue_cap,
-            max_in_flight,
-            on_error,
-            resources,
-        )
+        assemble(built, ranks(built, nodes), annotations, _wrapper(bridge, failed))
+        try:
+            values = execute(
+                built,
+                bridge,
+                executor,
+                num_workers,
+                queue_cap,
+                max_in_flight,
+                on_error,
+                resources,
+            )
+        except Exception as exc:
+            if failed is not None:
+                failed.rerun(exc)
+            if raise_exception is not None:
+                raise_exception(exc, exc.__traceback__)
+            raise
     return nest(keys, values)
+
+
+def _wrapper(
+    bridge: Bridge | None, failed: FailedCalls | None
+) -> Callable[[Hashable, Callable[..., Any]], Callable[..., Any]] | None:
+    """What wraps each task's function: the callback bridge's reporting wrapper
+    around the one that keeps a failed call's arguments (either may be absent)."""
+    if failed is None:
+        return None if bridge is None else bridge.wrap
+    if bridge is None:
+        return failed.wrap
+    report, keep = bridge.wrap, failed.wrap
+    return lambda key, fn: report(key, keep(key, fn))
 
 
 def _register_with_dask() -> None:

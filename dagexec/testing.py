@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
@@ -32,6 +33,7 @@ from concurrent.futures import Future
 from typing import ParamSpec, TypeVar
 
 from ._core.graph import Graph
+from ._core.isolate import HeldCall
 from ._core.result import RunResult
 from ._engine.front.explore import Exploration, explore, replay_schedule
 from ._engine.front.schedule import Schedule, ScheduleDivergence
@@ -77,6 +79,19 @@ def _check_seconds(where: str, value: object) -> float:
     return value
 
 
+def _in_child(what: str, instead: str) -> None:
+    """Refuse ``what`` in a child process of ``isolate="process"``: a Gate or a probe
+    there is a copy the test never sees (the child imported the module again), so
+    it would wait for an ``open()`` that never comes, or count nothing."""
+    if "_dagexec_child" in sys.modules:  # the name the child's bootstrap loads itself as
+        raise RuntimeError(
+            f"{what} was called inside a task running in a child process "
+            f"(isolate='process'), where it is a copy the test cannot see; wrap the "
+            f"task function instead: {instead}, which holds it on the parent's worker "
+            "thread before the call is sent"
+        )
+
+
 class GateTimeout(AssertionError):
     """A task waited at a :class:`Gate` that was never opened: the test is broken."""
 
@@ -117,12 +132,18 @@ class ConcurrencyProbe:
 
     Use ``with probe:`` inside a task, or ``probe.wrap(fn)``. ``active`` is the count
     now, ``peak`` the most ever at once, ``entered`` how many times it was entered.
+
+    On a process task (``isolate="process"``) use ``g.add(name, probe.wrap(fn),
+    isolate="process")``: the worker thread counts the task from before its call
+    is sent to its child until the answer is back (``with probe:`` in the task's
+    body raises a RuntimeError there, naming ``probe.wrap``).
     """
 
     def __init__(self) -> None:
         self._count = _Counter()
 
     def __enter__(self) -> ConcurrencyProbe:
+        _in_child("with probe: (ConcurrencyProbe)", "g.add(name, probe.wrap(fn), ...)")
         self._count.add(1)
         return self
 
@@ -130,14 +151,9 @@ class ConcurrencyProbe:
         self._count.add(-1)
 
     def wrap(self, fn: Callable[P, R]) -> Callable[P, R]:
-        """``fn``, counted as active while it runs."""
-
-        @functools.wraps(fn)
-        def probed(*args: P.args, **kwargs: P.kwargs) -> R:
-            with self:
-                return fn(*args, **kwargs)
-
-        return probed
+        """``fn``, counted as active while it runs (a process task: while its worker
+        thread waits for its child)."""
+        return _held(fn, lambda: self)
 
     @property
     def active(self) -> int:
@@ -161,6 +177,12 @@ class Gate:
 
     A task still waiting after ``timeout`` seconds raises :class:`GateTimeout`, so a
     test that forgets to open the gate fails instead of hanging.
+
+    On a process task (``isolate="process"``) use ``g.add(name, gate.gated(fn),
+    isolate="process")``: the task waits on its worker thread, before its call is
+    sent to its child, so the wait never counts against its ``timeout=``
+    (``gate.wait()`` in the task's body raises a RuntimeError there, naming
+    ``gate.gated``).
     """
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -170,6 +192,7 @@ class Gate:
 
     def wait(self) -> None:
         """Block the calling task until the gate opens."""
+        _in_child("gate.wait() (Gate)", "g.add(name, gate.gated(fn), ...)")
         self._waiting.add(1)
         try:
             if not self._opened.wait(self.timeout):
@@ -195,14 +218,25 @@ class Gate:
         return self._waiting.wait_for(lambda: self._waiting.current >= n, timeout)
 
     def gated(self, fn: Callable[P, R]) -> Callable[P, R]:
-        """``fn``, but first waiting at this gate."""
+        """``fn``, but first waiting at this gate (a process task: on its worker
+        thread, before its call is sent)."""
+        return _held(fn, self._held)
 
-        @functools.wraps(fn)
-        def held(*args: P.args, **kwargs: P.kwargs) -> R:
-            self.wait()
-            return fn(*args, **kwargs)
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[None]:
+        self.wait()
+        yield
 
-        return held
+
+def _held(
+    fn: Callable[P, R], hold: Callable[[], contextlib.AbstractContextManager[object]]
+) -> Callable[P, R]:
+    """``fn`` with ``hold()`` entered around each call, on the worker thread: on a
+    process task, before the call is sent (see :class:`dagexec._core.isolate.HeldCall`).
+    Looks like ``fn`` (name, docstring, signature) to the graph's checks."""
+    wrapped = HeldCall(fn, hold)
+    functools.update_wrapper(wrapped, fn)
+    return wrapped  # called like fn
 
 
 class InFlightRecorder:

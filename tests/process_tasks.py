@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import dagexec
+from dagexec import testing
 
 HOLD_SECONDS = 20.0
 _PID = struct.Struct("<q")
@@ -341,3 +342,18 @@ def dagexec_origin() -> dict[str, str]:
 
     child = sys.modules.get("_dagexec_child")
     return {"dagexec": dagexec.__file__ or "", "child": getattr(child, "__file__", "") or ""}
+
+
+# A Gate and a probe written inside a process task's body: in the child they are
+# the module's own copies, which the test cannot see (tests/test_testing_process.py).
+GATE_IN_BODY = testing.Gate(timeout=5.0)
+PROBE_IN_BODY = testing.ConcurrencyProbe()
+
+
+def waits_at_gate(*values: Any) -> None:
+    GATE_IN_BODY.wait()
+
+
+def enters_probe(*values: Any) -> int:
+    with PROBE_IN_BODY:
+        return 1

@@ -227,8 +227,11 @@ def test_cancel_ends_a_run_in_flight_and_the_client_works_on(client: Any) -> Non
     try:
         assert started.wait(30)
         run.cancel()
-        with pytest.raises(CancelledError):
+        with pytest.raises(CancelledError, match="the run was cancelled") as raised:
             run.result(timeout=30)
+        # Exactly what a local run's future raises, not distributed's subclass.
+        assert type(raised.value) is CancelledError
+        assert run.cancelled()
         # The stream to the scheduler is ordered: once this is back, the release was handled.
         assert client.submit(int, "6", pure=False).result(timeout=30) == 6
         token = run.cg.token

@@ -281,6 +281,29 @@ def failing_map_item(tmp: Path) -> Case:
     return Case(g, check, targets=["total", "other"], options={"on_error": "continue"})
 
 
+def failing_items_then_chained_map(tmp: Path) -> Case:
+    """Items after a failing one ran and succeeded: DONE, as locally (a cluster once
+    reported them, and every item of a chained map, SKIPPED)."""
+    g = dagexec.Graph()
+    g.add("xs", lambda: [1, 0, 2, 0, 4])
+    g.add("k", lambda: 10)
+    g.map("inv", lambda x: 1 / x, over="xs")
+    g.map("dbl", lambda x, k: k * x, over="inv", deps=["k"])
+    g.add("total", sum, deps=["dbl"])
+    g.add("other", lambda: "fine")
+    g.add("clean", lambda t: repr(t), deps=["total"], run_if="all_done")
+
+    def check(r: Any, tmp: Path) -> None:
+        done, skipped = dagexec.TaskState.DONE, dagexec.TaskState.SKIPPED
+        assert r.status[("inv", 2)] is done and r.status[("inv", 4)] is done
+        assert r.status[("dbl", 2)] is done and r.status[("dbl", 4)] is done
+        assert r.status[("dbl", 1)] is skipped and r.status["dbl"] is skipped
+        assert set(r.errors) == {("inv", 1), ("inv", 3)}
+        assert r["clean"] == "dagexec.MISSING"
+
+    return Case(g, check, targets=["clean", "other"], options={"on_error": "continue"})
+
+
 def partial_targets(tmp: Path) -> Case:
     g = dagexec.Graph()
     for name, deps in (("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["c"])):
@@ -452,6 +475,7 @@ CASES = [
     chained_maps_with_extra_deps,
     empty_map,
     failing_map_item,
+    failing_items_then_chained_map,
     partial_targets,
     intermediate_target,
     retry_delay_and_retry_on,
@@ -493,6 +517,29 @@ def test_on_a_cluster(make: Callable[[Path], Case], tmp_path: Path, cluster_clie
             lambda: dd.run_on(cluster_client, case.graph, case.targets, **case.options)
         )
     case.check(outcome, tmp_path)
+
+
+# Cases whose statuses cannot be compared: refused on a cluster, or run twice.
+_NOT_COMPARED = {"timeout_holding_resources", "checkpointed"}
+
+
+@pytest.mark.parametrize(
+    "make", [c for c in CASES if c.__name__ not in _NOT_COMPARED], ids=lambda c: c.__name__
+)
+def test_statuses_on_a_cluster_are_the_local_ones(
+    make: Callable[[Path], Case], tmp_path: Path, cluster_client: Any
+) -> None:
+    """Task by task, with on_error="continue" so that every case ends with statuses."""
+    (tmp_path / "local").mkdir()
+    case = make(tmp_path / "local")
+    options = {**case.options, "on_error": "continue"}
+    with dagexec.Executor(2, resources={"slot": 1}) as ex:
+        local = ex.run(case.graph, case.targets, **options)
+    (tmp_path / "cluster").mkdir()
+    case = make(tmp_path / "cluster")
+    remote = dd.run_on(cluster_client, case.graph, case.targets, **options)
+    assert dict(remote.status) == dict(local.status)
+    assert set(remote.errors) == set(local.errors)
 
 
 def test_at_least_90_percent_of_the_cases_run_on_a_cluster(tmp_path: Path) -> None:

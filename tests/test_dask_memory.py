@@ -69,11 +69,11 @@ class _PlanKey:
     """Stands for a Plan: Depth keys its memory on the plan object, weakly."""
 
 
-def test_a_rerun_of_a_plan_starts_where_its_last_run_stood_after_its_first_report() -> None:
+def test_a_rerun_of_a_plan_starts_where_its_last_run_first_asked_to_go() -> None:
     plan, other = _PlanKey(), _PlanKey()
     first = Depth(workers=2, full=130, plan=plan)
     assert first.start == 2  # nothing known: one task per worker
-    assert first.after([_report(1)]) == 130  # small values: full depth
+    assert first.after([_report(1)]) == 4  # small values: deeper, twice as deep at most
     assert Depth(workers=2, full=130, plan=plan).start == 130  # its rerun starts there
     assert Depth(workers=2, full=64, plan=plan).start == 64  # never past its own full
     assert Depth(workers=2, full=130, plan=other).start == 2  # another plan does not
@@ -91,6 +91,22 @@ def test_big_inputs_then_small_results_start_the_rerun_shallow() -> None:
         depth.after([_report(1)])
     assert depth.current == 130
     assert Depth(workers=2, full=130, plan=plan).start == 2
+
+
+def test_one_small_first_value_does_not_open_the_depth_to_big_ones() -> None:
+    # dask's x.cumsum(axis=0): the first task to end makes a 8 KB row, the next
+    # ones 8 MB blocks. Opening to the full depth on that row let 34 tasks go and
+    # peaked at 4x dask threaded's memory; the depth now at most doubles per
+    # sample, and the rerun starts at the lowest depth the first samples asked for.
+    plan = _PlanKey()
+    depth = Depth(workers=2, full=130, plan=plan)
+    assert depth.after([_report(bytes(8 << 10))]) == 4
+    assert depth.after([_report(Chunk(8 << 20))]) == 2
+    rerun = Depth(workers=2, full=130, plan=plan)
+    assert rerun.start == 2
+    # A run of small values still reaches the full depth, doubling: 4, 8, ..., 130.
+    small = Depth(workers=2, full=130)
+    assert [small.after([_report(1)]) for _ in range(7)] == [4, 8, 16, 32, 64, 128, 130]
 
 
 def test_a_first_cap_at_the_worker_count_is_remembered_too() -> None:
@@ -134,7 +150,7 @@ def test_a_chain_report_is_sampled_by_its_value() -> None:
     from dagexec._state.events import ChainEnd
 
     depth = Depth(workers=2, full=130)
-    assert depth.after([(0, (1, 2), CHAIN, ChainEnd(2, True, 5, None), 0.0, 0.0)]) == 130
+    assert depth.after([(0, (1, 2), CHAIN, ChainEnd(2, True, 5, None), 0.0, 0.0)]) == 4
     failed = Depth(workers=2, full=130)
     assert failed.after([(0, (1, 2), CHAIN, ChainEnd(0, False, OSError(), None), 0.0, 0.0)]) == 2
 
@@ -244,3 +260,14 @@ def test_dask_graphs_keep_as_few_chunks_alive_as_dask_local() -> None:
     Chunk.reset()
     assert dagexec.dask.get(dsk, key, num_workers=2) == 36
     assert Chunk.peak <= theirs + 4
+
+
+def test_a_rerun_that_asks_for_its_last_start_takes_one_first_sample_not_two() -> None:
+    plan = _PlanKey()
+    first = Depth(workers=2, full=130, plan=plan)
+    for _ in range(10):
+        first.after([_report(1)])
+    rerun = Depth(workers=2, full=130, plan=plan)
+    assert rerun.start == 130
+    assert rerun.after([_report(1)]) == 130
+    assert rerun.countdown == 8  # the next sample 8 batches on, as at the full depth

@@ -10,7 +10,7 @@ def test_hooks_per_task_is_set_by_each_per_task_hook_and_only_by_them() -> None:
     it used to list the hooks itself. Every slot of Hooks but run_start and
     run_end is a per-task hook: a new one missing from per_task fails here."""
     per_run = {"run_start", "run_end"}
-    summaries = {"any", "per_task"}  # fields that sum up the hooks, not hooks
+    summaries = {"any", "per_task", "starts"}  # fields that sum up the hooks, not hooks
     hook_slots = [slot for slot in Hooks.__slots__ if slot not in summaries]
     assert {"on_" + slot for slot in hook_slots} == set(_HOOK_NAMES)
     for slot in hook_slots:

@@ -76,6 +76,10 @@ ALLOWED: dict[tuple[str, str], str] = {
         "RunState's end path: functions of the run bound as its methods, typed by it "
         "(TYPE_CHECKING only)"
     ),
+    ("_state.attempts", "_state.runstate"): (
+        "RunState's attempt events (start, timeout): functions of the run bound as its "
+        "methods, typed by it (TYPE_CHECKING only)"
+    ),
     ("_state.retries", "_state.runstate"): (
         "RunState's retries: functions of the run bound as its methods, typed by it "
         "(TYPE_CHECKING only)"

@@ -312,7 +312,7 @@ def test_readme_resource_examples_run_as_written() -> None:
     page = (Path(__file__).resolve().parent.parent / "docs" / "graphs.md").read_text("utf-8")
     section = page[page.index("## Priorities") : page.index("## Dynamic fan-out")]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4  # priorities (two: the order guarantees), resources (two)
     for block in blocks:
         namespace: dict[str, Any] = {}
         exec(compile(block, "docs/graphs.md", "exec"), namespace)

@@ -429,6 +429,7 @@ def test_stats_fields_each_hold_their_own_value() -> None:
         "tasks_loaded": 0,
         "retries": 0,
         "abandoned": 0,
+        "timeouts": 0,
     }
     assert isinstance(stats.wall_seconds, float) and stats.wall_seconds > 0
     assert len(stats.peak_queue_depth) == len(stats.tasks_per_worker) == 2

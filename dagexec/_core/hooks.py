@@ -3,8 +3,9 @@
 Every hook is called on the scheduler thread, in the order things happened, so
 a callback needs no locking to keep its own counts. A hook that raises stops
 the run like a failing task does (drain, then raise). A run pays only for the
-hooks someone implements: without an ``on_task_start`` the workers send no
-start notices, and without any hook the scheduler makes no calls at all.
+hooks someone implements: without an ``on_task_start`` or an
+``on_attempt_start`` the workers send no start notices, and without any hook
+the scheduler makes no calls at all.
 """
 
 from __future__ import annotations
@@ -55,7 +56,22 @@ class Callback:
         """
 
     def on_task_start(self, name: Hashable, worker: int) -> None:
-        """``worker`` reported that it began running ``name``."""
+        """``worker`` reported that it began running ``name`` (any of its attempts;
+        ``on_attempt_start`` says which)."""
+
+    def on_attempt_start(self, name: Hashable, attempt: int, worker: int) -> None:
+        """Attempt number ``attempt`` of ``name`` began on ``worker``.
+
+        Called for every attempt of every task that starts, on threads and in
+        child processes (``isolate="process"``: when its worker thread sends the
+        call), chain members included (a linear run handed over as one unit has
+        one ``on_task_dispatch``, for its first task, but each member that starts
+        has its own start). A task whose value a checkpoint supplies is handed
+        to a worker as a task that returns its stored value, so it starts too
+        (attempt 1), and ends DONE; ``RunStats.tasks_loaded`` counts it, not
+        ``tasks_run``. Matched by the attempt's ``on_task_retry`` or
+        ``on_task_end`` (and, if it timed out, ``on_task_timeout`` just before).
+        """
 
     def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
         """``name`` ended as ``state``; ``seconds`` is its run time (0.0 if it never ran).
@@ -70,8 +86,12 @@ class Callback:
 
     def on_task_timeout(self, name: Hashable, attempt: int) -> None:
         """Attempt number ``attempt`` of ``name`` ran past its ``timeout=``: it fails
-        with ``TaskTimeout`` (``on_task_retry`` or ``on_task_end`` follows at once)
-        while its thread runs on."""
+        with ``TaskTimeout`` (``on_task_retry`` or ``on_task_end`` follows at once).
+
+        On a thread, the attempt's thread runs on (a thread cannot be stopped;
+        see docs/attempts.md); in a child process (``isolate="process"``), the
+        child is killed and the attempt released with ``how="killed"``.
+        """
 
     def on_map_expand(self, name: Hashable, items: int) -> None:
         """Map ``name`` expanded into ``items`` tasks, ``(name, 0)`` to
@@ -83,9 +103,12 @@ class Callback:
         """Attempt number ``attempt`` of ``name`` no longer holds its in-flight slot
         or its resources in this run. ``how``: ``"returned"`` (its function returned
         or raised, in time or after its timeout), ``"taken back"`` (a stop took it
-        out of its inbox before it started) or ``"abandoned"`` (it timed out and
-        still ran when the run ended; the executor, not the run, holds its
-        resources until it returns: see docs/attempts.md).
+        out of its inbox before it started), ``"timed out"`` (it timed out, its
+        worker got a new thread, and the run let go of it while it runs on),
+        ``"killed"`` (a process task's attempt timed out and its child process
+        was killed) or ``"abandoned"`` (it timed out and still ran when the run
+        ended; the executor, not the run, holds its resources until it returns:
+        see docs/attempts.md).
 
         Each ``on_task_dispatch`` is matched by exactly one call, which is what
         counts exactly with retries and timeouts, where a task has several
@@ -102,6 +125,7 @@ _HOOK_NAMES = (
     "on_run_start",
     "on_task_dispatch",
     "on_task_start",
+    "on_attempt_start",
     "on_task_end",
     "on_task_retry",
     "on_task_timeout",
@@ -175,10 +199,12 @@ class Hooks:
     __slots__ = (
         "any",
         "attempt_release",
+        "attempt_start",
         "map_expand",
         "per_task",
         "run_end",
         "run_start",
+        "starts",
         "task_dispatch",
         "task_end",
         "task_retry",
@@ -199,6 +225,7 @@ class Hooks:
         self.run_start = tuple(found["on_run_start"])
         self.task_dispatch = tuple(found["on_task_dispatch"])
         self.task_start = tuple(found["on_task_start"])
+        self.attempt_start = tuple(found["on_attempt_start"])
         self.task_end = tuple(found["on_task_end"])
         self.task_retry = tuple(found["on_task_retry"])
         self.task_timeout = tuple(found["on_task_timeout"])
@@ -214,6 +241,7 @@ class Hooks:
         self.per_task = bool(
             self.task_dispatch
             or self.task_start
+            or self.attempt_start
             or self.task_end
             or self.task_retry
             or self.task_timeout
@@ -221,6 +249,8 @@ class Hooks:
             or self.map_expand
         )
         self.any = bool(self.run_start or self.run_end) or self.per_task
+        # Whether workers must report each start (STARTED): one more message per task.
+        self.starts = bool(self.task_start or self.attempt_start)
 
     def __bool__(self) -> bool:
         return self.any

@@ -19,10 +19,12 @@ the process one. Not built: no 3.14 interpreter was available.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import threading
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from .bind import BoundCall, KeywordCall, callable_name
@@ -32,6 +34,7 @@ __all__ = [
     "ISOLATIONS",
     "LOADERS",
     "RUNNERS",
+    "HeldCall",
     "IsolatedCall",
     "check_isolate",
     "inbox_depth",
@@ -172,15 +175,59 @@ def runner_for(isolate: str) -> Callable[[IsolatedCall, tuple[Any, ...]], Any]:
     return runner
 
 
+class HeldCall:
+    """A task function wrapped with something that happens on the worker thread around
+    each call: ``hold()`` returns a context manager entered before the function is
+    called and exited after it returned (or raised).
+
+    On a thread task it is just a call: ``hold()`` around ``fn``. On a process task
+    (``isolate="process"``) the graph recognises it when the task is added: the
+    child is sent ``fn`` alone, and ``hold()`` is entered on the parent's worker
+    thread *before the call is sent* and exited once its answer came back
+    (:meth:`IsolatedCall.__call__`), so nothing of it crosses to the child and
+    none of it counts against the task's ``timeout=`` (whose deadline starts in
+    the child). The one hook for parent-side work around a process call:
+    :class:`dagexec.testing.Gate`'s ``gated`` and
+    :class:`dagexec.testing.ConcurrencyProbe`'s ``wrap`` are built on it, and so
+    can any test helper that must hold or count a call where it is sent.
+    Wrappers nest: the outer one's hold is entered first.
+    """
+
+    # Slots: ``functools.update_wrapper`` copies the wrapped object's ``__dict__``
+    # (an inner HeldCall's) into this one's; its ``fn`` and ``hold`` must not win.
+    __slots__ = ("__dict__", "__weakref__", "fn", "hold")
+
+    def __init__(self, fn: Callable[..., Any], hold: Callable[[], AbstractContextManager[Any]]):
+        self.fn = fn
+        self.hold = hold
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self.hold():
+            return self.fn(*args, **kwargs)
+
+
+def unwrap_held(
+    fn: Callable[..., Any],
+) -> tuple[Callable[..., Any], tuple[Callable[[], AbstractContextManager[Any]], ...]]:
+    """``fn`` without its :class:`HeldCall` wrappers, and their holds, outer first."""
+    holds: list[Callable[[], AbstractContextManager[Any]]] = []
+    while isinstance(fn, HeldCall):
+        holds.append(fn.hold)
+        fn = fn.fn
+    return fn, tuple(holds)
+
+
 class IsolatedCall:
     """A task's call (its function, or the bound call adding its constants), run in
     the worker's child process when the engine calls it on the worker thread.
 
     ``labels`` name the positional dependency values for error messages (the
-    parameters they go to, when the function's signature says).
+    parameters they go to, when the function's signature says). ``holds`` are
+    the :class:`HeldCall` wrappers' holds, entered on the worker thread around
+    the call (before it is sent), outer first.
     """
 
-    __slots__ = ("by_file", "call", "cleanup", "isolate", "labels", "name", "timeout")
+    __slots__ = ("by_file", "call", "cleanup", "holds", "isolate", "labels", "name", "timeout")
 
     def __init__(
         self,
@@ -190,8 +237,10 @@ class IsolatedCall:
         timeout: float | None,
         cleanup: bool,
         labels: tuple[str, ...],
+        holds: tuple[Callable[[], AbstractContextManager[Any]], ...] = (),
     ) -> None:
         self.call = call
+        self.holds = holds
         self.name = name
         self.isolate = isolate
         self.timeout = timeout
@@ -206,7 +255,12 @@ class IsolatedCall:
         self.by_file = module if isinstance(module, str) and load_by_file(module) else None
 
     def __call__(self, *dep_values: Any) -> Any:
-        return runner_for(self.isolate)(self, dep_values)
+        if not self.holds:
+            return runner_for(self.isolate)(self, dep_values)
+        with contextlib.ExitStack() as held:
+            for hold in self.holds:  # on this worker thread, before the call is sent
+                held.enter_context(hold())
+            return runner_for(self.isolate)(self, dep_values)
 
     def __repr__(self) -> str:
         return f"<dagexec {self.isolate} call {callable_name(self.call)}>"

@@ -27,6 +27,12 @@ class LoadedDuringRun:
         with self._lock:
             self._names.add(name)
 
+    def __contains__(self, name: object) -> bool:
+        """Whether ``name`` was loaded: asked by a callback when the task ended (its
+        worker added it before reporting the end)."""
+        with self._lock:
+            return name in self._names
+
     def names(self) -> frozenset[Hashable]:
         """A snapshot; read once the run is over, when no worker adds any more."""
         with self._lock:

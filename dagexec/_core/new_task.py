@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from .bind import BoundCall, ItemKeywordCall, KeywordCall, check_call
 from .errors import DuplicateTaskError, describe
-from .isolate import IsolatedCall, check_isolate, dep_labels
+from .isolate import IsolatedCall, check_isolate, dep_labels, unwrap_held
 from .options import NO_KWARGS, FrozenKwargs, safe_repr
 from .policy import Policy
 from .task_options import CheckedOptions
@@ -146,7 +146,16 @@ def isolated_call(
 ) -> tuple[CheckedOptions, Callable[..., Any]]:
     """An ``isolate=`` task: the worker thread hands the call to a child process
     (isolate.py); the child must find fn by module and name, and the policy says
-    how it ran."""
+    how it ran. A :class:`~dagexec._core.isolate.HeldCall` (a test helper's
+    wrapper) is taken apart here: the child gets its function, the worker thread
+    keeps its holds."""
+    inner, holds = unwrap_held(fn)
+    if holds:
+        if call is fn:
+            call = inner
+        else:  # a bound call made for this task alone: it calls the inner function
+            call.fn = inner  # type: ignore[attr-defined]
+        fn = inner
     policy = (checked.policy or Policy())._replace(
         isolate=check_isolate(name, checked.given.isolate, fn)
     )
@@ -158,6 +167,7 @@ def isolated_call(
         policy.timeout,
         policy.cleanup,
         dep_labels(fn, dep_names, kw_deps),
+        holds,
     )
     return checked, isolated
 

@@ -95,7 +95,9 @@ class RunStats:
     that failed twice and then succeeded adds 2 (and ``tasks_run``, which counts
     attempts that ran, 3). ``abandoned`` counts attempts that timed out and were
     still running when the run ended: the run did not wait for them (see
-    docs/attempts.md).
+    docs/attempts.md). ``timeouts`` counts attempts that ran past their
+    ``timeout=``, on threads and in child processes (whose child was killed):
+    one ``on_task_timeout`` each.
 
     With a checkpoint, ``tasks_loaded`` counts the tasks whose value came from
     the file, whether loaded before the run or decided during it (downstream of
@@ -120,6 +122,7 @@ class RunStats:
     tasks_loaded: int = 0
     retries: int = 0
     abandoned: int = 0
+    timeouts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +140,9 @@ class TraceRecord:
     ``"cancelled"`` (the task's final state, for its last attempt),
     ``"retried"`` (it failed and the task was tried again), ``"timed out"`` (it
     ran past its ``timeout=``: ``ended`` is when the run stopped waiting for
-    it) or ``"abandoned"`` (it timed out and still ran when the run ended). A
-    failed attempt's ``state`` is FAILED.
+    it), ``"killed"`` (it ran past its ``timeout=`` in a child process, which
+    was killed: ``isolate="process"``) or ``"abandoned"`` (it timed out and
+    still ran when the run ended). A failed attempt's ``state`` is FAILED.
     """
 
     name: Hashable

@@ -23,7 +23,7 @@ it moves is off by that one task, shown as running rather than ended.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
+from collections.abc import Container, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -94,6 +94,9 @@ class RunTally:
         self.retries = 0
         self.timed_out = 0
         self._loaded_names: frozenset[Hashable] = frozenset()
+        # Tasks decided on their workers during the run (downstream of a map or of
+        # a checkpoint=False task, and map items): RunStats.tasks_loaded counts them.
+        self._loaded_during: Container[Hashable] = frozenset()
         self._out: set[Hashable] = set()  # dispatched, not ended
         self.checkpoint = False
         self.started = False  # a run started: there is something to sum up
@@ -102,8 +105,12 @@ class RunTally:
         self._started_at = time.monotonic()
         self.planned = len(plan.tasks)
         inner = plan._plan
+        self._loaded_names = frozenset()
+        self._loaded_during = frozenset()
         if inner is not None and inner.loaded:
             self._loaded_names = frozenset(inner.names[t] for t in inner.loaded)
+        if inner is not None and inner.loaded_during is not None:
+            self._loaded_during = inner.loaded_during
         self.started = True
 
     def on_task_dispatch(self, name: Hashable, worker: int) -> None:
@@ -111,8 +118,8 @@ class RunTally:
 
     def on_task_end(self, name: Hashable, state: TaskState, seconds: float) -> None:
         self._out.discard(name)
-        if self._loaded_names and state is TaskState.DONE and name in self._loaded_names:
-            self.loaded += 1
+        if state is TaskState.DONE and (name in self._loaded_names or name in self._loaded_during):
+            self.loaded += 1  # as RunStats.tasks_loaded counts it
         else:
             self.ended[state] += 1
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable, Mapping
+from concurrent.futures import CancelledError
 from time import perf_counter
 from typing import Any
 
@@ -63,6 +64,7 @@ class ClusterRun:
         self._outcome: RunResult | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
+        self._cancelled = False  # cancel() was called before the run ended
         self._thread: threading.Thread | None = None
         self._send_first_graph()
 
@@ -103,13 +105,32 @@ class ClusterRun:
             self._finish()
         elif not self._done.wait(timeout):
             raise TimeoutError(f"the run on the cluster did not end within {timeout} s")
+        if self._cancelled:
+            # As a local run's future: not distributed's FuturesCancelledError (a
+            # subclass), whatever the cancel interrupted (a map reading its input).
+            raise CancelledError("the run was cancelled") from self._error
         if self._error is not None:
             raise self._error
         assert self._outcome is not None
         return self._outcome
 
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` stopped the run (it had not ended by then)."""
+        return self._cancelled
+
     def cancel(self) -> None:
-        """Stop what has not run and let go of every value of the run on the cluster.
+        """Stop what has not run and let go of every value of the run on the cluster;
+        ``result()`` then raises ``concurrent.futures.CancelledError``, as a local
+        run's does. A run that had ended already keeps its result.
+
+        The rest is :meth:`_release`.
+        """
+        if not self._done.is_set():
+            self._cancelled = True
+        self._release()
+
+    def _release(self) -> None:
+        """Let go of every value of the run on the cluster, which stops what has not run.
 
         By releasing the run's futures, not by ``Client.cancel``: once no client
         wants a key, the scheduler forgets it and every task of the run that only
@@ -285,10 +306,10 @@ class ClusterRun:
         if self.checkpoint is not None:
             self.checkpoint.save(values, savable)
         if raising:
-            self.cancel()  # stop what still runs, as a local run stops at a failure
+            self._release()  # stop what still runs, as a local run stops at a failure
             raise _first(errors)
         threads = sum(self.client.nthreads().values())
-        self.cancel()  # all ended: this only lets go of the run's values on the cluster
+        self._release()  # all ended: this only lets go of the run's values on the cluster
         loaded = len(self.checkpoint.loaded) if self.checkpoint is not None else 0
         ran = sum(s is TaskState.DONE or s is TaskState.FAILED for s in status.values())
         stats = RunStats(
@@ -336,22 +357,34 @@ class ClusterRun:
         return out
 
     def _statuses(self, failed_here: set[Hashable]) -> dict[Hashable, TaskState]:
-        """Every task's end: FAILED if it raised, SKIPPED if downstream of one that did."""
+        """Every task's end, as a local run reports it: FAILED if it raised, SKIPPED if
+        downstream of one that did, else DONE. A map item is downstream of its map's
+        other dependencies and of its own input only: the map's ``over`` task, or,
+        for a chained map, the item of the same index of the map before (its other
+        items are not its inputs, so their failures leave it DONE)."""
         plan = self.cg.plan
         status: dict[Hashable, TaskState] = {}
         broken = [False] * len(plan.names)
+        items_broken: dict[int, list[bool]] = {}
         policy = plan.policy
         for t in self.cg.order:
             name = plan.names[t]
             cleanup = policy is not None and policy[t] is not None and policy[t].cleanup  # type: ignore[union-attr]
             upstream = any(broken[d] for d in plan.deps[t])
             if t in self.items:
-                for item in self.item_names[t]:
+                over, rest = plan.deps[t][0], plan.deps[t][1:]
+                rest_broken = any(broken[d] for d in rest)
+                inputs = items_broken.get(over)
+                flags: list[bool] = []
+                for i, item in enumerate(self.item_names[t]):
+                    before = rest_broken or (inputs[i] if inputs is not None else broken[over])
                     if item in failed_here:
                         status[item] = TaskState.FAILED
-                        upstream = True
                     else:
-                        status[item] = TaskState.SKIPPED if upstream else TaskState.DONE
+                        status[item] = TaskState.SKIPPED if before else TaskState.DONE
+                    flags.append(before or item in failed_here)
+                items_broken[t] = flags
+                upstream = upstream or any(flags)
             if name in failed_here:
                 status[name] = TaskState.FAILED
                 broken[t] = True

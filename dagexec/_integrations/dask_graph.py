@@ -138,12 +138,14 @@ def build(
 
     An iterative depth-first walk (a 10,000-long chain must not hit the recursion
     limit) that adds each task after its dependencies, so validating the result
-    needs no cycle search. A cycle leaves a task added before one of its
-    dependencies, which validation then reports as a ``CycleError``.
+    needs no cycle search. A cycle is met as a dependency still being walked, and
+    raised as dask's own schedulers raise it (a ``RuntimeError``) once the walk is
+    done, so that a missing dependency is reported first, as dask reports it.
     """
     built = Built()
     consts, task_deps, fns = built.consts, built.deps, built.fns
     visiting: set[Hashable] = set()
+    cycle: RuntimeError | None = None
     for root in dict.fromkeys(keys):
         if root in task_deps or root in consts:
             continue
@@ -156,7 +158,11 @@ def build(
         while stack:
             key, pending, deps = stack[-1]
             for dep in pending:
-                if dep in task_deps or dep in consts or dep in visiting:
+                if dep in visiting:
+                    if cycle is None:  # raised once the walk is done: a missing key first
+                        cycle = _cycle([k for k, _, _ in stack], dep)
+                    continue
+                if dep in task_deps or dep in consts:
                     continue
                 if _is_const(dep, nodes, known, consts):
                     continue
@@ -172,8 +178,20 @@ def build(
                 fn, fn_deps = _compile(nodes[key], consts)
                 task_deps[key] = fn_deps
                 fns[key] = fn
+    if cycle is not None:
+        raise cycle
     built.targets = [k for k in dict.fromkeys(keys) if k in task_deps]
     return built
+
+
+def _cycle(path: list[Hashable], back: Hashable) -> RuntimeError:
+    """dask's own error for a cycle (``dask.order``'s words): the keys from ``back``
+    along the walk's ``path``, and ``back`` again."""
+    loop = [*path[path.index(back) :], back]
+    return RuntimeError(
+        "Cycle detected between the following keys:\n"
+        + "\n".join(f"  -> {describe(k)}" for k in loop)
+    )
 
 
 def _missing(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing.pool
 import threading
+import warnings
 from collections.abc import Hashable, Mapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Literal
@@ -21,6 +22,7 @@ from .._core.result import RunResult
 from .._engine.front.executor import Executor
 from .dask_callbacks import Bridge
 from .dask_graph import Annotations, Built
+from .dask_settings import check_priority, dense_ranks, unknown_resources
 
 __all__ = [
     "annotations_of",
@@ -57,17 +59,25 @@ def annotations_of(dsk: Any) -> Annotations:
     for key, wanted in by_type.get("resources", {}).items():
         if isinstance(wanted, Mapping):
             found.resources[key] = wanted
-    for kind, into in (("priority", found.priority), ("retries", found.retries)):
-        for key, value in by_type.get(kind, {}).items():
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)  # dask allows any number; a whole one means the same
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(
-                    f"dask task {key!r} is annotated with {kind}={value!r}; dagexec.dask.get "
-                    f"takes a whole number: dask.annotate({kind}=<int>)"
-                )
-            if value:
-                into[key] = value
+    for key, value in by_type.get("retries", {}).items():
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # dask allows any number; a whole one means the same
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(
+                f"dask task {key!r} is annotated with retries={value!r}; dagexec.dask.get "
+                "takes a whole number: dask.annotate(retries=<int>)"
+            )
+        if value:
+            found.retries[key] = value
+    priorities = by_type.get("priority", {})
+    for key, value in priorities.items():
+        check_priority(key, value)
+    # dask and distributed take any number; Graph.add takes an int: the distinct
+    # values become dense ranks in the same order (0.25 < 0.5 < 3 -> 1, 2, 3).
+    ranked = dense_ranks(priorities.values())
+    for key, value in priorities.items():
+        if ranked.get(value, 0):  # 0 has no rank: it is the default
+            found.priority[key] = ranked[value]
     return found
 
 
@@ -88,15 +98,20 @@ def ranks(built: Built, nodes: Mapping[Hashable, GraphNode]) -> dict[Hashable, i
 
 def check_annotated_capacity(
     built: Built,
-    annotated: Mapping[Hashable, Mapping[str, float]],
+    annotated: dict[Hashable, Mapping[str, float]],
     resources: object,
     executor: Executor | None,
 ) -> None:
     """Reject a task annotated with a resource that has no capacity, saying where a
-    dask user gives one (the run's own check would point to ``Executor``/``run``)."""
+    dask user gives one (the run's own check would point to ``Executor``/``run``);
+    or, with the dask config ``dagexec.unknown-resources: ignore``, drop such
+    resources from the annotations, with one warning naming them."""
     if resources is not None and not isinstance(resources, Mapping):
         return  # the run rejects it, naming the parameter
     capacity = {**(executor.resources if executor is not None else {}), **(resources or {})}
+    if unknown_resources() == "ignore":
+        _drop_unknown(built, annotated, capacity)
+        return
     for key in built.deps:
         for name in annotated.get(key) or ():
             if name not in capacity:
@@ -105,8 +120,32 @@ def check_annotated_capacity(
                     f"dask task {key!r} is annotated with resource {name!r}, which has no "
                     f"capacity (declared: {declared}); pass resources={{{name!r}: ...}} to "
                     "dagexec.dask.get(...) (through compute(..., resources=...)), or set "
-                    f"the dask config: dask.config.set({{'dagexec.resources': {{{name!r}: ...}}}})"
+                    f"the dask config: dask.config.set({{'dagexec.resources': {{{name!r}: ...}}}}) "
+                    "(or set dagexec.unknown-resources to 'ignore' to run such tasks "
+                    "without them, as dask's local schedulers do)"
                 )
+
+
+def _drop_unknown(
+    built: Built, annotated: dict[Hashable, Mapping[str, float]], capacity: Mapping[str, float]
+) -> None:
+    """Keep only the resources with a capacity in each annotation; warn once."""
+    dropped: set[str] = set()
+    for key in built.deps:
+        wanted = annotated.get(key)
+        if not wanted or all(name in capacity for name in wanted):
+            continue
+        dropped.update(name for name in wanted if name not in capacity)
+        annotated[key] = {n: a for n, a in wanted.items() if n in capacity}
+    if dropped:
+        names = ", ".join(map(repr, sorted(dropped)))
+        warnings.warn(
+            f"dagexec.dask.get ignores the resource annotation(s) {names}, which have no "
+            "capacity (dask config dagexec.unknown-resources='ignore'); the tasks "
+            "annotated with them run without them",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 # ---------------------------------------------------------------------- running

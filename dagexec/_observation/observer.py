@@ -73,6 +73,8 @@ class Observer:
             elif kind == START:
                 if hooks.task_start:
                     self.call(hooks.task_start, names[event.task], event.worker)
+                if hooks.attempt_start:
+                    self.call(hooks.attempt_start, names[event.task], event.attempt, event.worker)
             else:
                 self._other(event)
         events.clear()

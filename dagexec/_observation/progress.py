@@ -7,15 +7,21 @@ Every hook runs on the scheduler thread, so the counts need no lock, and the
 bar must cost the scheduler next to nothing: a redraw (string formatting and a
 write to a terminal) happens at most once per ``min_interval`` seconds, checked
 with one :func:`time.monotonic` call per event, plus a final draw at the end.
-A task start on a worker that the line on screen shows idle may redraw sooner
-(see ``_task_started``), but never past the rate: at most ``1/min_interval``
-redraws in any second (10 by default), counted over every redraw but the
-final one and those that put the bar back below a log line.
+No event redraws sooner, a task start included (a start used to redraw at once
+when the line showed its worker idle, so redraws came in pairs 0.1 ms apart).
+A change the rate keeps off the screen is drawn ``min_interval`` after the last
+redraw by a one-shot timer (at most one pending), so a line never stays stale
+when no further event comes (a burst of long tasks at the start shows them
+running within ``min_interval``). A bar given its own ``clock`` (a test) has no
+timer: the test drives time.
 
 The total grows while the run does: a map's items are tasks of the run, known
 only when it expands. Until every map has expanded the count reads ``2/7+``
 and the ETA is a lower bound (``ETA >0:05``); the filled part of the bar never
 shrinks when the total grows, it holds still until the work done catches up.
+The time left is the tasks still to run at their own group's rate (a map's
+items at theirs: :mod:`dagexec._observation.progress_eta`), and reads
+``ETA unknown`` until every group with tasks left has had a task end.
 
 On a terminal the line is redrawn in place (``\\r``, then erase to end of line)
 and left showing the final state, followed by a newline. When the stream is not
@@ -51,6 +57,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from .._core.hooks import PlanInfo
 from .._core.result import TaskState
+from .groups import LOADED_GROUP, _unwrap, function_group, task_group
+from .progress_eta import Estimate
 from .progress_line import Shown, bar_line, end_state, summary_line
 from .progress_streams import LineSafeStream, StreamSwaps
 
@@ -81,7 +89,8 @@ class ProgressBar:
     The line reads ``finished/total`` (every final state counts as finished,
     so the bar reaches the end even when tasks fail or are skipped), then
     failed, skipped and cancelled counts, tasks running, the rate of tasks run
-    per second and an ETA from that rate. One instance can serve several runs
+    per second and an ETA from each group's own rate (``ETA unknown`` until it
+    can know). One instance can serve several runs
     in turn; each run start resets it.
 
     Terminal-ness is decided when the bar is made, not at each run start,
@@ -133,6 +142,12 @@ class ProgressBar:
             self.on_task_end = self._task_ended_drawing
         else:
             self.on_task_end = self._task_ended
+        # Draws a change the rate kept off the screen, later: a one-shot timer in a
+        # real run; none with an injected clock (a test moves its own time).
+        self._later: Callable[[float, Callable[[], None]], Callable[[], None]] | None = (
+            _timer if clock is time.monotonic else None
+        )
+        self._pending: Callable[[], None] | None = None  # cancels the timer set
         self._reset(0)
 
     def _reset(self, total: int, maps: int = 0) -> None:
@@ -155,12 +170,14 @@ class ProgressBar:
         self._worker_of: dict[Hashable, int] = {}
         self._started_at = self._clock()
         self._last_draw = -float("inf")
-        self._drawn_busy: set[int] = set()  # workers the line on screen shows running
+        self._estimate = Estimate({"": total}, {}, self._started_at)
 
     # ------------------------------------------------------------ callbacks
     def on_run_start(self, plan: PlanInfo) -> None:
         inner = plan._plan
         self._reset(len(plan.tasks), len(inner.maps) if inner is not None and inner.maps else 0)
+        if inner is not None and self.is_tty:
+            self._estimate = _estimate(inner, self._started_at)
         self._running = True
         if self.is_tty:
             self._run_thread = threading.current_thread()
@@ -172,6 +189,7 @@ class ProgressBar:
         with self._lock:  # a proxied write (any thread) may be drawing the line
             self.total += items  # the map's items are tasks of the run too
             self.maps_pending = max(self.maps_pending - 1, 0)
+            self._estimate.added(self._estimate.group((name, 0)), items)
 
     def on_task_retry(self, name: Hashable, attempt: int) -> None:
         with self._lock:
@@ -186,18 +204,7 @@ class ProgressBar:
         with self._lock:  # a proxied write (any thread) may be drawing the line
             self._current[worker] = name
             self._worker_of[name] = worker
-        if worker not in self._drawn_busy:
-            # The screen shows this worker idle: either the line was drawn in the
-            # moment between two of its tasks (its next start is usually queued
-            # right behind the end that triggered the redraw), or it is the run's
-            # first start. Left alone, a run of long tasks would show "running 0"
-            # until the next end, so correct the line now if the rate allows:
-            # once per worker per line, since the corrected line shows it busy.
-            # In a busy run the rate is spent on regular redraws and the next one
-            # corrects it; a burst of long tasks at the start finds it unspent.
-            self._maybe_draw(0.0)
-        else:
-            self._maybe_draw(self.min_interval)
+        self._maybe_draw(self.min_interval)
 
     def _task_ended(self, name: Hashable, state: TaskState, seconds: float) -> None:
         self.counts[state] += 1
@@ -206,6 +213,8 @@ class ProgressBar:
 
     def _task_ended_drawing(self, name: Hashable, state: TaskState, seconds: float) -> None:
         with self._lock:  # a proxied write (any thread) may be drawing the line
+            ran = state is TaskState.DONE or state is TaskState.FAILED
+            self._estimate.ended(name, ran, self._clock(), seconds)
             self.counts[state] += 1
             if self._retrying:
                 self._retrying.discard(name)
@@ -228,6 +237,9 @@ class ProgressBar:
 
     def _finish(self, *, interrupted: bool) -> None:
         with self._lock:
+            if self._pending is not None:
+                self._pending()
+                self._pending = None
             self._swaps.uninstall()
             now = self._clock()
             self._current.clear()
@@ -282,10 +294,26 @@ class ProgressBar:
         return sum(self.counts.values())
 
     def _maybe_draw(self, interval: float) -> None:
-        """Redraw if ``interval`` passed since the last redraw and the rate allows."""
-        now = self._clock()
-        if now - self._last_draw >= interval and self._within_rate(now):
-            self._draw(now, final=False)
+        """Redraw if ``interval`` passed since the last redraw and the rate allows;
+        else have the timer redraw once they do (one timer at a time)."""
+        with self._lock:  # the timer's thread comes here too
+            now = self._clock()
+            # (1 ns of slack: a timer set for exactly ``interval`` must find it due)
+            if now - self._last_draw >= interval - 1e-9 and self._within_rate(now):
+                self._draw(now, final=False)
+            elif self._later is not None and self._pending is None and self._running:
+                draws = self._draws
+                wait = self._last_draw + interval - now
+                if draws is not None and len(draws) >= (draws.maxlen or 0):
+                    wait = max(wait, draws[0] + 1.0 - now)
+                self._pending = self._later(wait, self._wake)
+
+    def _wake(self) -> None:
+        """The timer: draw what the rate kept off the screen, if the run still shows."""
+        with self._lock:
+            self._pending = None
+            if self._running:
+                self._maybe_draw(self.min_interval)
 
     def _within_rate(self, now: float) -> bool:
         """Fewer than ``1/min_interval`` redraws in the second before ``now``."""
@@ -297,7 +325,6 @@ class ProgressBar:
             self._last_draw = now
             if counted and not final and self._draws is not None:
                 self._draws.append(now)
-            self._drawn_busy = set(self._current)  # at most one entry per worker
             if self._quiet:
                 return
             # Text a task left mid-line stays: the bar starts on the next line.
@@ -370,7 +397,47 @@ class ProgressBar:
             running=self.running,
             interrupted=self.interrupted,
             fill=self._fill,
+            left=self._estimate.seconds_left(now),
         )
+
+
+def _timer(delay: float, call: Callable[[], None]) -> Callable[[], None]:
+    """Call ``call`` in ``delay`` seconds on a daemon thread; returns its cancel."""
+    timer = threading.Timer(max(delay, 0.0), call)
+    timer.daemon = True
+    timer.name = "dagexec-progress"
+    timer.start()
+    return timer.cancel
+
+
+def _estimate(plan: Any, started_at: float) -> Estimate:
+    """The time-left estimate of a run of ``plan``: its tasks counted by group, as the
+    trace groups them (a task loaded from a checkpoint in a group of its own)."""
+    by_fn: dict[int, str] = {}
+    group_of: dict[Hashable, str] = {}
+    left: dict[str, int] = {}
+    loaded = plan.loaded or frozenset()
+    maps = plan.maps or {}
+    for task, (name, fn) in enumerate(zip(plan.names, plan.fns, strict=True)):
+        if task in loaded:
+            group = LOADED_GROUP
+        elif task in maps:  # a map ends once its items have: it goes with them
+            group = task_group((name, 0), None, map_item=True)
+        else:
+            group = by_fn.get(id(fn)) or by_fn.setdefault(id(fn), _group(name, fn))
+        group_of[name] = group
+        left[group] = left.get(group, 0) + 1
+    return Estimate(left, group_of, started_at)
+
+
+def _group(name: Hashable, fn: Any) -> str:
+    """A task's group for the estimate: the trace's, except that lambdas group by
+    their code (the tasks one loop added go at one rate), not one group each."""
+    if function_group(fn) is None:
+        code = getattr(_unwrap(fn), "__code__", None)
+        if code is not None:
+            return f"<lambda {id(code)}>"
+    return task_group(name, fn, map_item=False)
 
 
 def _count(written: Any, text: str) -> int:

@@ -31,6 +31,7 @@ class Shown(NamedTuple):
     running: int
     interrupted: bool
     fill: float  # the bar's filled share as last drawn: it never shrinks
+    left: float | None = None  # seconds left, per group (progress_eta.py); None: unknown
 
 
 def format_duration(seconds: float) -> str:
@@ -73,10 +74,10 @@ def bar_line(shown: Shown, *, final: bool, width: int | None) -> str:
     rate = ran / elapsed if elapsed > 0 else 0.0
     if final:
         eta = f"in {format_duration(elapsed)}"
-    elif rate > 0:
-        eta = f"ETA {'>' if more else ''}{format_duration((total - finished) / rate)}"
+    elif shown.left is not None:
+        eta = f"ETA {'>' if more else ''}{format_duration(shown.left)}"
     else:
-        eta = "ETA ?"
+        eta = "ETA unknown"  # a group with tasks left has no rate yet
     parts = _parts(shown, final)
     parts.append((f"{rate:.1f} tasks/s", 1))
     parts.append((eta, 6))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .._core.result import FAILED as S_FAILED
 from .._core.result import StatusMap, TaskState, TraceRecord
-from .._state.events import DISPATCH, END, READY, RETRY, TIMED_OUT, Event
+from .._state.events import DISPATCH, END, KILLED, READY, RETRY, TIMED_OUT, TIMEOUT, Event
 from .groups import LOADED_GROUP, task_group
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ class Recorder:
         "chain_next",
         "ended",
         "fns",
+        "killed",
         "loaded",
         "planned",
         "ready",
@@ -51,6 +52,7 @@ class Recorder:
         self.ended = [-1.0] * n
         self.worker = [-1] * n
         self.retried: dict[int, int] = {}  # task -> failed attempts before its last
+        self.killed: set[tuple[int, int]] = set()  # (task, attempt): its child was killed
         # For each record's group: the functions (a list that grows with maps, whose
         # items are the tasks past the plan's), and the tasks a checkpoint supplied.
         self.fns = run.fns
@@ -82,6 +84,9 @@ class Recorder:
                 # The next member became ready, and was as good as dispatched,
                 # when this one ended, on the same worker.
                 self.ready[follower] = self.sent[follower] = t1
+        elif kind == TIMEOUT:
+            if event.state == KILLED:
+                self.killed.add((task, event.attempt))
         elif kind == RETRY:
             self.retried[task] = self.retried.get(task, 0) + 1
             if event.worker >= 0:
@@ -117,7 +122,7 @@ class Recorder:
         attempt) still running when the run ended.
         """
         groups: dict[int, str] = {}  # by the function's id: one look-up per function
-        fns, planned, loaded = self.fns, self.planned, self.loaded
+        fns, planned, loaded, killed = self.fns, self.planned, self.loaded, self.killed
 
         def group(task: int, name: Hashable) -> str:
             if task in loaded:
@@ -144,6 +149,8 @@ class Recorder:
                 group=group(task, names[task]),
                 outcome="abandoned"
                 if (task, attempt) in abandoned
+                else "killed"
+                if (task, attempt) in killed
                 else "timed out"
                 if late
                 else "retried",
@@ -157,6 +164,8 @@ class Recorder:
             state = status.state_of(codes[task])
             if (task, attempt) in abandoned:
                 outcome = "abandoned"
+            elif (task, attempt) in killed:
+                outcome = "killed"
             elif codes[task] == S_FAILED and task in timed_out:
                 outcome = "timed out"
             else:

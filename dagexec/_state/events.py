@@ -16,6 +16,7 @@ __all__ = [
     "DISPATCH",
     "END",
     "EXPAND",
+    "KILLED",
     "LET_GO",
     "READY",
     "RELEASE",
@@ -79,12 +80,17 @@ class ChainEnd(NamedTuple):
 # task waits for another (retries=); END comes once, with the final state.
 # EXPAND: a map made its items. RELEASE: a dispatched attempt no longer holds its
 # slot and resources in the run (one per DISPATCH; ``state`` says how, below).
-# TIMEOUT: an attempt ran past its timeout= (a RETRY or an END follows at once).
+# TIMEOUT: an attempt ran past its timeout= (a RETRY or an END follows at once);
+# its ``state`` is KILLED when its child process was killed for it (isolate=
+# "process"), else 0 (a thread runs on). START: an attempt began on its worker.
+# Every event about an attempt (DISPATCH, START, RETRY, TIMEOUT, RELEASE) carries
+# its task and its number: an attempt is (task, attempt) in every layer.
 READY, DISPATCH, START, END, RETRY, EXPAND, RELEASE, TIMEOUT = range(8)
 
 # RELEASE's ``state``: how the attempt let go (names as ``on_attempt_release`` gets them).
-RETURNED, TAKEN_BACK, ABANDONED, LET_GO = range(4)
-RELEASE_HOW = ("returned", "taken back", "abandoned", "timed out")
+# KILLED: a process task's attempt timed out and its child was killed.
+RETURNED, TAKEN_BACK, ABANDONED, LET_GO, KILLED = range(5)
+RELEASE_HOW = ("returned", "taken back", "abandoned", "timed out", "killed")
 
 # RETRY's ``state`` for an attempt that failed by its timeout (else FAILED).
 TIMED_OUT = 255
@@ -94,9 +100,10 @@ class Event(NamedTuple):
     """Something that happened to ``task``, for the trace and the callbacks.
 
     ``state`` is the final state code (END), how the attempt let go (RELEASE) or
-    failed (RETRY); ``worker`` is -1 for a task that never ran;
-    ``started``/``ended`` are the worker's stamps (END only). ``attempt`` is the
-    attempt's number for DISPATCH, RETRY, RELEASE and TIMEOUT. ``items`` is the
+    failed (RETRY), or KILLED for a TIMEOUT whose child process was killed;
+    ``worker`` is -1 for a task that never ran; ``started``/``ended`` are the
+    worker's stamps (END only). ``attempt`` is the attempt's number for
+    DISPATCH, START, RETRY, RELEASE and TIMEOUT. ``items`` is the
     number of a map's items (EXPAND, whose ``task`` is the map).
     """
 

@@ -29,13 +29,14 @@ The machine is one object over several modules, one job each:
 ``ending.py``      how tasks end (``ended``, ``finish``, ``chain_ended``) and
                    what follows: dependents, skips, cleanup tasks
 ``retries.py``     a failed attempt that waits on a timer (``wake``)
+``attempts.py``    an attempt began (``started``) or timed out (``timed_out``)
 ``stopping.py``    a stop (``fail``, ``stop``) and the stuck-run error
 ``resources.py``   resource accounting and waiting (:class:`Resources`)
 ``fanout.py``      map expansion (:class:`Fanout`)
 ``cleanup_gate.py`` when a cleanup task may start (:class:`CleanupGate`)
 =================  ==========================================================
 
-The first four are functions of the run, bound in ``RunState``'s class body as
+The first five are functions of the run, bound in ``RunState``'s class body as
 its methods (``RunState.ended`` *is* ``ending.ended``): a method is a function
 of its instance, so the split adds no call on the per-task path. The last three
 are objects the run holds, made only when the plan needs them.
@@ -68,7 +69,7 @@ from typing import Any, cast
 from .._core.plan import Plan
 from .._core.policy import Policy
 from .._core.result import HELD, READY, WAITING
-from . import columns, ending, retries, stopping
+from . import attempts, columns, ending, retries, stopping
 from . import dispatch as dispatching
 from .cleanup_gate import CleanupGate
 from .events import READY as E_READY
@@ -156,6 +157,7 @@ class RunState:
         self.hard = False  # a hard stop (a second Ctrl-C): cleanup tasks are cancelled too
         self.attempt: dict[int, int] = {}  # task -> its current attempt, once retried
         self.retries = 0  # retry attempts made (RunStats.retries)
+        self.timeouts = 0  # attempts that ran past their timeout= (RunStats.timeouts)
         self.kept_args: dict[int, tuple[Any, ...]] = {}  # retryable tasks' arguments
         self.timers: list[tuple[float, int, int]] = []  # heap of (due, seq, task) to retry
         self.now = 0.0  # the driver's clock, for timers; the machine reads no clock
@@ -235,6 +237,8 @@ class RunState:
     finish = ending.finish
     chain_ended = ending.chain_ended
     skip_downstream = ending.skip_downstream
+    started = attempts.started
+    timed_out = attempts.timed_out
     wake = retries.wake
     fail = stopping.fail
     stop = stopping.stop

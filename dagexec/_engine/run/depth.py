@@ -11,28 +11,33 @@ separates the two is the size of the values, so that is what this reads.
 
 The rule: the depth is what keeps at most :data:`BUDGET_BYTES` of fresh values
 in the tasks queued beyond one per worker, from the size of the values tasks
-return (sampled, at most one per batch of reports)::
+return (sampled, at most one per batch of reports; :mod:`.sizing` estimates a
+value's size, counting a view by the buffer it keeps alive)::
 
     cap = clamp(BUDGET_BYTES // typical value size, workers, full cap)
 
 so tasks returning numbers or small objects go as deep as ever (full speed), and
 tasks returning half a megabyte or more go one per worker, which with the
 depth-first ready stack is dask's own local policy. "Typical" is the largest recent sample,
-decaying by :data:`_DECAY` per sample: one small value (a sum, a view) among big
+decaying by :data:`_DECAY` per sample: one small value (a sum, a row) among big
 ones does not open the gates, a run of them does. Before any task has reported,
 nothing is known: the run starts one task per worker, and widens after the
-first reports (one hand-off, ~100 us, on a graph of tiny tasks).
+first reports, at most doubling per sample (a few hand-offs, ~100 us each, on a
+graph of tiny tasks): dask's ``x.cumsum(axis=0)`` makes a small row first and
+8 MB blocks next, and opening to 34 tasks on that one row peaked at 4x dask
+threaded's memory. A rerun of the same plan starts at the lowest depth its
+last run's first samples asked for.
 
 Owned by the thread that drives the run, like everything of the driver's.
 """
 
 from __future__ import annotations
 
-import sys
 import weakref
 from typing import Any
 
 from ..workers.wire import CHAIN, DONE, R_KIND, R_PAYLOAD, Message
+from .sizing import estimate_bytes
 
 __all__ = ["BUDGET_BYTES", "Depth", "estimate_bytes"]
 
@@ -45,51 +50,35 @@ __all__ = ["BUDGET_BYTES", "Depth", "estimate_bytes"]
 # go 16 deeper, and never limits tasks returning numbers or small objects.
 BUDGET_BYTES = 256 << 10
 
-# How fast a big value is forgotten: per sample, the remembered size shrinks by
-# this factor unless a bigger one comes. Closer to 1 remembers longer (safer,
-# slower to widen after a phase of big values); lower widens sooner.
+# How fast a big value is forgotten: per batch of reports, the remembered size
+# shrinks by this factor unless a bigger one is sampled. Closer to 1 remembers
+# longer (safer, slower to widen after a phase of big values); lower widens sooner.
+# After the 64 unsampled batches at one task per worker (below) a big value is
+# all but forgotten and the next sample decides: a small one among big ones then
+# lets the depth double for one batch, as the next sample narrows it again.
 _DECAY = 0.9
 
-# While the depth is full (values small), only every this many batches of
-# reports is sampled: a graph of tiny tasks then pays for a size estimate once
-# per this many batches (measured: sampling every batch cost ~10% more CPU on
-# 10,000 no-op tasks). Higher is cheaper, but a switch to big values is seen
-# that many batches later (up to the full cap of tasks dispatched meanwhile).
-_SAMPLE_EVERY_WHEN_FULL = 8
+# Once a run's first samples are in, only every so many batches of reports is
+# sampled. Each estimate runs on the driving thread right after a worker touched
+# megabytes, where with cold caches even a numpy array's costs 15-40 us (1 us
+# warm): sampling every batch took 12% of that thread's CPU on dask's cumsum and,
+# with pandas' deep ``__sizeof__``, 69% on a merge. Above one task per worker,
+# every 8th batch: a switch to big values is seen that many batches later (up
+# to the cap of tasks dispatched meanwhile). At one task per worker (big values:
+# slow tasks, a batch is a report or two) a late sample cannot cost memory, only
+# the speed of widening after a switch to small values: every 64th.
+# (``benchmarks/dask_memory.py --sizing`` measures the share.)
+_SAMPLE_EVERY = 8
+_SAMPLE_EVERY_AT_WORKERS = 64
 
-# How many elements of a list, tuple, set or dict are looked at to estimate
-# what they hold: more is closer, but costs time per sample.
-_ELEMENTS_SAMPLED = 4
+# How many samples a run's start is remembered from: the lowest depth they asked
+# for, by plan (weakly: a plan that its graph's cache dropped goes from here too).
+# A later run of the plan starts there: not where the last one went later (a
+# graph whose big inputs come first and small results after would otherwise
+# start its rerun at the depth of its small results), nor where its very first
+# value alone pointed (dask's cumsum makes a small row first, then 8 MB blocks).
+_REMEMBERED_SAMPLES = 2
 
-
-def estimate_bytes(value: Any) -> int:
-    """Roughly how many bytes ``value`` keeps alive; never raises.
-
-    ``sys.getsizeof`` counts what an object owns (a numpy array's buffer, a
-    string's characters), not what a container refers to, so a container's
-    first elements stand for the rest.
-    """
-    try:
-        size = sys.getsizeof(value)
-        if isinstance(value, (list, tuple, set, frozenset, dict)) and value:
-            n = len(value)
-            if isinstance(value, dict):
-                items = [(k, value[k]) for k in list(value)[:_ELEMENTS_SAMPLED]]
-                each = sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in items)
-                size += each * n // len(items)
-            else:
-                sample = list(value)[:_ELEMENTS_SAMPLED]
-                size += sum(sys.getsizeof(x) for x in sample) * n // len(sample)
-        return int(size)
-    except Exception:  # a hostile __sizeof__ or __len__: count it as small
-        return 0
-
-
-# The cap the last run of each plan set at its first sample, by plan (weakly: a
-# plan that its graph's cache dropped goes from here too). A later run of the plan
-# starts there: where the last one stood after its first report, not where it
-# went later (a graph whose big inputs come first and small results after would
-# otherwise start its rerun at the depth of its small results).
 _first_cap: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
@@ -101,7 +90,18 @@ class Depth:
         full: the deepest it goes, what the inboxes can hold.
     """
 
-    __slots__ = ("countdown", "current", "full", "known", "plan", "start", "typical", "workers")
+    __slots__ = (
+        "countdown",
+        "current",
+        "elapsed",
+        "full",
+        "known",
+        "plan",
+        "samples",
+        "start",
+        "typical",
+        "workers",
+    )
 
     def __init__(self, workers: int, full: int, plan: Any = None) -> None:
         self.workers = workers
@@ -116,13 +116,16 @@ class Depth:
         # of the same plan stood after its first report.
         self.start = self.current = max(workers, min(self.full, known))  # the cap now
         self.countdown = 1  # batches until the next sample
+        self.elapsed = 1  # batches since the last sample, when the countdown ends
+        self.samples = 0  # taken so far, counted up to _REMEMBERED_SAMPLES
 
     def after(self, batch: list[Message]) -> int:
         """The cap once ``batch`` (reports, as on the results queue) has arrived.
 
         Looks at the first returned value among the first few messages only, so
-        a batch of a thousand reports costs one size estimate; at the full depth,
-        only every :data:`_SAMPLE_EVERY_WHEN_FULL` batches.
+        a batch of a thousand reports costs one size estimate; once the run's
+        first samples are in, only every :data:`_SAMPLE_EVERY` batches (at one task
+        per worker, every :data:`_SAMPLE_EVERY_AT_WORKERS`).
         """
         self.countdown -= 1
         if self.countdown > 0:
@@ -137,20 +140,43 @@ class Depth:
                 value = payload.outcome
             else:
                 continue
-            first = self.typical < 0
-            self.note(estimate_bytes(value))
-            self.current = cap = self.cap()
-            if first and self.plan is not None and cap != self.known:
-                _first_cap[self.plan] = cap
-            self.countdown = _SAMPLE_EVERY_WHEN_FULL if cap == self.full else 1
+            self.note(estimate_bytes(value), self.elapsed)
+            wanted = self.cap()
+            # Deeper at most twice as deep per sample: a few small values first
+            # (a sum, a row) say little about the tasks that go out next.
+            self.current = cap = min(wanted, 2 * self.current)
+            if self.samples < _REMEMBERED_SAMPLES and self.remember(wanted):
+                self.countdown = self.elapsed = 1
+            elif cap < wanted:
+                self.countdown = self.elapsed = 1  # still widening: look again soon
+            elif cap == self.workers:
+                self.countdown = self.elapsed = _SAMPLE_EVERY_AT_WORKERS
+            else:
+                self.countdown = self.elapsed = _SAMPLE_EVERY
             break
         else:
             self.countdown = 1  # nothing to sample in this one: try the next
+            self.elapsed += 1
         return self.current
 
-    def note(self, size: int) -> None:
-        """One value of ``size`` bytes was made."""
-        decayed = self.typical * _DECAY
+    def remember(self, wanted: int) -> bool:
+        """Keep the lowest depth the run's first samples asked for, for its reruns;
+        whether to take the next sample at once (False: the first samples are in)."""
+        self.samples += 1
+        if self.samples == 1 and wanted == self.known:
+            # A rerun that asks for where the last one stood: nothing new to keep
+            # (a small run of small values then pays for one sample, not two).
+            self.samples = _REMEMBERED_SAMPLES
+            return False
+        lowest = wanted if self.samples == 1 or self.known is None else min(wanted, self.known)
+        if self.plan is not None and lowest != self.known:
+            _first_cap[self.plan] = lowest
+        self.known = lowest
+        return self.samples < _REMEMBERED_SAMPLES
+
+    def note(self, size: int, batches: int = 1) -> None:
+        """One value of ``size`` bytes was made, ``batches`` batches after the last sampled."""
+        decayed = self.typical * (_DECAY if batches == 1 else _DECAY**batches)
         self.typical = size if size > decayed else decayed
 
     def cap(self) -> int:

@@ -126,6 +126,7 @@ def build_result(run: Run, wall: float) -> RunResult:
         loaded,  # tasks_loaded
         state.retries,
         run.abandoned,
+        state.timeouts,
     )
     recorder = run.observer.recorder
     trace: tuple[TraceRecord, ...] = ()

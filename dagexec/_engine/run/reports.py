@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..._core.errors import Cancelled
+from ..._core.errors import Cancelled, TaskTimeout
 from ..._core.result import CANCELLED as S_CANCELLED
 from ..._core.result import DONE as S_DONE
 from ..._core.result import FAILED as S_FAILED
-from ..._state.events import START, Event
+from ..._state.events import KILLED
 from ..._state.runstate import RunState
 from ..workers.wire import (
     ABORT,
@@ -96,8 +96,7 @@ class Reports:
                 if timers is not None:
                     timers.freed(task)
             elif kind == STARTED:
-                if state.events is not None:
-                    state.events.append(Event(START, task, worker))
+                state.started(task, worker)
                 if timers is not None:
                     timers.started(task, worker, now)
             elif timers is not None and kind == FAILED and type(payload) is Overran:
@@ -116,6 +115,11 @@ class Reports:
                 if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
                     outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
                 number = state.attempt.get(task, 1)  # before a retry counts on
+                if timers is not None and type(payload) is TaskTimeout and timers.isolated(task):
+                    # A process task's worker timed it out and killed its child.
+                    state.timed_out(task, number, payload, worker, started, ended, killed=True)
+                    state.release(task, number, KILLED)
+                    continue
                 state.finish(task, outcome, payload, worker, started, ended)
                 state.release(task, number)
         if start < len(batch):

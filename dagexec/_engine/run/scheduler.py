@@ -180,9 +180,7 @@ class Run:
         state.tell_release = bool(hooks.attempt_release)
         self.trace = trace
         self.observer = Observer(hooks, state.names, None, state.fail)
-        flags = (TIMED if trace or hooks.task_end else 0) | (
-            NOTIFY_START if hooks.task_start else 0
-        )
+        flags = (TIMED if trace or hooks.task_end else 0) | (NOTIFY_START if hooks.starts else 0)
         # Hung threads of earlier runs' timed-out attempts get no work.
         dead = frozenset() if crew is None else crew.blocked_slots()
         self.balance = balance = Balance(inboxes, depth, dead)

@@ -22,9 +22,9 @@ from time import perf_counter
 
 from ..._core.errors import TaskTimeout
 from ..._core.policy import Attempt, CurrentTask, Policy
-from ..._core.result import FAILED, IN_FLIGHT
+from ..._core.result import IN_FLIGHT
 from ..._core.safe import task_for_message
-from ..._state.events import ABANDONED, LET_GO, TIMEOUT, Event
+from ..._state.events import ABANDONED, LET_GO
 from ..._state.runstate import RunState
 from . import clock
 from .attempts import TIMED_OUT, AttemptBook, LiveAttempt, Overran, TimedAttempt
@@ -210,11 +210,15 @@ class AttemptTimers:
         return state.state[task] != IN_FLIGHT or state.attempt.get(task, 1) != attempt
 
     def _fail(self, task: int, attempt: int, worker: int, started: float, ended: float) -> None:
-        """``task``'s attempt ``attempt`` timed out: the one place that says so to the run."""
-        state = self.state
-        if state.events is not None:  # before the END or RETRY that finish() adds
-            state.events.append(Event(TIMEOUT, task, worker, 0, 0.0, 0.0, attempt))
-        state.finish(task, FAILED, self._error(task, attempt), worker, started, ended)
+        """``task``'s attempt ``attempt`` timed out: the one place the driver says so
+        to the run (a process task's is the report of its worker: see Reports)."""
+        self.state.timed_out(task, attempt, self._error(task, attempt), worker, started, ended)
+
+    def isolated(self, task: int) -> bool:
+        """Whether ``task`` runs in a child process (it times itself out there)."""
+        policies = self.state.policy
+        policy = policies[task] if policies is not None and task < len(policies) else None
+        return policy is not None and policy.isolate is not None
 
     def _error(self, task: int, attempt: int) -> TaskTimeout:
         policies = self.state.policy
