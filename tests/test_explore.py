@@ -237,6 +237,33 @@ def test_equal_must_give_a_bool() -> None:
     assert explore(g, runs=3, equal=lambda a, b: True).runs == 3
 
 
+class _Ambiguous:
+    def __bool__(self) -> bool:
+        raise ValueError("the truth value is ambiguous")
+
+
+class _ArrayLike:
+    def __eq__(self, other: object) -> Any:
+        return _Ambiguous()
+
+    __hash__ = object.__hash__
+
+
+def test_an_equal_that_raises_is_named() -> None:
+    g = dagexec.Graph()
+    g.add("a", lambda: {"k": _ArrayLike()})  # dict == calls bool() on each value's ==
+    g.add("b", lambda: 1)
+    with pytest.raises(TypeError, match=r"\(default ==\) raised ValueError .*task 'a'"):
+        explore(g, runs=1)
+
+    def broken(x: object, y: object) -> bool:
+        return bool(_Ambiguous()) if isinstance(x, dict) else x == y
+
+    with pytest.raises(TypeError, match=r"raised ValueError comparing the values of task 'a'") as e:
+        explore(g, runs=1, equal=broken)
+    assert isinstance(e.value.__cause__, ValueError)
+
+
 def test_maps_retries_timeouts_and_callbacks_are_explored() -> None:
     tries: dict[int, int] = {}
     started: list[Hashable] = []
@@ -345,6 +372,90 @@ def test_bad_parameters_are_refused_before_anything_runs(
     assert ran == []
 
 
+def _two_tasks(ran: list[Hashable]) -> dagexec.Graph:
+    g = dagexec.Graph()
+    g.add("ab", lambda: ran.append("ab"))
+    g.add("b", lambda: ran.append("b"))
+    return g
+
+
+@pytest.mark.parametrize(
+    ("targets", "kwargs", "error", "match"),
+    [
+        (["zz"], {}, dagexec.UnknownTargetError, "unknown target 'zz'"),
+        ("ab", {}, TypeError, "got the string 'ab'"),
+        (None, {"resources": {"x": -1}}, ValueError, r"resources\['x'\] must be a number"),
+        (None, {"timeout": "soon"}, TypeError, "timeout must be a number"),
+        (None, {"on_error": "ignore"}, ValueError, "on_error must be 'raise' or 'continue'"),
+        (None, {"callbacks": [3]}, TypeError, "callback"),
+    ],
+)
+@pytest.mark.parametrize("call", ["explore", "replay_schedule"])
+def test_what_a_run_refuses_explore_refuses_before_anything_runs(
+    call: str, targets: Any, kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    ran: list[Hashable] = []
+    g = _two_tasks(ran)
+    with pytest.raises(error, match=match):
+        if call == "explore":
+            explore(g, targets, runs=3, **kwargs)
+        else:
+            replay_schedule(g, "ab@0 b@0", targets=targets, **kwargs)
+    assert ran == []
+
+
+def test_a_graph_a_run_refuses_is_refused_before_anything_runs() -> None:
+    ran: list[Hashable] = []
+    g = _two_tasks(ran)
+    g.add("gpu", lambda: ran.append("gpu"), resources={"gpu": 1})
+    with pytest.raises(ValueError, match="'gpu', which has no capacity"):
+        explore(g, runs=3)
+    g = _two_tasks(ran)
+    g.add("c", lambda b: b, deps=["missing"])
+    with pytest.raises(dagexec.MissingDependencyError, match="'missing'"):
+        explore(g, runs=3)
+    with pytest.raises(TypeError, match="graph must be a dagexec.Graph"):
+        explore({"a": 1}, runs=3)  # type: ignore[arg-type]
+    assert ran == []
+
+
+def test_a_plain_order_that_raises_for_the_run_itself_is_raised() -> None:
+    release = threading.Event()
+    g = dagexec.Graph()
+    g.add("a", lambda: 1)
+    g.add("slow", lambda a: release.wait(10), deps=["a"])
+    try:
+        with pytest.raises(TimeoutError, match="the run timed out") as caught:
+            explore(g, runs=3, timeout=0.2)
+    finally:
+        release.set()
+    assert "explore: raised by the run in the plain order" in caught.value.__notes__[-1]
+
+    class Broken:
+        def on_task_end(self, *args: object) -> None:
+            raise RuntimeError("callback broke")
+
+    with pytest.raises(RuntimeError, match="callback broke"):
+        explore(g, runs=3, callbacks=[Broken()])
+
+
+def test_a_task_failure_under_on_error_raise_is_a_state_unless_check_needs_the_result() -> None:
+    checked: list[object] = []
+
+    def boom() -> int:
+        raise ValueError("boom")
+
+    g = dagexec.Graph()
+    g.add("a", boom)
+    g.add("b", lambda: 2)
+    # Every order raises the same task error: they agree.
+    assert explore(g, runs=5, on_error="raise").result is None
+    with pytest.raises(ValueError, match="boom") as caught:
+        explore(g, runs=5, on_error="raise", check=checked.append)
+    assert "check(result) could not be called" in caught.value.__notes__[-1]
+    assert checked == []
+
+
 def test_schedule_strings() -> None:
     s = Schedule(steps=(((("m", 0), 1), ("a b", 0)), (("x", 0), ("y", 1))))
     assert str(s) == "('m', 0)@1+'a b'@0 x@0+y@1"
@@ -358,5 +469,181 @@ def test_schedule_strings() -> None:
         Schedule.parse(3)  # type: ignore[arg-type]
     g = dagexec.Graph()
     g.add("a", lambda: 1)
-    with pytest.raises(ValueError, match="does not fit this graph: step 1 wants 'zz'@0"):
+    with pytest.raises(ValueError, match="does not fit this graph: 'zz' is not a task"):
         replay_schedule(g, "zz@0")
+    with pytest.raises(ValueError, match="Schedule.parse: an empty string"):
+        Schedule.parse("  ")
+
+
+def test_a_step_that_reuses_a_worker_or_repeats_a_task_is_refused_naming_it() -> None:
+    ran: list[Hashable] = []
+    g = dagexec.Graph()
+    g.add("a", lambda: ran.append("a"))
+    g.add("b", lambda: ran.append("b"))
+    with pytest.raises(ValueError, match=r"step 1 \(a@0\+b@0\) puts two tasks on worker 0"):
+        replay_schedule(g, "a@0+b@0")
+    with pytest.raises(ValueError, match=r"step 1 \(a@0\+a@1\) starts task a twice"):
+        replay_schedule(g, "a@0+a@1 b@0")
+    with pytest.raises(ValueError, match=r"step 2 \(a@1\+b@1\)"):
+        Schedule(steps=((("c", 0),), (("a", 1), ("b", 1))))
+    assert ran == []
+
+
+def test_a_schedule_that_does_not_fit_is_refused_before_anything_runs() -> None:
+    ran: list[Hashable] = []
+    g = dagexec.Graph()
+    g.add("a", lambda: ran.append("a"))
+    g.add("b", lambda: ran.append("b"))
+    g.add("c", lambda a: ran.append("c"), deps=["a"])
+    g.add("xs", lambda: [1, 2])
+    g.map("m", lambda x: ran.append(x), over="xs")
+    for schedule, match in [
+        ("x@0 y@1", "'x' is not a task of this run"),
+        ("c@0 a@0 b@0", r"step 1 starts 'c' before its dependency 'a' has run"),
+        ("nope<a", "'nope' is not a task"),
+        ("c<a", "the pair 'c<a' cannot hold: 'c' depends on 'a'"),
+        ("('m', 0)<xs", "the pair .* cannot hold: .* depends on 'xs'"),
+        ("a<a", "puts a task before itself"),
+        ("a@0 a@0", "step 2 starts 'a' again: it runs at most 1 time"),
+        ("m@0", "'m' is a map: its items run"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            replay_schedule(g, schedule)
+    assert ran == []
+
+
+def test_a_replay_stops_at_the_first_step_that_does_not_fit() -> None:
+    ran: list[Hashable] = []
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    g = dagexec.Graph()
+    g.add("a", boom)
+    g.add("b", lambda: ran.append("b"))
+    g.add("c", lambda a: ran.append("c"), deps=["a"])
+    # 'a' fails, so 'c' is never ready: the run stops there, and 'b' never runs.
+    with pytest.raises(ValueError, match=r"step 2 wants 'c'@0; ready were \['b'\]"):
+        replay_schedule(g, "a@0 c@0 b@0")
+    assert ran == []
+    g = dagexec.Graph()
+    g.add("a", lambda: ran.append("a"), retries=1)
+    with pytest.raises(ValueError, match="the run ended after step 1; the schedule has 2"):
+        replay_schedule(g, "a@0 a@0")
+
+
+@pytest.mark.timeout(15)
+def test_exhaustive_on_a_wide_graph_gives_a_lower_bound_quickly() -> None:
+    from dagexec._engine.run.strategies import count_schedules
+
+    assert count_schedules({f"t{i}": [] for i in range(20)}, True) is None  # was ~20 s
+    assert count_schedules({f"t{i}": [] for i in range(3)}, True) == 12
+    g = dagexec.Graph()
+    for i in range(40):
+        g.add(f"t{i}", lambda: 1)
+    for workers in (2, 4):  # each was 26 s and 46 s
+        summary = explore(g, strategy="exhaustive", runs=5, workers=workers)
+        assert summary.runs == 5
+        assert summary.uncovered is not None and summary.uncovered > 0
+
+
+def test_exhaustive_branches_only_on_overlaps_the_resources_allow() -> None:
+    g = dagexec.Graph()
+    for i in range(4):
+        g.add(f"r{i}", lambda: 1, resources={"disk": 1})
+    # Capacity 1: no two overlap, so the walk is the 4! serial orders, not more.
+    every = explore(g, strategy="exhaustive", resources={"disk": 1}, runs=1000)
+    assert (every.runs, every.distinct, every.uncovered) == (24, 24, 0)
+    part = explore(g, strategy="exhaustive", resources={"disk": 1}, max_schedules=5)
+    assert (part.runs, part.uncovered) == (5, 19)
+    # Capacity 2: every pair may overlap, as without resources.
+    both = explore(g, strategy="exhaustive", resources={"disk": 2}, runs=1000)
+    g2 = dagexec.Graph()
+    for i in range(4):
+        g2.add(f"r{i}", lambda: 1)
+    free = explore(g2, strategy="exhaustive", runs=1000)
+    assert both.runs == free.runs and both.uncovered == free.uncovered == 0
+
+
+def test_a_task_that_differs_by_itself_is_not_blamed_on_a_missing_edge() -> None:
+    import random
+
+    g = dagexec.Graph()
+    g.add("a", lambda: random.random())
+    g.add("b", lambda: 1)
+    g.add("c", lambda: 2)
+    with pytest.raises(ScheduleDivergence) as caught:
+        explore(g, runs=5)
+    e = caught.value
+    first = str(e).splitlines()[0]
+    assert first.startswith("task 'a' gave a different value even in the plain order, run again")
+    assert "pass equal=" in first and "add deps" not in str(e)
+    assert e.task == "a" and e.shrunk == Schedule(pairs=())
+    assert "shrunk: (none: the plain order alone differs)" in str(e)
+    assert explore(g, runs=5, equal=lambda x, y: True).runs == 5
+
+
+def test_a_run_that_raises_under_one_schedule_is_described_once() -> None:
+    from dagexec._engine.front.divergence import Observed, describe_difference, first_difference
+
+    steps = Schedule(steps=((("a", 0),), (("b", 0),)))
+    timed_out = TimeoutError("the run timed out after 0.5 s with 1 of 3 tasks finished")
+    ref = Observed(steps, {}, None)
+    obs = Observed(steps, {}, None, raised=timed_out)
+    found = first_difference(ref, obs, lambda x, y: x == y)
+    assert found is not None and found[0] is None
+    line = describe_difference(None, found[1], steps, obs, ref)
+    assert line == (
+        "the run raised TimeoutError: the run timed out after 0.5 s with 1 of 3 tasks "
+        "finished (in the plain order it returned)"
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        None,
+        True,
+        False,
+        b"x",
+        float("inf"),
+        float("-inf"),
+        -1,
+        2.5,
+        ("m", 0),
+        "None",
+        "True",
+        "inf",
+        "if",
+        "a b",
+        "a.b:c/d-e",
+        "x@1",
+        "p+q",
+        "it's",
+        "1abc",
+    ],
+)
+def test_every_literal_task_name_round_trips_through_a_schedule_string(name: Hashable) -> None:
+    for schedule in (
+        Schedule(steps=(((name, 0),), (("z", 1),))),
+        Schedule(pairs=((name, "z"), ("z", name))),
+    ):
+        assert Schedule.parse(str(schedule)) == schedule
+    back = Schedule.parse(str(Schedule(steps=(((name, 0),),)))).steps[0][0][0]
+    assert type(back) is type(name)
+    g = dagexec.Graph()
+    g.add(name, lambda: 1)
+    g.add("z", lambda: 2)
+    assert dict(replay_schedule(g, str(Schedule(steps=(((name, 0),), (("z", 0),)))))) == {
+        name: 1,
+        "z": 2,
+    }
+
+
+def test_replay_schedule_names_itself_in_its_errors() -> None:
+    g = dagexec.Graph()
+    g.add("a", lambda: 1)
+    with pytest.raises(ValueError, match=r"^replay_schedule: workers must be >= 1, got 0"):
+        replay_schedule(g, "a@0", workers=0)
+    with pytest.raises(TypeError, match=r"^replay_schedule: workers must be an int"):
+        replay_schedule(g, "a@0", workers="2")

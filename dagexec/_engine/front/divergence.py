@@ -19,7 +19,14 @@ from ..._core.result import RunResult, TaskState
 from ..._core.safe import task_for_message
 from .schedule import Schedule
 
-__all__ = ["Observed", "describe_difference", "first_difference", "inversions", "shrink"]
+__all__ = [
+    "Observed",
+    "describe_difference",
+    "describe_unstable",
+    "first_difference",
+    "inversions",
+    "shrink",
+]
 
 # Most runs one shrink may take: each is a whole run of the graph. Enough for a
 # few hundred candidate pairs (ddmin takes O(k log n) runs for k needed pairs).
@@ -27,18 +34,22 @@ SHRINK_BUDGET = 300
 
 _short = reprlib.Repr()
 _short.maxstring = _short.maxother = 60
+_long = reprlib.Repr()
+_long.maxstring = 400
 
 
 @dataclass
 class Observed:
     """One explored run: its schedule, every value returned (by task), and its
-    result, or what it raised, and ``check``'s failure if any."""
+    result, or what it raised (``raised_by_task``: a task's own exception, under
+    ``on_error="raise"``), and ``check``'s failure if any."""
 
     schedule: Schedule
     values: dict[Hashable, Any]
     result: RunResult | None
     raised: BaseException | None = None
     check_failed: BaseException | None = None
+    raised_by_task: bool = False
     order: tuple[Hashable, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -50,7 +61,14 @@ def _error(exc: BaseException | None) -> tuple[str, str] | None:
 
 
 def _same(equal: Callable[[Any, Any], Any], name: Hashable, a: Any, b: Any) -> bool:
-    same = equal(a, b)
+    try:
+        same = equal(a, b)
+    except Exception as exc:  # a dict of arrays under ==: "truth value ... is ambiguous"
+        raise TypeError(
+            f"explore: equal(a, b) (default ==) raised {type(exc).__qualname__} comparing "
+            f"the values of task {task_for_message(name)}: {_short.repr(str(exc))[1:-1]}; "
+            "pass equal= a function that compares such values and returns True or False"
+        ) from exc
     if type(same) is bool:
         return same
     if getattr(same, "shape", None) == () and hasattr(same, "__bool__"):  # numpy.bool_
@@ -68,6 +86,14 @@ def _state_text(state: TaskState | None, error: BaseException | None) -> str:
     return "did not run" if state is None else f"ended {state.name}"
 
 
+def _raised_text(exc: BaseException | None) -> str:
+    """What a run as a whole did, whole: its errors are the engine's (a timeout
+    says how many tasks had finished), which a short form would cut to look alike."""
+    if exc is None:
+        return "returned"
+    return f"raised {type(exc).__qualname__}: {_long.repr(str(exc))[1:-1]}"
+
+
 def first_difference(
     ref: Observed, obs: Observed, equal: Callable[[Any, Any], Any]
 ) -> tuple[Hashable | None, str] | None:
@@ -75,10 +101,9 @@ def first_difference(
     ``ref``'s, and how it differs; (None, how) when only the run as a whole did
     (it raised differently); None when the runs agree."""
     if _error(ref.raised) != _error(obs.raised):
-        return None, (
-            f"the run {_state_text(TaskState.FAILED, obs.raised) if obs.raised else 'returned'} "
-            f"where the plain order's "
-            f"{_state_text(TaskState.FAILED, ref.raised) if ref.raised else 'returned'}"
+        return (
+            None,
+            f"{_raised_text(obs.raised)} (in the plain order it {_raised_text(ref.raised)})",
         )
     a_status = ref.result.status if ref.result is not None else {}
     b_status = obs.result.status if obs.result is not None else {}
@@ -187,3 +212,16 @@ def describe_difference(
             f"{r if owner is None else task_for_message(owner)}"
         )
     return f"{first}\n  task {task_for_message(task)} {how}"
+
+
+def describe_unstable(task: Hashable | None, how: str) -> str:
+    """The first lines of a divergence that the plain order, run again, repeats:
+    no order is to blame, the task (or ``check``) differs by itself."""
+    who = "the run" if task is None else f"task {task_for_message(task)}"
+    verb = how.split(" (", 1)[0]
+    return (
+        f"{who} {verb} even in the plain order, run again: no order is to blame, it "
+        "differs from run to run by itself (random numbers, the clock, state that setup= "
+        "does not reset); make it deterministic, or pass equal= (or check=) a comparison "
+        f"that accepts the difference\n  {who} {how}"
+    )

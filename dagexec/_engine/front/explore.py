@@ -22,8 +22,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..._core.graph import Graph
-from ..._core.plan import Plan
+from ..._core.plan import Plan, check_resources, normalise_targets
 from ..._core.result import RunResult
+from ..._core.safe import add_note
+from ..._state.resources import exact
 from ..run.explore_driver import Chooser, Controller, take_control
 from ..run.scheduler import Run
 from ..run.strategies import (
@@ -35,10 +37,18 @@ from ..run.strategies import (
     Replay,
     count_schedules,
 )
-from .divergence import Observed, describe_difference, first_difference, inversions, shrink
+from .divergence import (
+    Observed,
+    describe_difference,
+    describe_unstable,
+    first_difference,
+    inversions,
+    shrink,
+)
 from .executor import Executor
-from .run_checks import RunOptions
+from .run_checks import Job, RunOptions, check_capacity, prepare
 from .schedule import Schedule, ScheduleDivergence
+from .schedule_fit import check_fits
 
 __all__ = ["Exploration", "explore", "replay_schedule"]
 
@@ -60,7 +70,9 @@ class Exploration:
         runs: schedules run besides the plain order.
         distinct: how many of them differed from each other.
         uncovered: for ``strategy="exhaustive"``, schedules it did not reach
-            (a lower bound; 0 when it covered them all); None otherwise.
+            (0 when it covered them all; exact for a graph without maps or
+            retries when counting them is quick, else a lower bound; never
+            negative); None otherwise.
         result: the plain order's ``RunResult`` (None if that run raised).
     """
 
@@ -89,11 +101,11 @@ class _ExploringExecutor(Executor):
         return run
 
 
-def _check_count(name: str, value: object, low: int = 1) -> int:
+def _check_count(where: str, name: str, value: object, low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"explore: {name} must be an int, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{where}: {name} must be an int, got {type(value).__name__} {value!r}")
     if value < low:
-        raise ValueError(f"explore: {name} must be >= {low}, got {value!r}")
+        raise ValueError(f"{where}: {name} must be >= {low}, got {value!r}")
     return value
 
 
@@ -120,10 +132,23 @@ def _run_options(where: str, options: dict[str, Any]) -> dict[str, Any]:
     return {"on_error": "continue", **options}
 
 
+def _prepare(
+    graph: Graph, targets: tuple[Hashable, ...] | None, options: dict[str, Any]
+) -> tuple[Job, dict[str, float]]:
+    """The engine's own checks of a run (graph, targets, every option, the
+    resources its tasks need), made once before anything runs: a mistake is
+    raised here, never compared as if a schedule had made it."""
+    checked = RunOptions(**options)
+    job = prepare(graph, targets, checked)
+    capacity = check_capacity("resources", checked.resources)
+    check_resources(job.plan, capacity)
+    return job, capacity
+
+
 def _one_run(
     ex: _ExploringExecutor,
     graph: Graph,
-    targets: Sequence[Hashable] | None,
+    targets: tuple[Hashable, ...] | None,
     chooser: Chooser,
     options: dict[str, Any],
     setup: Callable[[], object] | None,
@@ -150,7 +175,10 @@ def _one_run(
         else:
             if verdict is False:
                 failed = AssertionError("check(result) returned False")
-    return Observed(Schedule(steps=tuple(control.steps)), control.values, result, raised, failed)
+    own = raised is not None and any(raised is e for e in control.errors.values())
+    return Observed(
+        Schedule(steps=tuple(control.steps)), control.values, result, raised, failed, own
+    )
 
 
 def _chooser(strategy: str, run_seed: int, length: int) -> Chooser:
@@ -199,28 +227,35 @@ def explore(
     Raises:
         ScheduleDivergence: a schedule changed the result (an ``AssertionError``).
         AssertionError: ``check`` failed on the plain order itself.
-        TypeError, ValueError: a parameter is wrong (named); nothing has run.
+        TypeError, ValueError: a parameter is wrong (named), or the graph, a
+            target or a run option is one ``Executor.run`` would refuse; nothing
+            has run.
+        Exception: what the plain order's run raised, when it is not a task's
+            own failure (a run ``timeout=``, a callback's error), or when it is
+            and ``check`` cannot be called.
     """
-    _check_count("runs", runs)
+    _check_count("explore", "runs", runs)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"explore: seed must be an int, got {type(seed).__name__} {seed!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"explore: strategy must be one of {STRATEGIES}, got {strategy!r}")
     for name, fn in (("check", check), ("equal", equal), ("setup", setup)):
         _check_callable(name, fn)
-    _check_count("workers", workers)
+    _check_count("explore", "workers", workers)
     if max_schedules is not None:
         if strategy != "exhaustive":
             raise ValueError(
                 f"explore: max_schedules= bounds strategy='exhaustive' only; with "
                 f"strategy={strategy!r} use runs="
             )
-        _check_count("max_schedules", max_schedules)
+        _check_count("explore", "max_schedules", max_schedules)
     options = _run_options("explore", run_options)
-    wanted = None if targets is None else list(targets)
+    wanted = None if targets is None else normalise_targets(targets)
+    job, capacity = _prepare(graph, wanted, options)
     same: Callable[[Any, Any], object] = equal if equal is not None else _equals
     with _ExploringExecutor(workers) as ex:
         ref = _one_run(ex, graph, wanted, Natural(), options, setup, check)
+        _reference_raised(ref, check)
         if ref.check_failed is not None:
             raise AssertionError(
                 f"explore: check(result) failed on the plain order, before any other "
@@ -252,20 +287,55 @@ def explore(
                 prefix = walker.next_prefix()
                 uncovered = 0 if prefix is None else walker.untaken() + 1
         if uncovered:  # stopped early: exactly how many, when the graph is static
-            total = _static_count(graph, ref, workers > 1)
-            if total is not None:
+            total = _static_count(job.plan, capacity, ref, workers > 1)
+            if total is not None and total >= done:
                 uncovered = total - done
     return Exploration(done, len(seen), uncovered, ref.result)
 
 
-def _static_count(graph: Graph, ref: Observed, overlap: bool) -> int | None:
+def _reference_raised(ref: Observed, check: Callable[[RunResult], object] | None) -> None:
+    """Raise what the plain order raised, unless it is a task's own failure (under
+    ``on_error="raise"``) and there is no ``check`` to call: only that is a state
+    the other schedules can be compared with. Anything else (a run timeout, a
+    callback's error) says the run itself cannot go, whatever the order."""
+    raised = ref.raised
+    if raised is None or (ref.raised_by_task and check is None):
+        return
+    if ref.raised_by_task:
+        add_note(
+            raised,
+            "explore: the plain order raised this task's exception (on_error='raise'), "
+            "so check(result) could not be called; use on_error='continue' (the default) "
+            "to check a result with failed tasks",
+        )
+    else:
+        add_note(raised, "explore: raised by the run in the plain order, before any other")
+    raise raised
+
+
+def _static_count(
+    plan: Plan, capacity: Mapping[str, float], ref: Observed, overlap: bool
+) -> int | None:
     """All the exhaustive walk's paths, if every task ran once and none is a map's
-    item (else None: the lower bound stands)."""
-    tasks = graph.tasks
-    if len(ref.order) != len(ref.schedule.order) or not all(n in tasks for n in ref.order):
+    item, and counting them is quick (else None: the lower bound stands)."""
+    index = plan.index
+    if len(ref.order) != len(ref.schedule.order) or not all(n in index for n in ref.order):
         return None
     ran = set(ref.order)
-    return count_schedules({n: [d for d in tasks[n].deps if d in ran] for n in ref.order}, overlap)
+    deps = {
+        n: [plan.names[d] for d in plan.deps[index[n]] if plan.names[d] in ran] for n in ref.order
+    }
+    needs = plan.needs
+
+    def together(a: Hashable, b: Hashable) -> bool:
+        if needs is None:
+            return True
+        total: dict[str, Any] = {}
+        for r, amount in (*needs[index[a]], *needs[index[b]]):
+            total[r] = total.get(r, 0) + exact(amount)
+        return all(amount <= exact(capacity.get(r, 0)) for r, amount in total.items())
+
+    return count_schedules(deps, overlap, together)
 
 
 def _equals(a: Any, b: Any) -> object:
@@ -278,7 +348,7 @@ def _equals(a: Any, b: Any) -> object:
 def _divergence(
     ex: _ExploringExecutor,
     graph: Graph,
-    targets: Sequence[Hashable] | None,
+    targets: tuple[Hashable, ...] | None,
     options: dict[str, Any],
     setup: Callable[[], object] | None,
     check: Callable[[RunResult], object] | None,
@@ -295,19 +365,24 @@ def _divergence(
         again = _one_run(ex, graph, targets, Pairs(pairs), options, setup, check)
         return again.check_failed is not None or first_difference(ref, again, same) is not None
 
-    pairs = inversions(ref, obs)
-    # The pairs of the task that differed first are usually the whole story: try them alone first.
-    own = [p for p in pairs if task in p]
-    smallest = (shrink(own, diverges) if own and len(own) < len(pairs) else None) or shrink(
-        pairs, diverges
-    )
-    shrunk = Schedule(pairs=tuple(smallest)) if smallest is not None else obs.schedule
-    first = describe_difference(task, how, shrunk, obs, ref, graph.tasks)
+    if diverges(()):  # the plain order itself, run again, differs: no order is to blame
+        shrunk, first = Schedule(pairs=()), describe_unstable(task, how)
+        shown, replay = "(none: the plain order alone differs)", obs.schedule
+    else:
+        pairs = inversions(ref, obs)
+        # The pairs of the task that differed first are usually the whole story: try them alone.
+        own = [p for p in pairs if task in p]
+        smallest = (shrink(own, diverges) if own and len(own) < len(pairs) else None) or shrink(
+            pairs, diverges
+        )
+        shrunk = Schedule(pairs=tuple(smallest)) if smallest is not None else obs.schedule
+        first = describe_difference(task, how, shrunk, obs, ref, graph.tasks)
+        shown, replay = str(shrunk), shrunk
     message = (
         f"{first}\n"
         f"  schedule (seed {run_seed}): {obs.schedule}\n"
-        f"  shrunk: {shrunk}\n"
-        f"  replay: dagexec.testing.replay_schedule(graph, {str(shrunk)!r})\n"
+        f"  shrunk: {shown}\n"
+        f"  replay: dagexec.testing.replay_schedule(graph, {str(replay)!r})\n"
         f"  plain order: {' '.join(map(str, ref.order))}\n"
         f"  this order:  {' '.join(map(str, obs.order))}"
     )
@@ -335,7 +410,10 @@ def replay_schedule(graph: Graph, schedule: Schedule | str, **run_options: Any) 
     Raises:
         TypeError: ``schedule`` is neither; an option is unknown.
         ValueError: the string is not a schedule, or the schedule does not fit
-            the graph (a step's tasks were not ready: it names the step).
+            the graph: an unknown name, a step before its task's dependency, a
+            pair against a declared dependency (all refused before anything
+            runs), or a step whose tasks were not ready (the run stops there).
+            Each names the step or pair.
     """
     if isinstance(schedule, str):
         schedule = Schedule.parse(schedule)
@@ -346,21 +424,30 @@ def replay_schedule(graph: Graph, schedule: Schedule | str, **run_options: Any) 
         )
     targets = run_options.pop("targets", None)
     needed = max((w + 1 for step in schedule.steps for _, w in step), default=1)
-    workers = _check_count("workers", run_options.pop("workers", max(2, needed)))
+    workers = _check_count("replay_schedule", "workers", run_options.pop("workers", max(2, needed)))
     if workers < needed:
         raise ValueError(
             f"replay_schedule: the schedule uses {needed} workers, got workers={workers}"
         )
     options = _run_options("replay_schedule", run_options)
-    chooser: Chooser
-    chooser = Replay(schedule.steps) if schedule.pairs is None else Pairs(schedule.pairs)
+    wanted = None if targets is None else normalise_targets(targets)
+    job, _ = _prepare(graph, wanted, options)
+    check_fits(schedule, job.plan)
+    replay = Replay(schedule.steps) if schedule.pairs is None else None
+    chooser: Chooser = replay if replay is not None else Pairs(schedule.pairs or ())
     with _ExploringExecutor(workers) as ex:
-        obs = _one_run(
-            ex, graph, None if targets is None else list(targets), chooser, options, None, None
-        )
+        obs = _one_run(ex, graph, wanted, chooser, options, None, None)
+    if replay is not None:
+        if obs.raised is None and replay.drift is None and replay.at < len(schedule.steps):
+            replay.drift = (
+                f"the run ended after step {replay.at}; the schedule has "
+                f"{len(schedule.steps)} steps"
+            )
+        if replay.drift is not None:  # the run stopped there
+            raise ValueError(
+                f"replay_schedule: the schedule does not fit this graph: {replay.drift}"
+            )
     if obs.raised is not None:
         raise obs.raised
-    if isinstance(chooser, Replay) and chooser.drift is not None:
-        raise ValueError(f"replay_schedule: the schedule does not fit this graph: {chooser.drift}")
     assert obs.result is not None
     return obs.result

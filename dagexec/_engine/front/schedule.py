@@ -5,14 +5,17 @@ Two forms, one class. The *steps* of a run, exactly: ``"a@0 b@1+c@0 d@1"`` is
 (held until both have started), then ``d``; each step starts once the one before
 has ended. And *pairs*, the smallest form of a failing schedule: ``"b<a"`` is a
 plain run's order (one task at a time) except that ``b`` ends before ``a``
-starts. A name that is a plain word prints bare; any other name prints as its
-``repr`` (a map's item ``('m', 0)``), which :meth:`Schedule.parse` reads back
-with :func:`ast.literal_eval`.
+starts. A name that is a plain word (not a keyword such as ``None``) prints
+bare; any other name prints as its ``repr`` (a map's item ``('m', 0)``, ``b'x'``,
+``None``; infinity as ``1e999``), which :meth:`Schedule.parse` reads back with
+:func:`ast.literal_eval`, trying a literal before a bare word.
 """
 
 from __future__ import annotations
 
 import ast
+import keyword
+import math
 import re
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -24,8 +27,13 @@ _DELIMITERS = "@<+ "
 
 
 def _name(name: Hashable) -> str:
-    if isinstance(name, str) and _BARE.fullmatch(name):
+    """``name`` as a schedule prints it: bare if a plain word that is no Python
+    keyword (``None``, ``True`` and ``False`` are the literals), else a literal
+    :func:`ast.literal_eval` reads back (infinity has none of its own: 1e999)."""
+    if isinstance(name, str) and _BARE.fullmatch(name) and not keyword.iskeyword(name):
         return name
+    if type(name) is float and math.isinf(name):
+        return "1e999" if name > 0 else "-1e999"
     return repr(name)
 
 
@@ -38,6 +46,32 @@ class Schedule:
 
     steps: tuple[tuple[tuple[Hashable, int], ...], ...] = ()
     pairs: tuple[tuple[Hashable, Hashable], ...] | None = None
+
+    def __post_init__(self) -> None:
+        # A step is tasks that start together, each on its own worker: a worker
+        # named twice could never hold both (the step would wait for a partner
+        # that cannot start), a task named twice cannot start twice at once.
+        for k, step in enumerate(self.steps, 1):
+            where = f"Schedule: step {k} ({'+'.join(f'{_name(t)}@{w}' for t, w in step)})"
+            if not step:
+                raise ValueError(f"Schedule: step {k} is empty; a step starts one task or more")
+            for _, w in step:
+                if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+                    raise ValueError(f"{where}: a worker is a number >= 0, got {w!r}")
+            workers = [w for _, w in step]
+            if len(set(workers)) < len(workers):
+                twice = next(w for w in workers if workers.count(w) > 1)
+                raise ValueError(
+                    f"{where} puts two tasks on worker {twice}; tasks that start "
+                    "together each need their own worker"
+                )
+            names = [t for t, _ in step]
+            if len(set(names)) < len(names):
+                again = next(t for t in names if names.count(t) > 1)
+                raise ValueError(
+                    f"{where} starts task {_name(again)} twice; a task starts once a step "
+                    "(a retry is a later step)"
+                )
 
     def __str__(self) -> str:
         if self.pairs is not None:
@@ -75,9 +109,12 @@ class _Parser:
     def name(self) -> Hashable:
         text, start = self.text, self.at
         bare = _BARE.match(text, start)
-        if bare is not None:
-            self.at = bare.end()
-            return bare.group()
+        word = None
+        if bare is not None and (bare.end() == len(text) or text[bare.end()] in _DELIMITERS):
+            word = bare.group()
+            if not keyword.iskeyword(word):  # None, True, False: the literals
+                self.at = bare.end()
+                return word
         for end in range(start + 1, len(text) + 1):
             if end == len(text) or text[end] in _DELIMITERS:
                 try:
@@ -86,6 +123,9 @@ class _Parser:
                     continue
                 self.at = end
                 return value  # type: ignore[no-any-return]
+        if word is not None:  # a keyword that is no literal ('if'): a name all the same
+            self.at = start + len(word)
+            return word
         raise self.fail("no task name")
 
     def expect(self, char: str) -> bool:
@@ -105,6 +145,8 @@ class _Parser:
         steps: list[tuple[tuple[Hashable, int], ...]] = []
         pairs: list[tuple[Hashable, Hashable]] = []
         text = self.text
+        if not text:
+            raise self.fail("an empty string (the plain order is Schedule(pairs=()))")
         while self.at < len(text):
             first = self.name()
             if self.expect("<"):

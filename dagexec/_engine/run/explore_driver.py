@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..._state.runstate import RunState
@@ -59,21 +59,27 @@ _HOLD_SAFETY_SECONDS = 30.0
 class Chooser(Protocol):
     """A strategy: which of the ready tasks go in the next step, on which workers."""
 
-    def choose(self, ready: Sequence[Hashable], workers: int) -> list[tuple[int, int]]:
-        """(position in ``ready``, worker) for each task of the step, workers distinct."""
+    def choose(
+        self, ready: Sequence[Hashable], workers: int, together: Callable[[int, int], bool]
+    ) -> list[tuple[int, int]]:
+        """(position in ``ready``, worker) for each task of the step, workers
+        distinct; none to stop the run. ``together(i, j)``: whether the tasks at
+        ``i`` and ``j`` may start together (their resources fit at once)."""
         ...
 
 
 class Controller:
     """One explored run's choices, and what it saw: the steps taken (names and
-    workers, in order) and every value a task returned (by name; a retried
-    task's last)."""
+    workers, in order), every value a task returned (by name; a retried task's
+    last) and the run's task errors (its state's own dict, by task id: what
+    tells a task's failure from the run's own)."""
 
     def __init__(self, chooser: Chooser, workers: int) -> None:
         self.chooser = chooser
         self.workers = workers
         self.steps: list[tuple[tuple[Hashable, int], ...]] = []
         self.values: dict[Hashable, Any] = {}
+        self.errors: Mapping[int, BaseException] = {}
         self.barriers: list[threading.Barrier] = []
 
     def release(self) -> None:
@@ -137,6 +143,22 @@ def _fits(state: RunState, task: int) -> bool:
     return all(amount <= resources.free[r] for r, amount in state.needs[task])
 
 
+def _fit_together(state: RunState, a: int, b: int) -> bool:
+    """Whether ``a`` and ``b``'s resources are free at once now (the step's
+    start: nothing of this run is held)."""
+    needs = state.needs
+    if needs is None or not needs[a] or not needs[b]:
+        return True
+    resources = state.resources
+    assert resources is not None
+    if resources.reserving >= 0:
+        return False
+    total: dict[int, Any] = {}
+    for r, amount in (*needs[a], *needs[b]):
+        total[r] = total.get(r, 0) + amount
+    return all(amount <= resources.free[r] for r, amount in total.items())
+
+
 def _pick(state: RunState, task: int, worker: int) -> tuple[Any, ...] | None:
     """Take ``task`` out of the ready set and dispatch it to ``worker``: its
     arguments, or None if it waits for a resource after all (parked)."""
@@ -167,22 +189,14 @@ class ExploringDriver(Driver):
             return False
         ready = ready_in_order(state)
         names = [state.names[t] for t in ready]
-        chosen = control.chooser.choose(names, control.workers)
-        picked: list[tuple[int, int, tuple[Any, ...]]] = []
-        dead = self.balance.dead  # threads hung in a timed-out attempt: no work
-        for position, worker in chosen:
-            task = ready[position]
-            if picked and not _fits(state, task):
-                continue  # an overlap the bounds do not allow
-            if worker in dead:
-                used = {w for _, w, _ in picked}
-                alive = [w for w in range(len(self.inboxes)) if w not in dead and w not in used]
-                if not alive:
-                    continue
-                worker = alive[0]
-            args = _pick(state, task, worker)
-            if args is not None:
-                picked.append((task, worker, args))
+        chosen = control.chooser.choose(
+            names, control.workers, lambda i, j: _fit_together(state, ready[i], ready[j])
+        )
+        if not chosen:  # the chooser gave up (a replay that does not fit): stop here
+            state.stop(hard=True)
+            return False
+        picked = self._take(ready, chosen)
+        dead = self.balance.dead
         if not picked:  # its pick waits for a resource held from outside: any other goes
             first = min(set(range(len(self.inboxes))) - dead, default=0)
             for task in ready_in_order(state):
@@ -210,6 +224,29 @@ class ExploringDriver(Driver):
             self.balance.dispatched(worker, self.now, 1)
         control.steps.append(tuple((state.names[t], w) for t, w, _ in picked))
         return False
+
+    def _take(
+        self, ready: list[int], chosen: list[tuple[int, int]]
+    ) -> list[tuple[int, int, tuple[Any, ...]]]:
+        """Dispatch the chosen tasks, those the bounds allow together: (task,
+        worker, arguments) for each."""
+        state = self.state
+        picked: list[tuple[int, int, tuple[Any, ...]]] = []
+        dead = self.balance.dead  # threads hung in a timed-out attempt: no work
+        for position, worker in chosen:
+            task = ready[position]
+            if picked and not _fits(state, task):
+                continue  # an overlap the bounds do not allow
+            if worker in dead:
+                used = {w for _, w, _ in picked}
+                alive = [w for w in range(len(self.inboxes)) if w not in dead and w not in used]
+                if not alive:
+                    continue
+                worker = alive[0]
+            args = _pick(state, task, worker)
+            if args is not None:
+                picked.append((task, worker, args))
+        return picked
 
     def _held(self, item: Item, worker: int, barrier: threading.Barrier) -> Job:
         """``item`` with its function behind ``barrier`` (and its STARTED report after it)."""
@@ -249,4 +286,5 @@ def take_control(driver: Driver, control: Controller) -> None:
     driver.__class__ = ExploringDriver
     assert isinstance(driver, ExploringDriver)
     driver.control = control
+    control.errors = driver.state.errors
     driver.balance.__class__ = _StillBalance

@@ -20,13 +20,28 @@ task in every run of the graph (a map's items are numbered as they expand).
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 
-__all__ = ["Exhaustive", "Natural", "Pairs", "Pct", "RandomOrder", "Replay", "count_schedules"]
+__all__ = [
+    "Exhaustive",
+    "Natural",
+    "Pairs",
+    "Pct",
+    "RandomOrder",
+    "Replay",
+    "Together",
+    "count_schedules",
+]
 
-# Most states count_schedules visits before it gives up (None): the count is a
-# walk over the sets of tasks done, which grows fast with independent tasks.
-COUNT_LIMIT = 200_000
+# Whether two ready tasks (by position) may start together: both fit the free
+# resources at once. A task alone always may.
+Together = Callable[[int, int], bool]
+
+# The most work count_schedules does before it gives up (None): one unit per
+# task looked at and per option counted, in a walk over the sets of tasks done,
+# which grows as 2**n with n independent tasks (~0.1 s at this bound: 20
+# independent tasks took ~20 s before it).
+COUNT_BUDGET = 200_000
 
 # How often a random or PCT step starts two tasks together. Higher finds races
 # that need an overlap sooner; lower finds orders (B wholly before A) sooner,
@@ -45,7 +60,9 @@ def _workers(rng: random.Random, k: int, workers: int) -> list[int]:
 class Natural:
     """A plain run's order: the first ready task, alone, on worker 0."""
 
-    def choose(self, ready: Sequence[Hashable], workers: int) -> list[tuple[int, int]]:
+    def choose(
+        self, ready: Sequence[Hashable], workers: int, together: Together
+    ) -> list[tuple[int, int]]:
         return [(0, 0)]
 
 
@@ -55,7 +72,9 @@ class RandomOrder:
     def __init__(self, rng: random.Random, overlap: float = OVERLAP_CHANCE) -> None:
         self.rng, self.overlap = rng, overlap
 
-    def choose(self, ready: Sequence[Hashable], workers: int) -> list[tuple[int, int]]:
+    def choose(
+        self, ready: Sequence[Hashable], workers: int, together: Together
+    ) -> list[tuple[int, int]]:
         rng, n = self.rng, len(ready)
         if workers > 1 and n > 1 and rng.random() < self.overlap:
             picks = rng.sample(range(n), 2)
@@ -88,7 +107,9 @@ class Pct:
             rank = self.priority[name] = 1.0 + self.rng.random()
         return rank
 
-    def choose(self, ready: Sequence[Hashable], workers: int) -> list[tuple[int, int]]:
+    def choose(
+        self, ready: Sequence[Hashable], workers: int, together: Together
+    ) -> list[tuple[int, int]]:
         order = sorted(range(len(ready)), key=lambda i: -self._rank(ready[i]))
         if self.step in self.changes:
             self.low -= 1.0
@@ -112,14 +133,18 @@ class Exhaustive:
         self.choices: list[int] = []
         self.branching: list[int] = []
 
-    def options(self, n: int) -> list[tuple[int, ...]]:
+    def options(self, n: int, together: Together) -> list[tuple[int, ...]]:
+        """Each task alone, then each pair the resources let start together
+        (one they refuse would run its first task alone: the same path again)."""
         singles: list[tuple[int, ...]] = [(i,) for i in range(n)]
         if not self.overlap:
             return singles
-        return singles + [(i, j) for i in range(n) for j in range(i + 1, n)]
+        return singles + [(i, j) for i in range(n) for j in range(i + 1, n) if together(i, j)]
 
-    def choose(self, ready: Sequence[Hashable], workers: int) -> list[tuple[int, int]]:
-        options = self.options(len(ready))
+    def choose(
+        self, ready: Sequence[Hashable], workers: int, together: Together
+    ) -> list[tuple[int, int]]:
+        options = self.options(len(ready), together)
         step = len(self.choices)
         choice = self.prefix[step] if step < len(self.prefix) else 0
         choice = min(choice, len(options) - 1)  # a task's run differed: stay in range
@@ -140,26 +165,42 @@ class Exhaustive:
         return sum(b - c - 1 for c, b in zip(self.choices, self.branching, strict=True))
 
 
-def count_schedules(deps: Mapping[Hashable, Collection[Hashable]], overlap: bool) -> int | None:
+def count_schedules(
+    deps: Mapping[Hashable, Collection[Hashable]],
+    overlap: bool,
+    together: Callable[[Hashable, Hashable], bool] | None = None,
+) -> int | None:
     """How many paths :class:`Exhaustive` has on a graph with these ``deps`` (each
-    task once: no map items, no retried attempts), or None if there are too many states
-    to count."""
+    task once: no map items, no retried attempts; ``together`` says which pairs
+    the resources let overlap, default all), or None if counting would take too
+    long (more than :data:`COUNT_BUDGET` units of work)."""
     names = list(deps)
     bit = {name: 1 << i for i, name in enumerate(names)}
     need = [sum(bit[d] for d in deps[name] if d in bit) for name in names]
     full = (1 << len(names)) - 1
     memo: dict[int, int] = {full: 1}
+    pairs: dict[tuple[int, int], bool] = {}
+    work = [0]
+
+    def pair(i: int, j: int) -> bool:
+        fits = pairs.get((i, j))
+        if fits is None:
+            fits = pairs[i, j] = together is None or together(names[i], names[j])
+        return fits
 
     def count(done: int) -> int:
         known = memo.get(done)
         if known is not None:
             return known
-        if len(memo) > COUNT_LIMIT:
-            raise OverflowError
         ready = [i for i in range(len(names)) if not done >> i & 1 and need[i] & done == need[i]]
         options = [1 << i for i in ready]
         if overlap:
-            options += [1 << i | 1 << j for k, i in enumerate(ready) for j in ready[k + 1 :]]
+            options += [
+                1 << i | 1 << j for k, i in enumerate(ready) for j in ready[k + 1 :] if pair(i, j)
+            ]
+        work[0] += len(names) + len(options)
+        if work[0] > COUNT_BUDGET:
+            raise OverflowError
         total = memo[done] = sum(count(done | o) for o in options)
         return total
 
@@ -170,16 +211,18 @@ def count_schedules(deps: Mapping[Hashable, Collection[Hashable]], overlap: bool
 
 
 class Replay:
-    """A recorded schedule's steps, exactly. A step whose tasks are not all ready
-    (the graph changed since it was recorded) goes the plain way, and ``drift``
-    says where the first such step was."""
+    """A recorded schedule's steps, exactly. At a step whose tasks are not all
+    ready (the graph changed since it was recorded), or once the steps run out,
+    it chooses nothing, which stops the run, and ``drift`` says where."""
 
     def __init__(self, steps: Sequence[Sequence[tuple[Hashable, int]]]) -> None:
         self.steps = steps
         self.at = 0
         self.drift: str | None = None
 
-    def choose(self, ready: Sequence[Hashable], workers: int) -> list[tuple[int, int]]:
+    def choose(
+        self, ready: Sequence[Hashable], workers: int, together: Together
+    ) -> list[tuple[int, int]]:
         at = self.at
         self.at += 1
         if at < len(self.steps):
@@ -187,12 +230,11 @@ class Replay:
             position = {name: i for i, name in enumerate(ready)}
             if all(name in position for name, _ in step) and all(w < workers for _, w in step):
                 return [(position[name], w) for name, w in step]
-            if self.drift is None:
-                wanted = ", ".join(f"{name!r}@{w}" for name, w in step)
-                self.drift = f"step {at + 1} wants {wanted}; ready were {list(ready)!r}"
-        elif self.drift is None:
+            wanted = ", ".join(f"{name!r}@{w}" for name, w in step)
+            self.drift = f"step {at + 1} wants {wanted}; ready were {list(ready)!r}"
+        else:
             self.drift = f"the schedule has {len(self.steps)} steps; the run needed more"
-        return [(0, 0)]
+        return []
 
 
 class Pairs:
@@ -206,7 +248,9 @@ class Pairs:
             self.before.setdefault(b, set()).add(a)
         self.started: set[Hashable] = set()
 
-    def choose(self, ready: Sequence[Hashable], workers: int) -> list[tuple[int, int]]:
+    def choose(
+        self, ready: Sequence[Hashable], workers: int, together: Together
+    ) -> list[tuple[int, int]]:
         position = 0
         for i, name in enumerate(ready):
             if self.before.get(name, set()) <= self.started:
