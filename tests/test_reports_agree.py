@@ -174,10 +174,14 @@ def check(
     assert stats.tasks_planned == len(ends) == len(result.status)
     assert stats.retries == len(retries)
     assert stats.timeouts == len(timeouts)
+    # A task cancelled while its last attempt ran; not one whose last attempt had
+    # ended and scheduled a retry that the stop then cancelled (that one ran).
     started_then_cancelled = sum(
         1
         for name, attempt in starts
-        if ends.get(name) is TaskState.CANCELLED and attempt == len(per_task[name])
+        if ends.get(name) is TaskState.CANCELLED
+        and attempt == len(per_task[name])
+        and (name, attempt) not in set(retries)
     )
     assert len(starts) == stats.tasks_run + stats.tasks_loaded + started_then_cancelled, (
         len(starts),
