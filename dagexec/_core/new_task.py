@@ -15,8 +15,7 @@ from .bind import BoundCall, ItemKeywordCall, KeywordCall, check_call
 from .errors import DuplicateTaskError, describe
 from .isolate import IsolatedCall, check_isolate, dep_labels, unwrap_held
 from .options import NO_KWARGS, FrozenKwargs, safe_repr
-from .policy import Policy
-from .task_options import CheckedOptions
+from .task_options import TaskRecord
 
 __all__ = [
     "NO_OVER",
@@ -140,10 +139,10 @@ def isolated_call(
     name: Hashable,
     fn: Callable[..., Any],
     call: Callable[..., Any],
-    checked: CheckedOptions,
+    checked: TaskRecord,
     dep_names: tuple[Hashable, ...],
     kw_deps: dict[str, Hashable] | None,
-) -> tuple[CheckedOptions, Callable[..., Any]]:
+) -> tuple[TaskRecord, Callable[..., Any]]:
     """An ``isolate=`` task: the worker thread hands the call to a child process
     (isolate.py); the child must find fn by module and name, and the policy says
     how it ran. A :class:`~dagexec._core.isolate.HeldCall` (a test helper's
@@ -156,9 +155,8 @@ def isolated_call(
         else:  # a bound call made for this task alone: it calls the inner function
             call.fn = inner  # type: ignore[attr-defined]
         fn = inner
-    policy = (checked.policy or Policy())._replace(
-        isolate=check_isolate(name, checked.given.isolate, fn)
-    )
+    assert checked.policy is not None  # check_task_options put isolate= there
+    policy = checked.policy._replace(isolate=check_isolate(name, checked.policy.isolate, fn))
     checked = checked._replace(policy=policy)
     isolated = IsolatedCall(
         call,

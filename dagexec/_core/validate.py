@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .errors import CycleError, MissingDependencyError
 from .item_names import item_dep_message, item_of
+from .task_options import PLAIN, TaskRecord
 
 if TYPE_CHECKING:
     from .plan import Plan
-    from .policy import Policy
 
 __all__ = ["CompiledGraph", "compile_graph"]
 
@@ -39,10 +39,8 @@ class CompiledGraph:
         "index",
         "maps",
         "names",
-        "needs",
+        "options",
         "plans",
-        "policy",
-        "priority",
     )
 
     def __init__(
@@ -51,21 +49,17 @@ class CompiledGraph:
         index: dict[Hashable, int],
         fns: tuple[Callable[..., Any], ...],
         deps: tuple[tuple[int, ...], ...],
-        priority: tuple[int, ...] | None = None,
-        needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
+        options: tuple[TaskRecord, ...] | None = None,
         maps: frozenset[int] | None = None,
-        policy: tuple[Policy | None, ...] | None = None,
     ) -> None:
         self.names = names
         self.index = index
         self.fns = fns
         self.deps = deps
         self._sinks: tuple[int, ...] | None = None
-        # Per task, or None when no task has one (see Plan).
-        self.priority = priority
-        self.needs = needs
+        # Each task's options (PLAIN: none), or None when no task has any.
+        self.options = options
         self.maps = maps  # g.map tasks, or None
-        self.policy = policy  # per task (None: no policy), or None when no task has one
         # Plans by their target indices; owned by _plan.plan_run.
         self.plans: dict[tuple[int, ...] | None, Plan] = {}
 
@@ -93,10 +87,8 @@ def compile_graph(
     dep_ids: Sequence[tuple[int, ...] | None],
     unresolved: Sequence[int],
     dep_names: Sequence[tuple[Hashable, ...]],
-    priority: Mapping[int, int] | None = None,
-    needs: Mapping[int, tuple[tuple[str, float], ...]] | None = None,
+    options: Mapping[int, TaskRecord] | None = None,
     maps: Iterable[int] = (),
-    policy: Mapping[int, Policy] | None = None,
 ) -> CompiledGraph:
     """Check a graph given as columns and convert it to index form.
 
@@ -132,17 +124,10 @@ def compile_graph(
                 raise CycleError([names[i] for i in cycle])
     else:
         deps = cast("tuple[tuple[int, ...], ...]", tuple(dep_ids))
-    n = len(names)
-    return CompiledGraph(
-        names,
-        index,
-        tuple(fns),
-        deps,
-        tuple([priority.get(i, 0) for i in range(n)]) if priority else None,
-        tuple([needs.get(i, ()) for i in range(n)]) if needs else None,
-        frozenset(maps) or None,
-        tuple([policy.get(i) for i in range(n)]) if policy else None,
-    )
+    records = None
+    if options:
+        records = tuple([options.get(i, PLAIN) for i in range(len(names))])
+    return CompiledGraph(names, index, tuple(fns), deps, records, frozenset(maps) or None)
 
 
 def explain_missing(

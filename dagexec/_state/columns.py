@@ -11,9 +11,9 @@ the one place the columns grow. When a map expands and what its items are is
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, cast
 
-from .._core.policy import Policy
 from .._core.result import WAITING
 from .events import EXPAND, Event
 
@@ -33,12 +33,10 @@ def make_growable(run: RunState) -> None:
     run.dependents = [list(d) for d in plan.dependents]
     run.chain_next = list(plan.chain_next)
     run.is_target = bytearray(plan.target_mask)
-    if run.priority is not None:
-        run.priority = list(run.priority)
-    if run.needs is not None:
-        run.needs = list(run.needs)
-    if run.policy is not None:
-        run.policy = list(run.policy)
+    for attr in run.OPTION_COLUMNS:
+        column = getattr(run, attr)
+        if column is not None:
+            setattr(run, attr, list(column))
     run.items = {}
 
 
@@ -48,7 +46,7 @@ def add_items(
     """Add map ``m``'s items as tasks of the run; ``m`` now waits for them. Returns them.
 
     Item ``i`` is named ``(name of m, i)`` and calls ``m``'s function, with its
-    priority, resources and policy, on ``elements[i]`` (kept until its dispatch)
+    options (each of ``RunState.OPTION_COLUMNS``), on ``elements[i]`` (kept until its dispatch)
     and ``m``'s extra dependencies; or, for a map over the expanded map whose
     items are ``source``, on the value of ``source[i]``, which it waits for.
     ``keep``: ``m`` gathers its items' values (a task or the caller wants them).
@@ -59,8 +57,6 @@ def add_items(
     start = len(run.state)
     span = range(start, start + count)
     name, fn = run.names[m], run.fns[m]
-    priority = run.priority[m] if run.priority is not None else 0
-    need = run.needs[m] if run.needs is not None else ()
     policy = run.policy[m] if run.policy is not None else None
     if run.cleanup is not None:
         # Its items keep the map's run_if only when they need nothing but the
@@ -75,9 +71,10 @@ def add_items(
     dependents = cast(list[list[int]], run.dependents)
     chain_next = cast(list[int], run.chain_next)
     is_target = cast(bytearray, run.is_target)
-    priorities = cast("list[int] | None", run.priority)
-    needs = cast("list[tuple[tuple[int, float], ...]] | None", run.needs)
-    policies = cast("list[Policy | None] | None", run.policy)
+    for attr in run.OPTION_COLUMNS:  # each item has its map's options
+        column = cast("list[Any] | None", getattr(run, attr))
+        if column is not None:
+            column.extend(repeat(column[m], count))
     items = run.items
     assert items is not None
     state, values, remaining, consumers = run.state, run.values, run.remaining, run.consumers
@@ -94,12 +91,6 @@ def add_items(
         remaining.append(0 if source is None else 1)
         consumers.append(1 if keep else 0)
         is_target.append(0)
-        if priorities is not None:
-            priorities.append(priority)
-        if needs is not None:
-            needs.append(need)
-        if policies is not None:
-            policies.append(policy)
         if elements is not None:
             items[t] = elements[i]
         else:

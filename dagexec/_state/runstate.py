@@ -69,6 +69,7 @@ from typing import Any, cast
 from .._core.plan import Plan
 from .._core.policy import Policy
 from .._core.result import HELD, READY, WAITING
+from .._core.task_options import TaskRecord
 from . import attempts, columns, ending, retries, stopping
 from . import dispatch as dispatching
 from .cleanup_gate import CleanupGate
@@ -150,6 +151,9 @@ class RunState:
         self.events: list[Event] | None = [] if observed else None
         # RELEASE events, for on_attempt_release only: one more event per task.
         self.tell_release = False
+        # Each task's options (task_options.TaskRecord), or None when no task has
+        # any; the ones read per task also as flat columns (see OPTION_COLUMNS).
+        self.options: Sequence[TaskRecord] | None = plan.options
         # Per-task policy (retries, timeouts, cleanup tasks); all of it None or
         # empty when no task has one, and then never looked at.
         self.policy: Sequence[Policy | None] | None = plan.policy
@@ -220,6 +224,11 @@ class RunState:
         else:
             for r in roots:
                 self.make_ready(r)
+
+    # The run's per-task option columns: a map's items copy their map's entry in
+    # each (columns.add_items), so an option carried by the record needs nothing
+    # here; one read per task gets a flat column only where that pays.
+    OPTION_COLUMNS = ("options", "priority", "needs", "policy")
 
     # How tasks are handed out and released (dispatch.py), a map's items added
     # (columns.py), tasks end (ending.py), wait for a retry (retries.py) and are
