@@ -42,7 +42,7 @@ from .new_task import (
     check_new,
     check_over,
     dep_ids,
-    isolated_call,
+    placed_call,
 )
 from .options import check_args, check_deps, check_kwargs
 from .task_options import TaskOptionArgs, TaskRecord, check_task_options, shared
@@ -253,10 +253,10 @@ class Graph:
         else:
             call, original = bound_call(name, fn, dep_names, kw_deps, constants, kwargs, is_map)
         checked = check_task_options(name, options, caller) if options else None
-        if checked is not None and checked.policy is not None and checked.policy.isolate:
-            checked, call = isolated_call(name, fn, call, checked, dep_names, kw_deps)
-            if original is None:  # graph[name].fn (and checkpoint identity): the user's fn
-                original = Task(name, fn, dep_names)
+        if checked is not None and checked.policy is not None:
+            checked, call, original = placed_call(
+                name, fn, call, original, checked, dep_names, kw_deps
+            )
         watched = watch(fn, self._last_watch)
         # Every check passed: from here on the task is stored, in every column and
         # side table at once (a failed add must leave nothing for the next task

@@ -27,6 +27,7 @@ __all__ = [
     "dep_ids",
     "is_hashable",
     "isolated_call",
+    "placed_call",
     "same_name",
 ]
 
@@ -133,6 +134,25 @@ def bound_call(
     else:
         call = BoundCall(fn, constants, keywords)
     return call, Task(name, fn, dep_names, constants, FrozenKwargs(keywords), dep_params)
+
+
+def placed_call(
+    name: Hashable,
+    fn: Callable[..., Any],
+    call: Callable[..., Any],
+    original: Task | None,
+    checked: TaskRecord,
+    dep_names: tuple[Hashable, ...],
+    kw_deps: dict[str, Hashable] | None,
+) -> tuple[TaskRecord, Callable[..., Any], Task | None]:
+    """The record, the call and the original of a task given a policy: as given,
+    unless it runs elsewhere than its worker thread (``isolate=``; see
+    :func:`isolated_call`), whose call the graph then keeps beside the user's fn
+    (``graph[name].fn`` and the checkpoint identity read the original)."""
+    if checked.policy is None or checked.policy.isolate is None:
+        return checked, call, original
+    checked, call = isolated_call(name, fn, call, checked, dep_names, kw_deps)
+    return checked, call, original or Task(name, fn, dep_names)
 
 
 def isolated_call(
