@@ -298,6 +298,10 @@ class Graph:
         """
         self._inferred[self._index[name]] = function
 
+    def _uncheckpointed(self) -> set[int]:
+        """The positions of the tasks given ``checkpoint=False`` (checkpoint identities)."""
+        return {i for i, record in self._options.items() if not record.checkpoint}
+
     # g.map(...) and @g.task: the forms that read the function first (decorators.py).
     map = graph_map
     task = graph_task
