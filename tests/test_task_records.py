@@ -1,4 +1,4 @@
-"""One record per task's options, carried whole from the graph to the run's map items."""
+"""A task's options as one record, carried whole from the graph to the run's map items."""
 
 from __future__ import annotations
 
