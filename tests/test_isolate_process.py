@@ -22,6 +22,7 @@ import process_tasks as pt
 import pytest
 
 import dagexec
+from dagexec._engine.process import sharing
 from dagexec._engine.process.process_pool import live_children
 from dagexec.testing import Gate, InFlightRecorder, assert_within_bounds
 
@@ -401,6 +402,9 @@ def test_shutdown_with_process_tasks_running(gate: pt.ProcessGate) -> None:
     gate.open()
     assert set(future.result().values()) == set(pids)
     ex.shutdown(wait=True)
+    # Checked back in, healthy, for the next executor; ended with the idle ones.
+    assert set(pids) <= set(sharing.idle_children())
+    sharing.end_idle_children()
     assert not any(alive(p) for p in pids)
 
 
