@@ -386,3 +386,8 @@ def waits_at_gate(*values: Any) -> None:
 def enters_probe(*values: Any) -> int:
     with PROBE_IN_BODY:
         return 1
+
+
+def place(name: str, *values: Any) -> tuple[int, str, str | None]:
+    """This child's pid, working directory and environment variable ``name``."""
+    return os.getpid(), os.getcwd(), os.environ.get(name)
