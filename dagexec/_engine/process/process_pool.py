@@ -292,12 +292,7 @@ class ChildSlot:
             in_path = f"{shm}/{self.tag}{self.seq}-in" if shm and buffers else None
             self.deadline = self.deadline_for(call, cold)
             try:
-                if logs != self.sent_logs:  # run(logs=...): stream records back
-                    send(self.requests, (LOGS, logs), b"", [], None)
-                    self.sent_logs = logs
-                if self.place_due is not None:  # a new user's directory and environment
-                    send(self.requests, (PLACE, *self.place_due), b"", [], None)
-                    self.sent_place, self.place_due = self.place_due, None
+                self._tell(logs)
                 shared = send(self.requests, meta, data, buffers, in_path)
                 self.busy = True
                 break
@@ -322,6 +317,16 @@ class ChildSlot:
         finally:
             if shared:  # read by now, or the child is gone: unlinked either way
                 unlink_quietly(in_path)
+
+    def _tell(self, logs: tuple[int, str | None] | None) -> None:
+        """Send what the child must know before the call, if it changed: the log
+        records to stream back (run(logs=...)), a new user's directory and environment."""
+        if logs != self.sent_logs:
+            send(self.requests, (LOGS, logs), b"", [], None)
+            self.sent_logs = logs
+        if self.place_due is not None:
+            send(self.requests, (PLACE, *self.place_due), b"", [], None)
+            self.sent_place, self.place_due = self.place_due, None
 
     def sync(self, run_key: object) -> None:
         """Bring the child up to date for a new run (see :mod:`.sharing`): a child
