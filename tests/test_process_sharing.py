@@ -11,6 +11,8 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import select
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -160,9 +162,12 @@ def test_a_timed_out_child_is_never_checked_in(tmp_path: Path) -> None:
 def test_a_child_that_died_idle_is_never_handed_out(gate: pt.ProcessGate) -> None:
     pid = dagexec.run(_pid_graph(), workers=1)["p"]
     assert pid in sharing.idle_children()
-    os.kill(pid, 9)
-    while pt.alive(pid):  # SIGKILL lands asynchronously; the pool is not told of it
-        pass
+    fd = os.pidfd_open(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        select.select([fd], [], [], 10)  # readable once it has exited
+    finally:
+        os.close(fd)
     again = dagexec.run(_pid_graph(), workers=1)["p"]  # a new child takes the call
     assert again != pid and pid not in live_children()
 

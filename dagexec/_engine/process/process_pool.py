@@ -68,6 +68,7 @@ from ..._observation.capture import child_wanted, from_child
 from .lifecycle import end_group, sweep_segments
 from .loading import extra_for
 from .sharing import (
+    ModuleSpecs,
     alive,
     check_in,
     check_out,
@@ -210,7 +211,7 @@ class ChildSlot:
         # The directory and environment the child has, and those to send if new.
         self.sent_place: tuple[str | None, dict[Any, Any]] | None = None
         self.place_due: tuple[str | None, dict[Any, Any]] | None = None
-        self.modules: dict[str, Any] = {}  # the parent's modules' specs, as it started
+        self.modules = ModuleSpecs()  # the parent's modules' specs, as it started
 
     def start(self) -> None:
         """Start a fresh child: a bare interpreter loading child.py (~50 ms)."""

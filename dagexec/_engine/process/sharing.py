@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import operator
 import os
 import subprocess
 import sys
@@ -39,12 +40,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any, Protocol, TypeVar, cast
 
 from .lifecycle import end_group
 
 __all__ = [
     "IDLE_TIMEOUT",
+    "ModuleSpecs",
     "alive",
     "check_in",
     "check_out",
@@ -202,25 +205,45 @@ def current_place() -> tuple[str | None, dict[Any, Any]]:
     return cwd, env
 
 
-def module_specs() -> dict[str, Any]:
-    """Each imported module's ``__spec__``, by name: new objects after a reload."""
-    return {name: _spec(module) for name, module in list(sys.modules.items())}
+class ModuleSpecs:
+    """The parent's modules' ``__spec__`` objects as a child last saw them: by name,
+    and in ``sys.modules``' order, which a run checks in one C-level pass when no
+    module was imported or removed since (the usual case: a few hundred us less
+    per run in a program of a few thousand modules)."""
+
+    __slots__ = ("by_name", "in_order")
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Any] = {}
+        self.in_order: list[Any] = []
 
 
-def stale_modules(seen: dict[str, Any]) -> bool:
+def module_specs() -> ModuleSpecs:
+    """Each imported module's ``__spec__`` now: a reload makes a new one."""
+    seen = ModuleSpecs()
+    stale_modules(seen)
+    return seen
+
+
+def stale_modules(seen: ModuleSpecs) -> bool:
     """True if a module in ``seen`` was reloaded (or imported again) since; modules
     imported for the first time since are added to ``seen``."""
+    values = list(sys.modules.values())
+    specs = list(map(getattr, values, repeat("__spec__", len(values)), repeat(None, len(values))))
+    if len(specs) == len(seen.in_order) and not any(map(operator.is_not, specs, seen.in_order)):
+        return False
+    by_name = seen.by_name
     for name, module in list(sys.modules.items()):
         spec = _spec(module)
-        old = seen.get(name, _MISSING)
+        old = by_name.get(name, _MISSING)
         if old is spec:
             continue
         if old is not _MISSING:
             return True
-        seen[name] = spec
+        by_name[name] = spec
+    seen.in_order = specs
     return False
 
 
 def _spec(module: object) -> Any:
-    namespace = getattr(module, "__dict__", None)
-    return namespace.get("__spec__") if type(namespace) is dict else None
+    return getattr(module, "__spec__", None)
