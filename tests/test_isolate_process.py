@@ -528,12 +528,7 @@ def test_a_child_killed_while_idle_is_replaced_without_failing_a_task(
     g.map("pids", pt.pid, over="items", isolate="process")
     before = set(ex.run(g)["pids"])
     for pid in before:
-        fd = os.pidfd_open(pid)
-        try:
-            os.kill(pid, signal.SIGKILL)
-            select.select([fd], [], [], 10)  # readable once it has exited
-        finally:
-            os.close(fd)
+        pt.kill_and_wait(pid)
     after = set(ex.run(g)["pids"])
     assert after and not after & before
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import gc
 import importlib
 import os
-import select
-import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -162,12 +160,7 @@ def test_a_timed_out_child_is_never_checked_in(tmp_path: Path) -> None:
 def test_a_child_that_died_idle_is_never_handed_out(gate: pt.ProcessGate) -> None:
     pid = dagexec.run(_pid_graph(), workers=1)["p"]
     assert pid in sharing.idle_children()
-    fd = os.pidfd_open(pid)
-    try:
-        os.kill(pid, signal.SIGKILL)
-        select.select([fd], [], [], 10)  # readable once it has exited
-    finally:
-        os.close(fd)
+    pt.kill_and_wait(pid)
     again = dagexec.run(_pid_graph(), workers=1)["p"]  # a new child takes the call
     assert again != pid and pid not in live_children()
 
