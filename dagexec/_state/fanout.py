@@ -28,21 +28,76 @@ columns (``add_items`` is the one place they grow).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
+from .._core.plan import Plan
 from .._core.result import CANCELLED, DONE, FAILED, SKIPPED, WAITING
 from .._core.safe import add_note, task_for_message
 
-if TYPE_CHECKING:
-    from .runstate import RunState
-
 __all__ = ["Fanout"]
+
+
+class FanoutRun(Protocol):
+    """The public methods of a run (a ``RunState``) that a :class:`Fanout` uses:
+    all it asks of the run it belongs to."""
+
+    @property
+    def plan(self) -> Plan:
+        """The run's plan (a map's dependencies are the plan's)."""
+
+    def add_items(
+        self, m: int, elements: list[Any] | None, source: range | None, keep: bool
+    ) -> range:
+        """Add map ``m``'s items as tasks of the run."""
+
+    def dependency_done(self, task: int) -> None:
+        """One more dependency of ``task`` is done."""
+
+    def drop_edges(self, task: int, deps: Iterable[int]) -> None:
+        """``task`` no longer waits on ``deps``."""
+
+    def finish(self, task: int, outcome: int, payload: Any = None) -> None:
+        """``task`` ended as ``outcome``."""
+
+    def is_cleanup(self, task: int) -> bool:
+        """Whether ``task`` is a cleanup task still waiting as one."""
+
+    def is_wanted(self, task: int) -> bool:
+        """Whether ``task``'s value is wanted."""
+
+    def let_go(self, used: Sequence[int]) -> None:
+        """Each of ``used`` has one consumer fewer."""
+
+    def make_ordinary(self, task: int) -> None:
+        """Cleanup task ``task`` is an ordinary task from now on."""
+
+    def make_ready(self, task: int) -> None:
+        """``task`` can run now."""
+
+    def more_readers(self, tasks: Iterable[int]) -> None:
+        """Each of ``tasks`` has one more user that will read its value."""
+
+    def push_order(self, tasks: Sequence[int]) -> Sequence[int]:
+        """The order to make ``tasks`` ready in."""
+
+    def skip_downstream(self, failed: int) -> None:
+        """Skip what depends on ``failed``."""
+
+    def state_of(self, task: int) -> int:
+        """``task``'s state code."""
+
+    def take_values(self, tasks: Sequence[int]) -> list[Any]:
+        """The values of ``tasks``, read once by their last user."""
+
+    def value_of(self, task: int) -> Any:
+        """``task``'s value, while someone still needs it."""
 
 
 class Fanout:
     """The maps of one run. Owned by its :class:`RunState`, same thread."""
 
-    def __init__(self, run: RunState, maps: frozenset[int]) -> None:
+    def __init__(self, run: FanoutRun, maps: frozenset[int]) -> None:
         self.run = run
         self.plan = plan = run.plan  # a map is a task of the plan: its deps are the plan's
         self.maps = maps
