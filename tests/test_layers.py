@@ -326,7 +326,7 @@ def _run_states() -> list[object]:
     ):
         g = dagexec.Graph()
         g.add("a", lambda: [1, 2])
-        g.add("b", lambda a: a, deps=["a"], **kwargs)  # type: ignore[arg-type]
+        g.add("b", lambda a: a, deps=["a"], **kwargs)
         g.map("m", lambda x: x, over="a")
         plan = plan_run(g._compile(), None)
         made.append(runstate.RunState(plan, observed=True, capacity={"cpu": 2}))
@@ -350,7 +350,7 @@ def test_the_run_state_binds_no_function_of_another_module() -> None:
     borrowed = []
     for cls in RunState.__mro__[:-1]:
         for name, value in vars(cls).items():
-            if callable(value) and hasattr(value, "__qualname__"):
-                if not value.__qualname__.startswith(f"{cls.__name__}."):
-                    borrowed.append(f"{cls.__name__}.{name} is {value.__qualname__}")
+            qualname = getattr(value, "__qualname__", None) if callable(value) else None
+            if qualname is not None and not qualname.startswith(f"{cls.__name__}."):
+                borrowed.append(f"{cls.__name__}.{name} is {qualname}")
     assert not borrowed, f"functions bound into RunState's classes: {borrowed}"
