@@ -182,6 +182,9 @@ class Fanout:
             names = self.plan.names
             what, over_name = task_for_message(names[m]), task_for_message(names[over])
             add_note(exc, f"dagexec: map {what} iterates the value of {over_name}")
+            # It will never read its dependencies now (found by the move checker:
+            # over's value was kept to the end of a run that went on).
+            run.let_go(self.plan.deps[m])
             run.finish(m, FAILED, exc)
             return None
 
