@@ -59,16 +59,8 @@ class Growing(RunCore):
         count = len(elements) if elements is not None else len(source or ())
         start = len(self.state)
         span = range(start, start + count)
+        self._copy_options(m, count, source is None)
         name, fn = self.names[m], self.fns[m]
-        priority = self.priority[m] if self.priority is not None else 0
-        need = self.needs[m] if self.needs is not None else ()
-        policy = self.policy[m] if self.policy is not None else None
-        if self.cleanup is not None:
-            # Its items keep the map's run_if only when they need nothing but the
-            # extra deps (which have ended); an item of a map over a map still
-            # waits for its source item, and is skipped if that fails.
-            flag = policy is not None and policy.cleanup and source is None
-            self.cleanup.extend(b"\x01" * count if flag else bytes(count))
         names = cast(list[Hashable], self.names)
         index = cast(dict[Hashable, int], self.index)
         fns = cast(list[Callable[..., Any]], self.fns)
@@ -76,9 +68,6 @@ class Growing(RunCore):
         dependents = cast(list[list[int]], self.dependents)
         chain_next = cast(list[int], self.chain_next)
         is_target = cast(bytearray, self.is_target)
-        priorities = cast("list[int] | None", self.priority)
-        needs = cast("list[tuple[tuple[int, float], ...]] | None", self.needs)
-        policies = cast("list[Policy | None] | None", self.policy)
         items = self.items
         assert items is not None
         state, values, remaining, consumers = (
@@ -100,12 +89,6 @@ class Growing(RunCore):
             remaining.append(0 if source is None else 1)
             consumers.append(1 if keep else 0)
             is_target.append(0)
-            if priorities is not None:
-                priorities.append(priority)
-            if needs is not None:
-                needs.append(need)
-            if policies is not None:
-                policies.append(policy)
             if elements is not None:
                 items[t] = elements[i]
             else:
@@ -118,3 +101,22 @@ class Growing(RunCore):
             consumers[d] += count
         self.remaining[m] = count
         return span
+
+    def _copy_options(self, m: int, count: int, direct: bool) -> None:
+        """Map ``m``'s per-task options, for its ``count`` new items: its priority,
+        resources and policy. ``direct``: the items read elements, not the items
+        of a map they wait for."""
+        if self.priority is not None:
+            cast(list[int], self.priority).extend([self.priority[m]] * count)
+        if self.needs is not None:
+            needs = cast("list[tuple[tuple[int, float], ...]]", self.needs)
+            needs.extend([needs[m]] * count)
+        policy = self.policy[m] if self.policy is not None else None
+        if self.policy is not None:
+            cast("list[Policy | None]", self.policy).extend([policy] * count)
+        if self.cleanup is not None:
+            # Its items keep the map's run_if only when they need nothing but the
+            # extra deps (which have ended); an item of a map over a map still
+            # waits for its source item, and is skipped if that fails.
+            flag = policy is not None and policy.cleanup and direct
+            self.cleanup.extend(b"\x01" * count if flag else bytes(count))

@@ -130,9 +130,7 @@ class Ending(Retrying):
         policy, kept, state, ran_on = self.policy, self.kept_args, self.state, self.ran_on
         values, consumers, events = self.values, self.consumers, self.events
         chain_next, dependents, remaining = self.chain_next, self.dependents, self.remaining
-        needs, depth_first = self.needs, self.depth_first
-        # A map's Fanout decides what a map whose dependencies are done does.
-        became_ready = self.make_ready if self.fanout is None else self.fanout.ready
+        needs, became_ready, depth_first = self.needs, self._when_ready(), self.depth_first
         resources = self.resources
         for worker, task, _, value, started, ended in reports:
             if policy is not None and policy[task] is not None:
@@ -298,23 +296,33 @@ class Ending(Retrying):
         self.hard = hard
         if not self.unfinished:
             return  # every task has ended (a run's normal end): nothing to scan for
-        cleanup, state = self.cleanup, self.state
-        keep: list[int] = []
-        if cleanup is not None and not hard:
-            keep = [t for t in range(len(cleanup)) if cleanup[t] and state[t] == READY]
+        state = self.state
+        spared = self._spared()
+        keep = [t for t in spared if state[t] == READY]  # in task order, as before
+        spared_set = set(spared)
         self.ready.clear()
         if self.resources is not None:
             self.resources.clear_waiting()
         for task in range(len(state)):
-            if state[task] <= READY:
-                if cleanup is not None and not hard and task < len(cleanup) and cleanup[task]:
-                    continue
+            if state[task] <= READY and task not in spared_set:
                 self.finish(task, CANCELLED)
-        if self.timers:  # tasks cancelled while waiting for a retry wait no more
-            self.timers = [t for t in self.timers if state[t[2]] == WAITING]
-            heapq.heapify(self.timers)
+        self._drop_cancelled_timers()
         # Ready before the stop: still ready (make_ready's push, without its
         # gate and event: they passed the gate, and were told READY already).
         push = self._push_ranked if self.keyed else self.ready.append
         for task in keep:
             push(task)
+
+    def _drop_cancelled_timers(self) -> None:
+        """Tasks cancelled while waiting for a retry wait no more."""
+        if self.timers:
+            state = self.state
+            self.timers = [t for t in self.timers if state[t[2]] == WAITING]
+            heapq.heapify(self.timers)
+
+    def _spared(self) -> list[int]:
+        """The tasks a stop does not cancel: the cleanup tasks, unless it is hard."""
+        cleanup = self.cleanup
+        if cleanup is None or self.hard:
+            return []
+        return [t for t, flag in enumerate(cleanup) if flag]

@@ -123,20 +123,8 @@ class Fanout:
         deps = self.plan.deps[m]
         over = deps[0]
         source = self.span.get(over)  # item by item when over is an expanded map
-        if run.is_cleanup(m):
-            # run_if="all_done" applies to the extra deps only: a map whose over
-            # ended without a value has no items, and is skipped.
-            if source is None and run.state_of(over) != DONE:
-                run.finish(m, SKIPPED)
-                run.skip_downstream(m)
-                return
-            # Expanded, it gathers like any map: a failed item skips it. Its deps
-            # have all ended and no longer concern it (its items read them): the
-            # edges go, so that skipping downstream of a failed dep, which may be
-            # what made it expand, does not reach it now.
-            run.make_ordinary(m)
-            # (a chained map's edge from over went when over expanded)
-            run.drop_edges(m, {d for d in deps if source is None or d != over})
+        if run.is_cleanup(m) and not self._cleanup_map_expands(m, deps, source):
+            return
         elements = None
         if source is None:
             elements = self._elements(m, over)
@@ -165,6 +153,26 @@ class Fanout:
             self._follow(span, source)
         if not span:
             self._gather(m)
+
+    def _cleanup_map_expands(self, m: int, deps: tuple[int, ...], source: range | None) -> bool:
+        """Cleanup map ``m`` (run_if="all_done") is due: whether it expands (True)
+        or, its over having ended without a value, is skipped (False)."""
+        run = self.run
+        over = deps[0]
+        # run_if="all_done" applies to the extra deps only: a map whose over
+        # ended without a value has no items, and is skipped.
+        if source is None and run.state_of(over) != DONE:
+            run.finish(m, SKIPPED)
+            run.skip_downstream(m)
+            return False
+        # Expanded, it gathers like any map: a failed item skips it. Its deps
+        # have all ended and no longer concern it (its items read them): the
+        # edges go, so that skipping downstream of a failed dep, which may be
+        # what made it expand, does not reach it now.
+        run.make_ordinary(m)
+        # (a chained map's edge from over went when over expanded)
+        run.drop_edges(m, {d for d in deps if source is None or d != over})
+        return True
 
     def _elements(self, m: int, over: int) -> list[Any] | None:
         """The items of map ``m``: the value of ``over`` as a list; None if iterating

@@ -156,13 +156,23 @@ class MoveChecker:
 
     def _values(self) -> None:
         run = self.run
-        values, consumers, state = run.values, run.consumers, run.state
+        values, consumers = run.values, run.consumers
         kept = [t for t, value in enumerate(values) if value is not None]
         for t in kept:
             if consumers[t] <= 0:
                 self._fail(f"task {run.names[t]!r} keeps its value with no consumer left")
         if run.stopping or not kept:
             return
+        readers = self._readers()
+        for t in kept:
+            if not run.is_target[t] and t not in readers:
+                self._fail(f"task {run.names[t]!r} keeps its value, but no consumer waits")
+
+    def _readers(self) -> set[int]:
+        """The tasks whose value a consumer still waits for: a dependency of a task
+        not handed out yet, or an item of a map that waits to gather it."""
+        run = self.run
+        state = run.state
         readers: set[int] = set()
         for u, code in enumerate(state):
             if code in (WAITING, READY):
@@ -172,6 +182,4 @@ class MoveChecker:
             for m, span in fanout.span.items():
                 if m in fanout.keep and state[m] not in FINAL:
                     readers.update(span)  # the map gathers them
-        for t in kept:
-            if not run.is_target[t] and t not in readers:
-                self._fail(f"task {run.names[t]!r} keeps its value, but no consumer waits")
+        return readers
