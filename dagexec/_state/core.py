@@ -140,12 +140,10 @@ class RunCore:
     def became_ready(self, task: int) -> None:
         """Every dependency of ``task`` is done: a map's Fanout decides what that
         means for a map (it expands, or gathers); any other task is made ready."""
-        self._when_ready()(task)
-
-    def _when_ready(self) -> Callable[[int], None]:
-        """What :meth:`became_ready` calls: :meth:`make_ready`, or in a run with
-        maps the Fanout's ``ready``. Looked up once per batch by ``_returned``."""
-        return self.make_ready if self.fanout is None else self.fanout.ready
+        if self.fanout is None:
+            self.make_ready(task)
+        else:
+            self.fanout.ready(task)  # (``_returned`` chooses as here, once per batch)
 
     def _push_ranked(self, task: int) -> None:
         """Put a READY task into the ranked ready set (priorities or resources)."""

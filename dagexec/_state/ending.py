@@ -130,7 +130,8 @@ class Ending(Retrying):
         policy, kept, state, ran_on = self.policy, self.kept_args, self.state, self.ran_on
         values, consumers, events = self.values, self.consumers, self.events
         chain_next, dependents, remaining = self.chain_next, self.dependents, self.remaining
-        needs, became_ready, depth_first = self.needs, self._when_ready(), self.depth_first
+        needs, depth_first = self.needs, self.depth_first
+        became_ready = self.make_ready if self.fanout is None else self.fanout.ready
         resources = self.resources
         for worker, task, _, value, started, ended in reports:
             if policy is not None and policy[task] is not None:
@@ -167,16 +168,21 @@ class Ending(Retrying):
         if release:
             self.in_flight -= count
             if self.tell_release:
-                assert events is not None
-                number = self.attempt.get
-                events.extend(
-                    [
-                        Event(RELEASE, r[R_TASK], -1, RETURNED, 0.0, 0.0, number(r[R_TASK], 1))
-                        for r in reports
-                    ]
-                )
+                self._tell_released(reports)
         if self.gate is not None:
             self.gate.recheck()
+
+    def _tell_released(self, reports: list[Report]) -> None:
+        """RELEASE events for the jobs in ``reports``, off their workers (only for
+        ``on_attempt_release``: a call per batch in such runs alone)."""
+        assert self.events is not None
+        number = self.attempt.get
+        self.events.extend(
+            [
+                Event(RELEASE, r[R_TASK], -1, RETURNED, 0.0, 0.0, number(r[R_TASK], 1))
+                for r in reports
+            ]
+        )
 
     def finish(
         self,
