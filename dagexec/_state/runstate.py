@@ -9,11 +9,11 @@ for a chain), the one place a task ends. When a dispatched item (a task, or a
 chain of them) is off the worker, :meth:`RunState.release` frees its in-flight
 slot and its resources. Each rule has one place (docs/design.md, "One place
 per rule"): a value is let go of in :meth:`RunState.let_go`, a task becomes
-ready in :meth:`RunState.make_ready`, the order is ``RunState._push_ready``'s.
+ready in :meth:`RunState.make_ready`, the order is ``push_order`` and ``_order_key``'s.
 
 The legal moves of a task's state are data: :data:`dagexec._state.moves.MOVES`,
-checked (with the run's invariants) by :func:`dagexec._state.moves.check` in the
-property tests after every step, and never on a run's normal path.
+checked (with the run's invariants) by :class:`dagexec._state.moves.MoveChecker`
+in the property tests after every step, and never on a run's normal path.
 
 The machine is one class built in layers, one module and one job each; each
 imports only the layers below it (tests/test_layers.py counts every import):
@@ -32,10 +32,11 @@ imports only the layers below it (tests/test_layers.py counts every import):
 ``resources.py``     resource accounting and waiting (:class:`Resources`)
 ``fanout.py``        map expansion (:class:`Fanout`)
 ``cleanup_gate.py``  when a cleanup task may start (:class:`CleanupGate`)
+``moves.py``         the legal moves as a table, and their checker (tests only)
 ===================  ========================================================
 
 The layers are base classes, so a method is found on the class as before and
-the split adds no call on the per-task path. The last three are objects the run
+the split adds no call on the per-task path. Resources, Fanout and CleanupGate are objects the run
 holds, made only when the plan needs them; each names what it reads of the run
 in a ``Protocol`` of its own, so none imports the run back.
 
