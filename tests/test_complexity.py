@@ -88,8 +88,6 @@ PENDING: dict[str, tuple[str, int]] = {
     "_observation/gantt.py:_aggregated": ("radon", 19),
     "_observation/gantt.py:gantt_svg": ("radon", 22),
     "_observation/progress_line.py:bar_line": ("radon", 28),
-    "_persist/encoding.py:_Encoder._function_parts": ("radon", 19),
-    "_persist/encoding.py:_Encoder._module_value": ("radon", 16),
     "_persist/forecast.py:Forecast._map": ("radon", 20),
 }
 
