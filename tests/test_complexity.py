@@ -88,7 +88,6 @@ PENDING: dict[str, tuple[str, int]] = {
     "_observation/gantt.py:_aggregated": ("radon", 19),
     "_observation/gantt.py:gantt_svg": ("radon", 22),
     "_observation/progress_line.py:bar_line": ("radon", 28),
-    "_persist/forecast.py:Forecast._map": ("radon", 20),
 }
 
 PACKAGE = Path(dagexec.__file__).resolve().parent
