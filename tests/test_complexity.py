@@ -84,7 +84,6 @@ PENDING: dict[str, tuple[str, int]] = {
     "_integrations/dask_cluster.py:ClusterRun._collect": ("dask", 22),
     "_integrations/dask_cluster.py:ClusterRun._statuses": ("dask", 17),
     "_integrations/dask_graph.py:build": ("dask", 18),
-    "_integrations/cli.py:_run_reporting_failures": ("radon", 19),
     "_observation/gantt.py:_aggregated": ("radon", 19),
     "_observation/gantt.py:gantt_svg": ("radon", 22),
     "_observation/progress_line.py:bar_line": ("radon", 28),
