@@ -86,7 +86,6 @@ PENDING: dict[str, tuple[str, int]] = {
     "_integrations/dask_graph.py:build": ("dask", 18),
     "_observation/gantt.py:_aggregated": ("radon", 19),
     "_observation/gantt.py:gantt_svg": ("radon", 22),
-    "_observation/progress_line.py:bar_line": ("radon", 28),
 }
 
 PACKAGE = Path(dagexec.__file__).resolve().parent
