@@ -84,8 +84,6 @@ PENDING: dict[str, tuple[str, int]] = {
     "_integrations/dask_cluster.py:ClusterRun._collect": ("dask", 22),
     "_integrations/dask_cluster.py:ClusterRun._statuses": ("dask", 17),
     "_integrations/dask_graph.py:build": ("dask", 18),
-    "_observation/gantt.py:_aggregated": ("radon", 19),
-    "_observation/gantt.py:gantt_svg": ("radon", 22),
 }
 
 PACKAGE = Path(dagexec.__file__).resolve().parent
@@ -166,11 +164,5 @@ def test_hot_path_list_is_small_and_explained() -> None:
         assert ceiling > LIMIT, name
         assert reason and "\n" not in reason, name
     assert set(HOT_PATH).isdisjoint(PENDING)
-    assert {owner for owner, _ in PENDING.values()} <= {
-        "state",
-        "ctx",
-        "proc",
-        "dask",
-        "options",
-        "radon",
-    }
+    owners = {"state", "ctx", "proc", "dask", "options"}
+    assert {owner for owner, _ in PENDING.values()} <= owners
