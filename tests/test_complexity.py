@@ -79,7 +79,6 @@ PENDING: dict[str, tuple[str, int]] = {
     "_engine/run/explore_driver.py:ExploringDriver._dispatch": ("ctx", 16),
     "_engine/run/balance.py:Balance._share_levels": ("ctx", 18),
     "_engine/run/outcome.py:build_result": ("ctx", 22),
-    "_engine/process/process_pool.py:ChildSlot._wait": ("proc", 20),
     "_integrations/dask_local.py:annotations_of": ("dask", 20),
     "_integrations/dask_cluster.py:ClusterRun._collect": ("dask", 22),
     "_integrations/dask_cluster.py:ClusterRun._statuses": ("dask", 17),
