@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from itertools import compress
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from .errors import CycleError, MissingDependencyError
 from .item_names import item_dep_message, item_of
 from .task_options import PLAIN, TaskRecord
-
-if TYPE_CHECKING:
-    from .plan import Plan
 
 __all__ = ["CompiledGraph", "compile_graph"]
 
@@ -60,8 +57,10 @@ class CompiledGraph:
         # Each task's options (PLAIN: none), or None when no task has any.
         self.options = options
         self.maps = maps  # g.map tasks, or None
-        # Plans by their target indices; owned by _plan.plan_run.
-        self.plans: dict[tuple[int, ...] | None, Plan] = {}
+        # Plans by their target indices: plan.plan_run's cache, which it alone
+        # reads and writes (it checks what it reads back is a Plan), typed loosely
+        # here so that this module, below plan.py, need not import it back.
+        self.plans: dict[tuple[int, ...] | None, object] = {}
 
     def __len__(self) -> int:
         return len(self.names)
