@@ -3,7 +3,7 @@
 Part of the run state machine, and as pure. These are functions of the run,
 bound in :class:`~dagexec._state.runstate.RunState`'s class body as its methods
 (``RunState.ended`` is :func:`ended`): a method is a function of its instance,
-so the split adds no call on the per-task path (docs/speed-gate.md), and the
+so the split adds no call on the per-task path (docs/performance.md, "The speed gate"), and the
 rules stay in one place each (docs/design.md, "One place per rule"):
 
 * :func:`ended` is the only writer of DONE, FAILED, SKIPPED and CANCELLED;
@@ -32,7 +32,7 @@ __all__ = ["chain_ended", "ended", "finish", "skip_downstream"]
 
 
 # Over ruff's complexity limit on purpose: the per-task hot path: a split adds
-# a call per task (docs/speed-gate.md).
+# a call per task (docs/performance.md, "The speed gate").
 def ended(  # noqa: C901
     run: RunState,
     reports: list[Report],
@@ -120,7 +120,7 @@ def ended(  # noqa: C901
 
 
 # Over ruff's complexity limit on purpose: the per-task hot path: a split adds
-# a call per task (docs/speed-gate.md).
+# a call per task (docs/performance.md, "The speed gate").
 def _returned(run: RunState, reports: list[Report], release: bool) -> None:  # noqa: C901
     """What follows for tasks that :meth:`ended` DONE (their state is written),
     in a run that is not plain or is stopping."""
