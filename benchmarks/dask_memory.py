@@ -192,25 +192,29 @@ def child(name: str, scheduler: str, full: bool, queue_cap: int | None, sizing: 
 
 
 def _time_sizing(dd: Any, cpu: dict[str, float]) -> None:
-    """Count the thread CPU of every size estimate, and of each run's driving thread
+    """Count the thread CPU of sizing values (every estimate with its budget's
+    bookkeeping, and every check of that budget), and of each run's driving thread
     (the calling thread: a plain ``get`` is driven by its caller)."""
     import threading
     import time
 
-    import dagexec._engine.run.depth as depth
+    from dagexec._engine.run.depth import Depth
 
-    estimate, execute = depth.estimate_bytes, dd.execute
+    execute = dd.execute
     caller = threading.get_ident()
 
-    def timed_estimate(value: Any) -> int:
-        started = time.thread_time()
-        try:
-            return estimate(value)
-        finally:
-            if threading.get_ident() != caller:
-                raise RuntimeError("sizing ran off the calling thread: the share is wrong")
-            cpu["sizing"] += time.thread_time() - started
-            cpu["samples"] += 1
+    def timed(method: Any, counted: bool) -> Any:
+        def run(self: Any, *args: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return method(self, *args)
+            finally:
+                if threading.get_ident() != caller:
+                    raise RuntimeError("sizing ran off the calling thread: the share is wrong")
+                cpu["sizing"] += time.thread_time() - started
+                cpu["samples"] += counted
+
+        return run
 
     def timed_execute(*args: Any, **kwargs: Any) -> Any:
         started = time.thread_time()
@@ -219,7 +223,8 @@ def _time_sizing(dd: Any, cpu: dict[str, float]) -> None:
         finally:
             cpu["driver"] += time.thread_time() - started
 
-    depth.estimate_bytes = timed_estimate
+    Depth.size = timed(Depth.size, True)  # type: ignore[method-assign]
+    Depth.put_off = timed(Depth.put_off, False)  # type: ignore[method-assign]
     dd.execute = timed_execute
 
 

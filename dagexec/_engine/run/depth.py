@@ -34,6 +34,7 @@ Owned by the thread that drives the run, like everything of the driver's.
 from __future__ import annotations
 
 import weakref
+from time import perf_counter, thread_time
 from typing import Any
 
 from ..workers.wire import CHAIN, DONE, R_KIND, R_PAYLOAD, Message
@@ -71,6 +72,35 @@ _DECAY = 0.9
 _SAMPLE_EVERY = 8
 _SAMPLE_EVERY_AT_WORKERS = 64
 
+# On top of that, a run's estimates may take at most this share of the CPU its
+# driving thread has used since its first sample, plus :data:`_ALLOWANCE` seconds;
+# a sample that would go over is put off by twice as many batches as the thread
+# took on average to earn that much (at least :data:`_SAMPLE_EVERY`, at most
+# :data:`_PUT_OFF_MOST`), the depth staying where it is meanwhile. Only samples
+# that could widen the depth wait (the first ones, the doubling, the every 64th at
+# one task per worker: waiting costs speed, never memory); the run's first sample
+# and the every-8th one above one task per worker, which narrows the depth when
+# values grow, are always taken (and counted).
+# Why: what a sample costs depends on the value (1 us for an int, 25-200 us for a
+# small pandas frame with cold caches), what a run's driving thread does between
+# samples on how long its tasks take: a dask groupby-agg's ~60 slow tasks returning
+# 26-row frames gave its driving thread 8-18 ms of CPU in all, of which the first
+# run's samples, every batch while the depth doubled, took 9-12%. Slow tasks are
+# what make a budget tight, and they are also where staying shallow costs nothing
+# (a hand-off of ~70 us per 50 ms task). The allowance covers a cold first sample
+# or two (the first in a process: ~30 us even for an int).
+_SHARE = 0.007
+_ALLOWANCE = 50e-6
+# What a sample costs is counted between these: the first microseconds are free (an
+# int's or an array's estimate, ~1 us warm, so graphs of small values never wait),
+# and a sample counts at most a cold pandas frame's cost (the clock is a wall clock:
+# a thread preempted mid-estimate would otherwise count a whole time slice).
+_FREE, _COUNTED_MOST = 5e-6, 200e-6
+_PUT_OFF_MOST = 256
+# What one look at the budget costs, counted as spent: a thread_time call with
+# cold caches, ~10 us here (measured in a dask bag run).
+_CHECK_COST = 10e-6
+
 # How many samples a run's start is remembered from: the lowest depth they asked
 # for, by plan (weakly: a plan that its graph's cache dropped goes from here too).
 # A later run of the plan starts there: not where the last one went later (a
@@ -91,6 +121,9 @@ class Depth:
     """
 
     __slots__ = (
+        "allowed",
+        "batches",
+        "clock",
         "countdown",
         "current",
         "elapsed",
@@ -98,8 +131,10 @@ class Depth:
         "known",
         "plan",
         "samples",
+        "spent",
         "start",
         "typical",
+        "watching",
         "workers",
     )
 
@@ -118,6 +153,15 @@ class Depth:
         self.countdown = 1  # batches until the next sample
         self.elapsed = 1  # batches since the last sample, when the countdown ends
         self.samples = 0  # taken so far, counted up to _REMEMBERED_SAMPLES
+        # The sampling budget: seconds spent sizing values (wall time of each
+        # estimate, a cheap clock: ~1.4 us a thread_time call here), what the
+        # budget was when last worked out (thread_time is only read again once
+        # that is spent), and the driving thread's CPU at the first sample (-1: none).
+        self.spent = 0.0
+        self.allowed = _ALLOWANCE
+        self.clock = -1.0
+        self.batches = 0  # up to the last sample since the first (the budget's pace)
+        self.watching = False  # the next sample is the one that narrows a wide depth
 
     def after(self, batch: list[Message]) -> int:
         """The cap once ``batch`` (reports, as on the results queue) has arrived.
@@ -125,7 +169,8 @@ class Depth:
         Looks at the first returned value among the first few messages only, so
         a batch of a thousand reports costs one size estimate; once the run's
         first samples are in, only every :data:`_SAMPLE_EVERY` batches (at one task
-        per worker, every :data:`_SAMPLE_EVERY_AT_WORKERS`).
+        per worker, every :data:`_SAMPLE_EVERY_AT_WORKERS`), and only while sizing
+        stays within its budget (:data:`_SHARE` of the driving thread's CPU).
         """
         self.countdown -= 1
         if self.countdown > 0:
@@ -140,7 +185,14 @@ class Depth:
                 value = payload.outcome
             else:
                 continue
-            self.note(estimate_bytes(value), self.elapsed)
+            if self.spent > self.allowed and not self.watching:
+                later = self.put_off()
+                if later:  # over budget: keep the depth, look again later
+                    self.countdown = later
+                    self.elapsed += later
+                    return self.current
+            self.batches += self.elapsed
+            self.note(self.size(value), self.elapsed)
             wanted = self.cap()
             # Deeper at most twice as deep per sample: a few small values first
             # (a sum, a row) say little about the tasks that go out next.
@@ -153,11 +205,42 @@ class Depth:
                 self.countdown = self.elapsed = _SAMPLE_EVERY_AT_WORKERS
             else:
                 self.countdown = self.elapsed = _SAMPLE_EVERY
+                self.watching = True  # this one is never put off
+                break
+            self.watching = False
             break
         else:
             self.countdown = 1  # nothing to sample in this one: try the next
             self.elapsed += 1
         return self.current
+
+    def size(self, value: Any) -> int:
+        """The bytes ``value`` keeps alive (:func:`.sizing.estimate_bytes`), its cost
+        counted against the run's sampling budget (the first one also starts its clock)."""
+        if self.clock < 0:
+            self.clock = thread_time()
+        started = perf_counter()
+        size = estimate_bytes(value)
+        cost = perf_counter() - started
+        if cost > _FREE:
+            self.spent += min(cost, _COUNTED_MOST) - _FREE
+        return size
+
+    def put_off(self) -> int:
+        """How many batches the next sample waits for the budget to cover what sizing
+        spent (0: it does now); reads the driving thread's CPU."""
+        used = thread_time() - self.clock
+        self.spent += _CHECK_COST
+        self.allowed = _SHARE * used + _ALLOWANCE
+        owed = self.spent - self.allowed
+        if owed <= 0:
+            return 0
+        batches = self.batches + self.elapsed
+        pace = used / batches if batches and used > 0 else 0.0  # CPU per batch so far
+        # Twice what the pace says: a check costs ~10 us itself (a thread_time call,
+        # with cold caches), and the pace is the run's average, not the latest.
+        wait = int(2 * owed / _SHARE / pace) + 1 if pace else _PUT_OFF_MOST
+        return max(_SAMPLE_EVERY, min(_PUT_OFF_MOST, wait))
 
     def remember(self, wanted: int) -> bool:
         """Keep the lowest depth the run's first samples asked for, for its reruns;
