@@ -30,6 +30,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,6 @@ def _status(field: str) -> int:
 def child(name: str, scheduler: str, full: bool, queue_cap: int | None, sizing: bool) -> None:
     """One run in this (fresh) process; prints {"peak": bytes, "seconds": s}, and with
     ``sizing`` the CPU the run's driving thread spent sizing values, and in all."""
-    import time
 
     import dask
 
@@ -196,7 +196,6 @@ def _time_sizing(dd: Any, cpu: dict[str, float]) -> None:
     bookkeeping, and every check of that budget), and of each run's driving thread
     (the calling thread: a plain ``get`` is driven by its caller)."""
     import threading
-    import time
 
     from dagexec._engine.run.depth import Depth
 
@@ -267,6 +266,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.scheduler, args.full, args.queue_cap, args.sizing)
         return
+    started = time.perf_counter()
     names = list(args.only or WORKLOADS)
     if not _have_dataframes():
         skipped = [n for n in names if n in DATAFRAME]
@@ -275,7 +275,13 @@ def main() -> None:
             print(f"skipped (no pandas/pyarrow): {', '.join(skipped)}", flush=True)
     if args.sizing:
         _sizing_table(names, args.runs, args.full)
-        return
+    else:
+        _table(names, args.runs, args.full, args.queue_cap)
+    print(f"({len(names)} workloads, --runs {args.runs}: {time.perf_counter() - started:.0f} s)")
+
+
+def _table(names: list[str], runs_wanted: int, full: bool, queue_cap: int | None) -> None:
+    """Per workload: the median peak RSS and time of each scheduler, against the targets."""
     mib = 1 << 20
     print(
         f"{'workload':16s} {'threads MiB':>11s} {'dagexec MiB':>11s} {'RSS ok':>6s}"
@@ -284,10 +290,10 @@ def main() -> None:
     )
     for name in names:
         runs: dict[str, list[dict[str, float]]] = {"threads": [], "dagexec": []}
-        for i in range(args.runs):
+        for i in range(runs_wanted):
             # The order rotates, so that neither scheduler always runs first.
             for scheduler in ("threads", "dagexec") if i % 2 == 0 else ("dagexec", "threads"):
-                runs[scheduler].append(measure(name, scheduler, args.full, args.queue_cap))
+                runs[scheduler].append(measure(name, scheduler, full, queue_cap))
         peak = {s: statistics.median(r["peak"] for r in runs[s]) / mib for s in runs}
         secs = {s: statistics.median(r["seconds"] for r in runs[s]) for s in runs}
         rss_ok = peak["dagexec"] <= RSS_RATIO * peak["threads"] + RSS_SLACK_MIB
