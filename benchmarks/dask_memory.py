@@ -165,7 +165,6 @@ def _status(field: str) -> int:
 def child(name: str, scheduler: str, full: bool, queue_cap: int | None, sizing: bool) -> None:
     """One run in this (fresh) process; prints {"peak": bytes, "seconds": s}, and with
     ``sizing`` the CPU the run's driving thread spent sizing values, and in all."""
-
     import dask
 
     sys.path.insert(0, str(ROOT))
