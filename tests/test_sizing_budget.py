@@ -53,7 +53,30 @@ def test_expensive_samples_take_a_bounded_share_of_the_driving_thread() -> None:
         allowed = depth_module._SHARE * clocks.now + depth_module._ALLOWANCE
         assert sizing <= allowed + clocks.sizing_cost
         assert sizing / clocks.now < 0.02
-        assert depth.current < 130  # no sample, no widening: it stays where it was
+        assert depth.current < 130  # no sample, no widening
+
+
+def test_a_put_off_sample_closes_the_depth_meanwhile() -> None:
+    """dask's cumsum: a small row first (the depth doubles), 8 MB blocks next; a
+    depth nobody looks at is not kept open while the second sample waits."""
+    with pytest.MonkeyPatch.context() as mp:
+        clocks = Clocks(mp, sizing_cost=150e-6, size=8000)
+        depth = Depth(workers=2, full=130)
+        assert clocks.run(depth, batches=1, work=100e-6) == [4]  # the first sample
+        clocks.size = 8 << 20
+        assert clocks.run(depth, batches=1, work=100e-6) == [2]  # put off: one per worker
+        assert clocks.estimates == 1
+
+
+def test_while_doubling_a_sample_waits_eight_batches_at_most() -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        clocks = Clocks(mp, sizing_cost=150e-6, size=2000)
+        depth = Depth(workers=2, full=130)
+        while depth.samples < 2 or depth.current == 2:  # the first two, then wider
+            clocks.run(depth, batches=1, work=100e-6)
+        clocks.size = 8 << 20
+        caps = clocks.run(depth, batches=depth_module._SAMPLE_EVERY + 1, work=100e-6)
+        assert caps[-1] == 2
 
 
 def test_a_long_run_samples_again_as_its_budget_grows() -> None:

@@ -76,11 +76,15 @@ _SAMPLE_EVERY_AT_WORKERS = 64
 # driving thread has used since its first sample, plus :data:`_ALLOWANCE` seconds;
 # a sample that would go over is put off by twice as many batches as the thread
 # took on average to earn that much (at least :data:`_SAMPLE_EVERY`, at most
-# :data:`_PUT_OFF_MOST`), the depth staying where it is meanwhile. Only samples
-# that could widen the depth wait (the first ones, the doubling, the every 64th at
-# one task per worker: waiting costs speed, never memory); the run's first sample
-# and the every-8th one above one task per worker, which narrows the depth when
-# values grow, are always taken (and counted).
+# :data:`_PUT_OFF_MOST`), one task per worker meanwhile: a depth nobody looks at
+# is not kept open (dask's cumsum makes a small row first, which doubles the depth,
+# and 8 MB blocks next, which its second sample must not see late). While the depth
+# doubles after the run's first two samples, a sample waits 8 batches at most (no
+# staler than at a steady depth), the depth kept. So waiting costs speed, never
+# memory. Only samples that could widen the depth wait (the second, the doubling,
+# the every 64th at one task per worker); the run's first sample and the every-8th
+# one at a depth the values have allowed (the one that narrows it when values
+# grow) are always taken, and counted.
 # Why: what a sample costs depends on the value (1 us for an int, 25-200 us for a
 # small pandas frame with cold caches), what a run's driving thread does between
 # samples on how long its tasks take: a dask groupby-agg's ~60 slow tasks returning
@@ -187,7 +191,11 @@ class Depth:
                 continue
             if self.spent > self.allowed and not self.watching:
                 later = self.put_off()
-                if later:  # over budget: keep the depth, look again later
+                if later:  # over budget: look again later (see _SHARE)
+                    if self.current > self.workers and self.samples >= _REMEMBERED_SAMPLES:
+                        later, self.watching = _SAMPLE_EVERY, True  # doubling: 8 batches on
+                    else:
+                        self.current = self.workers
                     self.countdown = later
                     self.elapsed += later
                     return self.current
