@@ -13,6 +13,13 @@ from dagexec._engine.run.depth import Depth
 from dagexec._engine.workers.wire import DONE
 
 
+class Array:
+    """Duck-typed array: sized from its ``nbytes``, not looked inside."""
+
+    nbytes = 8 << 20
+    base = None
+
+
 class Clocks:
     """The driving thread's CPU and a wall clock, both advanced by hand: a batch's
     work advances both, a size estimate advances both by what it costs."""
@@ -21,8 +28,8 @@ class Clocks:
         self.now = 0.0
         self.estimates = 0
         self.sizing_cost, self.size = sizing_cost, size
+        self.value: Any = [b"a record"]  # a container: its estimate is timed
         monkeypatch.setattr(depth_module, "thread_time", lambda: self.now)
-        monkeypatch.setattr(depth_module, "perf_counter", lambda: self.now)
         monkeypatch.setattr(depth_module, "estimate_bytes", self.estimate)
 
     def estimate(self, value: Any) -> int:
@@ -35,7 +42,7 @@ class Clocks:
         caps = []
         for _ in range(batches):
             self.now += work
-            caps.append(depth.after([(0, 0, DONE, object(), 0.0, 0.0)]))
+            caps.append(depth.after([(0, 0, DONE, self.value, 0.0, 0.0)]))
         return caps
 
 
@@ -91,21 +98,35 @@ def test_a_long_run_samples_again_as_its_budget_grows() -> None:
 
 
 def test_cheap_samples_of_small_values_widen_as_fast_as_ever() -> None:
-    """An int's estimate costs ~1 us: the budget never delays the doubling."""
+    """A number's estimate is not even timed: the budget never delays the doubling,
+    however slow the machine makes an estimate look."""
     with pytest.MonkeyPatch.context() as mp:
-        clocks = Clocks(mp, sizing_cost=1e-6, size=28)
+        clocks = Clocks(mp, sizing_cost=500e-6, size=28)
+        clocks.value = 7
         caps = clocks.run(Depth(workers=2, full=130), batches=8, work=30e-6)
         assert caps == [4, 8, 16, 32, 64, 128, 130, 130]
 
 
 def test_big_values_close_the_depth_within_the_budget_too() -> None:
-    """Cheap to size (an array's ``nbytes``), so a switch to big values is seen
-    as soon as without a budget."""
+    """Arrays are sized from their header, untimed: a switch to big values is
+    seen as soon as without a budget."""
     with pytest.MonkeyPatch.context() as mp:
-        clocks = Clocks(mp, sizing_cost=2e-6, size=28)
+        clocks = Clocks(mp, sizing_cost=500e-6, size=28)
+        clocks.value = 7
         depth = Depth(workers=2, full=130)
         clocks.run(depth, batches=50, work=30e-6)
         assert depth.current == 130
-        clocks.size = 8 << 20
+        clocks.size, clocks.value = 8 << 20, Array()
         caps = clocks.run(depth, batches=depth_module._SAMPLE_EVERY, work=30e-6)
         assert caps[-1] == 2
+
+
+def test_only_values_sizing_looks_inside_are_timed() -> None:
+    from dagexec._engine.run.sizing import looks_inside
+
+    for cheap in (7, 1.5, "text", b"bytes", None, Array()):
+        assert not looks_inside(cheap), cheap
+    for deep in ([1], (1,), {1: 2}, {1}, frozenset()):
+        assert looks_inside(deep), deep
+    pd = pytest.importorskip("pandas")
+    assert looks_inside(pd.DataFrame({"v": [1]}))

@@ -34,11 +34,11 @@ Owned by the thread that drives the run, like everything of the driver's.
 from __future__ import annotations
 
 import weakref
-from time import perf_counter, thread_time
+from time import thread_time
 from typing import Any
 
 from ..workers.wire import CHAIN, DONE, R_KIND, R_PAYLOAD, Message
-from .sizing import estimate_bytes
+from .sizing import estimate_bytes, looks_inside
 
 __all__ = ["BUDGET_BYTES", "Depth", "estimate_bytes"]
 
@@ -73,7 +73,7 @@ _SAMPLE_EVERY = 8
 _SAMPLE_EVERY_AT_WORKERS = 64
 
 # On top of that, a run's estimates may take at most this share of the CPU its
-# driving thread has used since its first sample, plus :data:`_ALLOWANCE` seconds;
+# driving thread has used since its first timed one (below), plus :data:`_ALLOWANCE` seconds;
 # a sample that would go over is put off by twice as many batches as the thread
 # took on average to earn that much (at least :data:`_SAMPLE_EVERY`, at most
 # :data:`_PUT_OFF_MOST`), one task per worker meanwhile: a depth nobody looks at
@@ -91,15 +91,14 @@ _SAMPLE_EVERY_AT_WORKERS = 64
 # 26-row frames gave its driving thread 8-18 ms of CPU in all, of which the first
 # run's samples, every batch while the depth doubled, took 9-12%. Slow tasks are
 # what make a budget tight, and they are also where staying shallow costs nothing
-# (a hand-off of ~70 us per 50 ms task). The allowance covers a cold first sample
-# or two (the first in a process: ~30 us even for an int).
+# (a hand-off of ~70 us per 50 ms task). Only the estimates of values sizing looks
+# inside (containers, pandas objects: :func:`.sizing.looks_inside`) are timed and
+# counted: a number's or an array's costs ~1 us, so a run of them never waits and
+# reads no clock (timing every sample, on the wall clock, made the speed gate's
+# wide graph 1.27x the calls per task under cProfile). The allowance covers a cold
+# first sample or two.
 _SHARE = 0.007
 _ALLOWANCE = 50e-6
-# What a sample costs is counted between these: the first microseconds are free (an
-# int's or an array's estimate, ~1 us warm, so graphs of small values never wait),
-# and a sample counts at most a cold pandas frame's cost (the clock is a wall clock:
-# a thread preempted mid-estimate would otherwise count a whole time slice).
-_FREE, _COUNTED_MOST = 5e-6, 200e-6
 _PUT_OFF_MOST = 256
 # What one look at the budget costs, counted as spent: a thread_time call with
 # cold caches, ~10 us here (measured in a dask bag run).
@@ -157,10 +156,10 @@ class Depth:
         self.countdown = 1  # batches until the next sample
         self.elapsed = 1  # batches since the last sample, when the countdown ends
         self.samples = 0  # taken so far, counted up to _REMEMBERED_SAMPLES
-        # The sampling budget: seconds spent sizing values (wall time of each
-        # estimate, a cheap clock: ~1.4 us a thread_time call here), what the
-        # budget was when last worked out (thread_time is only read again once
-        # that is spent), and the driving thread's CPU at the first sample (-1: none).
+        # The sampling budget: CPU seconds spent on timed estimates, what the
+        # budget was when last worked out (thread_time, ~1.4 us a call here, is
+        # only read again once that is spent), and the driving thread's CPU at the
+        # first timed estimate (-1: none yet).
         self.spent = 0.0
         self.allowed = _ALLOWANCE
         self.clock = -1.0
@@ -223,15 +222,17 @@ class Depth:
         return self.current
 
     def size(self, value: Any) -> int:
-        """The bytes ``value`` keeps alive (:func:`.sizing.estimate_bytes`), its cost
-        counted against the run's sampling budget (the first one also starts its clock)."""
+        """The bytes ``value`` keeps alive (:func:`.sizing.estimate_bytes`). The
+        estimate of a value it looks inside (a container, a pandas object) is timed
+        on the thread's CPU clock and counted against the run's sampling budget (the
+        first one also starts the budget's clock); any other costs ~1 us, untimed."""
+        if not looks_inside(value):
+            return estimate_bytes(value)
+        started = thread_time()
         if self.clock < 0:
-            self.clock = thread_time()
-        started = perf_counter()
+            self.clock = started
         size = estimate_bytes(value)
-        cost = perf_counter() - started
-        if cost > _FREE:
-            self.spent += min(cost, _COUNTED_MOST) - _FREE
+        self.spent += thread_time() - started
         return size
 
     def put_off(self) -> int:
