@@ -54,10 +54,17 @@ BUDGET_BYTES = 256 << 10
 # How fast a big value is forgotten: per batch of reports, the remembered size
 # shrinks by this factor unless a bigger one is sampled. Closer to 1 remembers
 # longer (safer, slower to widen after a phase of big values); lower widens sooner.
-# After the 64 unsampled batches at one task per worker (below) a big value is
-# all but forgotten and the next sample decides: a small one among big ones then
-# lets the depth double for one batch, as the next sample narrows it again.
+# Unsampled batches count, but one sample forgets at most what :data:`_DECAY_SPAN`
+# batches do (0.9^8: to 43%): after the 64 unsampled batches at one task per
+# worker (below) a big value used to be all but forgotten, so one small value
+# among big ones (a chunk's sum among 8 MB chunks in dask's ``(x + x.T).sum()``)
+# let the depth double, and the next samples, taken every batch while it
+# doubled, could be small too: it went to 16 and peaked at 131-151 MiB against
+# dask threaded's 86. Now forgetting a big value takes a run of small ones: a
+# sample much smaller than the remembered size is followed by one in the next
+# batch (see ``after``), each forgetting 10%.
 _DECAY = 0.9
+_DECAY_SPAN = 8
 
 # Once a run's first samples are in, only every so many batches of reports is
 # sampled. Each estimate runs on the driving thread right after a worker touched
@@ -199,7 +206,8 @@ class Depth:
                     self.elapsed += later
                     return self.current
             self.batches += self.elapsed
-            self.note(self.size(value), self.elapsed)
+            size = self.size(value)
+            self.note(size, self.elapsed)
             wanted = self.cap()
             # Deeper at most twice as deep per sample: a few small values first
             # (a sum, a row) say little about the tasks that go out next.
@@ -208,8 +216,10 @@ class Depth:
                 self.countdown = self.elapsed = 1
             elif cap < wanted:
                 self.countdown = self.elapsed = 1  # still widening: look again soon
-            elif cap == self.workers:
+            elif cap == self.workers and self.typical <= 2 * size:
                 self.countdown = self.elapsed = _SAMPLE_EVERY_AT_WORKERS
+            elif cap == self.workers:  # much smaller than remembered: a run of them?
+                self.countdown = self.elapsed = 1
             else:
                 self.countdown = self.elapsed = _SAMPLE_EVERY
                 self.watching = True  # this one is never put off
@@ -268,7 +278,7 @@ class Depth:
 
     def note(self, size: int, batches: int = 1) -> None:
         """One value of ``size`` bytes was made, ``batches`` batches after the last sampled."""
-        decayed = self.typical * (_DECAY if batches == 1 else _DECAY**batches)
+        decayed = self.typical * (_DECAY if batches == 1 else _DECAY ** min(batches, _DECAY_SPAN))
         self.typical = size if size > decayed else decayed
 
     def cap(self) -> int:
