@@ -63,7 +63,11 @@ RSS_RATIO, RSS_SLACK_MIB, TIME_RATIO = 1.2, 8.0, 1.10
 
 
 def collection(name: str, full: bool) -> Any:
-    import dask.array as da
+    if name.startswith("bag") or name == "delayed tree":
+        return _bag_or_delayed(name)
+    if name in DATAFRAME:
+        return _dataframe(name)
+    import dask.array as da  # not imported by the bag and dataframe children
 
     rng = da.random.default_rng(0)
     if name == "sum 12k c1000":
@@ -85,10 +89,6 @@ def collection(name: str, full: bool) -> Any:
     if name == "map_overlap":
         x = rng.random((6000, 6000), chunks=1000)
         return x.map_overlap(_double, depth=2, boundary="reflect").sum()
-    if name.startswith("bag") or name == "delayed tree":
-        return _bag_or_delayed(name)
-    if name in DATAFRAME:
-        return _dataframe(name)
     raise SystemExit(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
 
 
