@@ -83,15 +83,11 @@ _SAMPLE_EVERY_AT_WORKERS = 64
 # driving thread has used since its first timed one (below), plus :data:`_ALLOWANCE` seconds;
 # a sample that would go over is put off by twice as many batches as the thread
 # took on average to earn that much (at least :data:`_SAMPLE_EVERY`, at most
-# :data:`_PUT_OFF_MOST`), one task per worker meanwhile: a depth nobody looks at
-# is not kept open (dask's cumsum makes a small row first, which doubles the depth,
-# and 8 MB blocks next, which its second sample must not see late). While the depth
-# doubles after the run's first two samples, a sample waits 8 batches at most (no
-# staler than at a steady depth), the depth kept. So waiting costs speed, never
-# memory. Only samples that could widen the depth wait (the second, the doubling,
-# the every 64th at one task per worker); the run's first sample and the every-8th
-# one at a depth the values have allowed (the one that narrows it when values
-# grow) are always taken, and counted.
+# :data:`_PUT_OFF_MOST`), one task per worker meanwhile: a depth that cannot be
+# afforded a look is not kept open (dask's cumsum makes a small row first, which
+# doubles the depth, and 8 MB blocks next, which a late sample would see only
+# after they were made twice as deep). So waiting costs speed, never memory. The
+# run's first sample is always taken.
 # Why: what a sample costs depends on the value (1 us for an int, 25-200 us for a
 # small pandas frame with cold caches), what a run's driving thread does between
 # samples on how long its tasks take: a dask groupby-agg's ~60 slow tasks returning
@@ -144,7 +140,6 @@ class Depth:
         "spent",
         "start",
         "typical",
-        "watching",
         "workers",
     )
 
@@ -171,7 +166,6 @@ class Depth:
         self.allowed = _ALLOWANCE
         self.clock = -1.0
         self.batches = 0  # up to the last sample since the first (the budget's pace)
-        self.watching = False  # the next sample is the one that narrows a wide depth
 
     def after(self, batch: list[Message]) -> int:
         """The cap once ``batch`` (reports, as on the results queue) has arrived.
@@ -195,13 +189,10 @@ class Depth:
                 value = payload.outcome
             else:
                 continue
-            if self.spent > self.allowed and not self.watching:
+            if self.spent > self.allowed:
                 later = self.put_off()
-                if later:  # over budget: look again later (see _SHARE)
-                    if self.current > self.workers and self.samples >= _REMEMBERED_SAMPLES:
-                        later, self.watching = _SAMPLE_EVERY, True  # doubling: 8 batches on
-                    else:
-                        self.current = self.workers
+                if later:  # over budget: one task per worker until it looks again
+                    self.current = self.workers
                     self.countdown = later
                     self.elapsed += later
                     return self.current
@@ -222,9 +213,6 @@ class Depth:
                 self.countdown = self.elapsed = 1
             else:
                 self.countdown = self.elapsed = _SAMPLE_EVERY
-                self.watching = True  # this one is never put off
-                break
-            self.watching = False
             break
         else:
             self.countdown = 1  # nothing to sample in this one: try the next
