@@ -91,20 +91,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "RunState's stop: functions of the run bound as its methods, typed by it "
         "(TYPE_CHECKING only)"
     ),
-    ("_engine.front.caller_drives", "_engine.front.executor"): (
-        "the caller-driven path is Executor.run's, moved out for size: it takes the "
-        "Executor whose locks and slot it holds (TYPE_CHECKING only)"
-    ),
-    ("_engine.front.queued", "_engine.front.executor"): (
-        "the queued path is Executor.run's and submit's, moved out for size: it takes "
-        "the Executor whose locks, queue and scheduler thread it uses (TYPE_CHECKING only)"
-    ),
-    ("_engine.run.items", "_engine.run.driver"): (
-        "the item builders take the Driver they fill (TYPE_CHECKING only)"
-    ),
-    ("_engine.run.outcome", "_engine.run.scheduler"): (
-        "the outcome is read off the finished Run (TYPE_CHECKING only)"
-    ),
 }
 
 # The pure state machine reports through events; it never waits, sleeps or logs.

@@ -16,17 +16,14 @@ import contextvars
 import threading
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from ..._core.result import RunResult
 from ..._core.safe import add_note
 from ..run.scheduler import Run
+from .host import Host
 from .run_checks import Job
 from .sigint import SigintToAbort, sigint_stops_runs
 from .submission import _INTERRUPT_POLL_SECONDS
-
-if TYPE_CHECKING:
-    from .executor import Executor
 
 _ESCAPED_NOTE = (
     "dagexec: raised while this thread drove a run, which was stopped: queued tasks "
@@ -49,7 +46,7 @@ def _take_over(run: Run, slot: threading.Lock) -> None:
 
 
 def run_here(
-    executor: Executor, job: Job, capacity: Mapping[str, float], here: threading.Thread
+    executor: Host, job: Job, capacity: Mapping[str, float], here: threading.Thread
 ) -> RunResult | None:
     """Drive a plain run on the calling thread (``here``); None if it must be queued
     instead.
@@ -123,7 +120,7 @@ def run_here(
 
 
 def _take_slot(
-    executor: Executor, job: Job, capacity: Mapping[str, float], here: threading.Thread
+    executor: Host, job: Job, capacity: Mapping[str, float], here: threading.Thread
 ) -> Run | None:
     """With ``_run_lock`` held: take ``_slot`` and make the run, recorded as the
     executor's last; or None if a queued or interrupted run must go first.
@@ -149,7 +146,7 @@ def _take_slot(
         executor._run_lock.release()
 
 
-def _finish_elsewhere(executor: Executor, run: Run) -> None:
+def _finish_elsewhere(executor: Host, run: Run) -> None:
     """Hand an interrupted run, and ``_slot``, to a thread that waits for its tasks."""
     thread = threading.Thread(
         target=_take_over, args=(run, executor._slot), name="dagexec-interrupted", daemon=True

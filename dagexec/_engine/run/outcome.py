@@ -8,19 +8,56 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from ..._core.errors import TaskTimeout
-from ..._core.hooks import PlanInfo
+from ..._core.hooks import Hooks, PlanInfo
+from ..._core.plan import Plan
 from ..._core.result import DONE, RunResult, StatusMap, TraceRecord
 from ..._core.task_logs import NO_LOGS
-
-if TYPE_CHECKING:
-    from .scheduler import Run
+from ..._observation.capture import Capture
+from ..._observation.observer import Observer
+from ..._state.runstate import RunState
+from .balance import Balance
 
 __all__ = ["Outcome", "announce", "build_result", "conclude"]
 
 log = logging.getLogger("dagexec")
+
+
+class Run(Protocol):
+    """What a run's start and end read of it (:class:`~dagexec._engine.run.scheduler.Run`
+    holds it; named here by what is read, as the run imports this module)."""
+
+    @property
+    def plan(self) -> Plan: ...
+    @property
+    def inboxes(self) -> Sequence[Any]: ...
+    @property
+    def info(self) -> bool: ...
+    @property
+    def bound(self) -> int: ...
+    @property
+    def hooks(self) -> Hooks: ...
+    @property
+    def queue_cap(self) -> int: ...
+    @property
+    def max_in_flight(self) -> int: ...
+    @property
+    def observer(self) -> Observer: ...
+    @property
+    def state(self) -> RunState: ...
+    @property
+    def balance(self) -> Balance: ...
+    @property
+    def capacity(self) -> Mapping[str, float]: ...
+    @property
+    def abandoned(self) -> int: ...
+    @property
+    def abandoned_attempts(self) -> set[tuple[int, int]]: ...
+    @property
+    def capture(self) -> Capture | None: ...
 
 
 class Outcome:
