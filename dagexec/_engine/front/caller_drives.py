@@ -16,6 +16,7 @@ import contextvars
 import threading
 import weakref
 from collections.abc import Mapping
+from operator import methodcaller
 
 from ..._core.result import RunResult
 from ..._core.safe import add_note
@@ -24,6 +25,8 @@ from .host import Host
 from .run_checks import Job
 from .sigint import SigintToAbort, sigint_stops_runs
 from .submission import _INTERRUPT_POLL_SECONDS
+
+_DONE = methodcaller("done")
 
 _ESCAPED_NOTE = (
     "dagexec: raised while this thread drove a run, which was stopped: queued tasks "
@@ -34,7 +37,7 @@ _ESCAPED_NOTE = (
 def _plain(job: Job) -> bool:
     """Whether the caller may drive this run itself, as far as its options go
     (:func:`run_here` also asks about the thread and its SIGINT handler)."""
-    return job.timeout is None and job.checkpoint is None and not job.hooks
+    return job.timeout is None and job.checkpoint is None and not job.hooks.any
 
 
 def _take_over(run: Run, slot: threading.Lock) -> None:
@@ -129,8 +132,8 @@ def _take_slot(
         if executor._closed:
             raise RuntimeError("this Executor is shut down; create a new one to run")
         if (
-            executor._abandoned is not None
-            or not all(f.done() for f in executor._pending)
+            executor._stopper.abandoned is not None
+            or not all(map(_DONE, executor._pending))
             or not executor._slot.acquire(blocking=False)
         ):
             return None  # a queued or interrupted run goes first: queue behind it

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..._core.errors import TaskTimeout
 from ..._core.hooks import Hooks, PlanInfo
@@ -60,14 +60,12 @@ class Run(Protocol):
     def capture(self) -> Capture | None: ...
 
 
-class Outcome:
-    """What the scheduler hands the caller: the result, and what to raise if anything."""
+class Outcome(NamedTuple):
+    """What the scheduler hands the caller: the result, and what to raise if anything.
+    A tuple: made without a call of ours."""
 
-    __slots__ = ("error", "result")
-
-    def __init__(self, result: RunResult | None, error: BaseException | None) -> None:
-        self.result = result
-        self.error = error
+    result: RunResult | None
+    error: BaseException | None
 
 
 def announce(run: Run) -> None:

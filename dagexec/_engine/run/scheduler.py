@@ -54,7 +54,8 @@ import logging
 import queue
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -106,14 +107,11 @@ def _nothing() -> None:
     return None
 
 
-def _namer(state: weakref.ref[RunState]) -> Callable[[int], Hashable]:
-    """How ``current_task()`` names a plain task of the run whose state is ``state``."""
-
-    def name_of(task: int) -> Hashable:
-        alive = state()
-        return task if alive is None else alive.names[task]
-
-    return name_of
+def _name_of(state: weakref.ref[RunState], task: int) -> Hashable:
+    """How ``current_task()`` names a plain task of the run whose state is ``state``
+    (bound to it with ``partial``, made in C: no call of ours per run)."""
+    alive = state()
+    return task if alive is None else alive.names[task]
 
 
 class Run:
@@ -152,7 +150,7 @@ class Run:
         self.bound = min(max_in_flight, len(inboxes) * (queue_cap + 1))
         # A run with process tasks fills inboxes one deep, and its cap says so: else
         # the driver takes full inboxes for a moment's and re-checks every 1 ms.
-        depth = inbox_depth(plan.policy, queue_cap)
+        depth = queue_cap if plan.policy is None else inbox_depth(plan.policy, queue_cap)
         cap = min(self.bound, len(inboxes) * (depth + 1))
         # No bound given: the cap follows the size of the values made (_engine/run/depth.py).
         memory_aware = Depth(len(inboxes), cap, plan) if adaptive else None
@@ -193,7 +191,7 @@ class Run:
         self.observer = Observer(hooks, state.names, None, state.fail)
         flags = (TIMED if trace or hooks.task_end else 0) | (NOTIFY_START if hooks.starts else 0)
         # Hung threads of earlier runs' timed-out attempts get no work.
-        dead = frozenset() if crew is None else crew.blocked_slots()
+        dead = frozenset() if crew is None or not crew.blocked else crew.blocked_slots()
         self.balance = balance = Balance(inboxes, depth, dead)
         self.timers = timers = (
             None if plan.policy is None else AttemptTimers(state, self.book, self._replace_worker)
@@ -372,7 +370,7 @@ class Run:
         # maps expand, and were written before the task was handed out. Weakly:
         # a task may keep its token (this flag) after the run, and the run's values
         # must not live on through it.
-        self.stop.name_of = _namer(weakref.ref(state))
+        self.stop.name_of = partial(_name_of, weakref.ref(state))
         if self.capture is not None:
             start_capture()
             self.capturing = True
