@@ -93,7 +93,6 @@ from .depth import Depth
 from .driver import Driver
 from .flag import Flag
 from .outcome import Outcome, announce, conclude
-from .reports import Reports
 from .run_stop import RunStop
 from .timers import AttemptTimers
 
@@ -142,6 +141,7 @@ class Run:
         self.crew = crew  # replaces a worker blocked by a timed-out attempt
         self.book = book if book is not None else AttemptBook()  # the executor's
         self.lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]] = {}
+        self.subscribed = False  # to the book's news of abandoned attempts (_borrow)
         self.abandoned = 0  # attempts still running when the run ended (RunStats)
         self.abandoned_attempts: set[tuple[int, int]] = set()  # (task, attempt), for the trace
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
@@ -216,7 +216,6 @@ class Run:
             state,
             self.observer,
             balance=balance,
-            reports=Reports(state, balance, timers, stops, self.lent),
             stops=stops,
             timers=timers,
             depth=memory_aware,
@@ -308,7 +307,8 @@ class Run:
             release_capture(self.lingering)
         if self.timers is not None:
             self.timers.close()
-        self.book.unsubscribe(self._freed)
+        if self.subscribed:
+            self.book.unsubscribe(self._freed)
         for error in self.observer.errors:
             release_frames(error)
         self.observer.errors.clear()
@@ -410,7 +410,14 @@ class Run:
         Tasks that need it wait until those attempts return (a FREED message),
         so that no capacity is exceeded on this executor across runs.
         """
-        number, still = self.book.subscribe(self._freed)
+        book = self.book
+        if self.timers is None and not book.overrunning:
+            # Nothing can report to this run: no attempt of an earlier run still
+            # runs, and only a run with timers abandons one. Numbered all the same.
+            book.runs += 1  # one run drives at a time: no other writer
+            return
+        self.subscribed = True
+        number, still = book.subscribe(self._freed)
         if self.timers is not None:
             self.timers.run = number
         for attempt in still:
