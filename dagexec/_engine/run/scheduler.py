@@ -374,8 +374,14 @@ class Run:
         if self.capture is not None:
             start_capture()
             self.capturing = True
-        self._borrow()
-        announce(self)
+        # Each only where it has something to do: a run that no attempt of an
+        # earlier run can report to (see _borrow), a start nobody hears of.
+        if self.timers is not None or self.book.overrunning:
+            self._borrow()
+        else:
+            self.book.runs += 1  # numbered all the same; one run drives at a time
+        if self.info or self.hooks.run_start:
+            announce(self)
         self.detached = driver.loop()
         if not self.detached:
             self._end()
@@ -408,16 +414,12 @@ class Run:
         """Start the run owing what abandoned attempts of earlier runs still hold.
 
         Tasks that need it wait until those attempts return (a FREED message),
-        so that no capacity is exceeded on this executor across runs.
+        so that no capacity is exceeded on this executor across runs. Called only
+        for a run that may hear of such an attempt: one still runs, or the run has
+        timers, which may abandon one (only they do).
         """
-        book = self.book
-        if self.timers is None and not book.overrunning:
-            # Nothing can report to this run: no attempt of an earlier run still
-            # runs, and only a run with timers abandons one. Numbered all the same.
-            book.runs += 1  # one run drives at a time: no other writer
-            return
         self.subscribed = True
-        number, still = book.subscribe(self._freed)
+        number, still = self.book.subscribe(self._freed)
         if self.timers is not None:
             self.timers.run = number
         for attempt in still:
