@@ -78,7 +78,7 @@ def run_here(
     interrupted, escaped = False, None
     with SigintToAbort(on_main) as sigint:  # from here on Ctrl-C only asks runs to stop
         # Polled, so that a Ctrl-C while another thread holds the lock still raises.
-        while not executor._run_lock.acquire(timeout=_INTERRUPT_POLL_SECONDS):
+        while not executor._run_lock.acquire(True, _INTERRUPT_POLL_SECONDS):
             if sigint.fired:
                 raise KeyboardInterrupt
         run = _take_slot(executor, job, capacity, here)
@@ -93,13 +93,7 @@ def run_here(
                     _finish_elsewhere(executor, run)
                     interrupted = True
             finally:
-                if not run.begun:  # never started: nothing of it will (shutdown waits)
-                    run.cancelled.set()
-                    run.finished.set()
-                if not executor._slot_passed:
-                    executor._driver = None
-                    executor._slot.release()
-                executor._slot_passed = False
+                _let_slot_go(executor, run)
     if run is None:
         if sigint.fired:  # while waiting for the lock
             raise KeyboardInterrupt
@@ -120,6 +114,18 @@ def run_here(
     result = outcome.result
     assert result is not None
     return result
+
+
+def _let_slot_go(executor: Host, run: Run) -> None:
+    """After driving ``run`` (or failing to start it): let ``_slot`` go, unless it
+    was handed to the thread that finishes an interrupted run."""
+    if not run.begun:  # never started: nothing of it will (shutdown waits)
+        run.cancelled.set()
+        run.finished.set()
+    if not executor._slot_passed:
+        executor._driver = None
+        executor._slot.release()
+    executor._slot_passed = False
 
 
 def _take_slot(

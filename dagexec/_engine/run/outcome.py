@@ -14,10 +14,11 @@ from typing import Any, NamedTuple, Protocol
 from ..._core.errors import TaskTimeout
 from ..._core.hooks import Hooks, PlanInfo
 from ..._core.plan import Plan
-from ..._core.result import DONE, RunResult, StatusMap, TraceRecord
+from ..._core.result import DONE, RunResult, StatusMap
 from ..._core.task_logs import NO_LOGS
 from ..._observation.capture import Capture
 from ..._observation.observer import Observer
+from ..._observation.trace import Recorder
 from ..._state.runstate import RunState
 from .balance import Balance
 
@@ -165,17 +166,23 @@ def build_result(run: Run, wall: float) -> RunResult:
         state.timeouts,
     )
     recorder = run.observer.recorder
-    trace: tuple[TraceRecord, ...] = ()
-    if recorder is not None:
-        timed_out = {t for t, e in state.errors.items() if isinstance(e, TaskTimeout)}
-        trace = recorder.records(status, codes, timed_out, run.abandoned_attempts)
     logs = NO_LOGS if run.capture is None else run.capture.close(names, state.index)
-    result = RunResult(values, status, errors, stats, trace, target_names, logs)
-    if recorder is not None and state.needs is not None:
+    result = RunResult(values, status, errors, stats, (), target_names, logs)
+    if recorder is not None:
+        _add_trace(result, recorder, run, status)
+    return result
+
+
+def _add_trace(result: RunResult, recorder: Recorder, run: Run, status: StatusMap) -> None:
+    """A traced run's records, and what each task needed (for the pictures)."""
+    state = run.state
+    names = state.names
+    timed_out = {t for t, e in state.errors.items() if isinstance(e, TaskTimeout)}
+    result.trace = recorder.records(status, state.state, timed_out, run.abandoned_attempts)
+    if state.needs is not None:
         rnames, needs = state.resource_names, state.needs
         result._needs = {
             names[t]: tuple((rnames[r], amount) for r, amount in need)
             for t, need in enumerate(needs)
             if need
         }
-    return result

@@ -150,7 +150,9 @@ class Run:
         self.bound = min(max_in_flight, len(inboxes) * (queue_cap + 1))
         # A run with process tasks fills inboxes one deep, and its cap says so: else
         # the driver takes full inboxes for a moment's and re-checks every 1 ms.
-        depth = queue_cap if plan.policy is None else inbox_depth(plan.policy, queue_cap)
+        depth = queue_cap
+        if plan.policy is not None:
+            depth = inbox_depth(plan.policy, queue_cap)
         cap = min(self.bound, len(inboxes) * (depth + 1))
         # No bound given: the cap follows the size of the values made (_engine/run/depth.py).
         memory_aware = Depth(len(inboxes), cap, plan) if adaptive else None
@@ -165,9 +167,9 @@ class Run:
         self.outcome: Outcome | None = None
         # logs=: the run's capture rides on the flags every item carries, which a
         # worker's Running holds while it runs the item (see _observation/capture.py).
-        self.capture = None if logs is None else Capture(*logs)
-        if self.capture is not None:
-            self.stop.capture = self.hard_stop.capture = self.capture
+        self.capture: Capture | None = None
+        if logs is not None:
+            self.capture = self.stop.capture = self.hard_stop.capture = Capture(*logs)
         self.capturing = False  # capture.start() called; release() owed at the end
         self.lingering: list[threading.Event] = []  # abandoned attempts' done flags
         self.expired: float | None = None  # its timeout= passed (set before abort())
@@ -193,11 +195,7 @@ class Run:
         # Hung threads of earlier runs' timed-out attempts get no work.
         dead = frozenset() if crew is None or not crew.blocked else crew.blocked_slots()
         self.balance = balance = Balance(inboxes, depth, dead)
-        self.timers = timers = (
-            None if plan.policy is None else AttemptTimers(state, self.book, self._replace_worker)
-        )
-        if timers is not None:
-            timers.lend = self._lend
+        self.timers = timers = None if plan.policy is None else self._timers()
         self.stops = stops = RunStop(
             state,
             self.observer,
@@ -223,6 +221,12 @@ class Run:
             flags=flags,
             context=context,
         )
+
+    def _timers(self) -> AttemptTimers:
+        """The attempt timers of a run whose plan has a task policy."""
+        timers = AttemptTimers(self.state, self.book, self._replace_worker)
+        timers.lend = self._lend
+        return timers
 
     def abort(self, hard: bool = False) -> None:
         """Stop the run (a cancel, the run's timeout); safe from any thread but not
