@@ -23,7 +23,7 @@ from ..._core.safe import add_note
 from ..run.scheduler import Run
 from .host import Host
 from .run_checks import Job
-from .sigint import SigintToAbort, sigint_stops_runs
+from .sigint import SigintToAbort
 from .submission import _INTERRUPT_POLL_SECONDS
 
 _DONE = methodcaller("done")
@@ -72,11 +72,12 @@ def run_here(
     is, so that a shutdown or a submit from another thread sees it.
     """
     on_main = here is threading.main_thread()
-    if not sigint_stops_runs(on_main):
+    sigint = SigintToAbort(on_main)
+    if not sigint.stops_runs:
         return None
     run: Run | None = None
     interrupted, escaped = False, None
-    with SigintToAbort(on_main) as sigint:  # from here on Ctrl-C only asks runs to stop
+    with sigint:  # from here on Ctrl-C only asks runs to stop
         # Polled, so that a Ctrl-C while another thread holds the lock still raises.
         while not executor._run_lock.acquire(True, _INTERRUPT_POLL_SECONDS):
             if sigint.fired:
