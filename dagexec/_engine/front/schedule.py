@@ -192,17 +192,22 @@ def _check_step(k: int, step: tuple[tuple[Hashable, int], ...]) -> None:
     for _, w in step:
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
             raise ValueError(f"{where}: a worker is a number >= 0, got {w!r}")
-    workers = [w for _, w in step]
-    if len(set(workers)) < len(workers):
-        twice = next(w for w in workers if workers.count(w) > 1)
+    twice = _named_twice([w for _, w in step])
+    if twice is not None:
         raise ValueError(
-            f"{where} puts two tasks on worker {twice}; tasks that start "
+            f"{where} puts two tasks on worker {twice[0]}; tasks that start "
             "together each need their own worker"
         )
-    names = [t for t, _ in step]
-    if len(set(names)) < len(names):
-        again = next(t for t in names if names.count(t) > 1)
+    again = _named_twice([t for t, _ in step])
+    if again is not None:
         raise ValueError(
-            f"{where} starts task {_name(again)} twice; a task starts once a step "
+            f"{where} starts task {_name(again[0])} twice; a task starts once a step "
             "(a retry is a later step)"
         )
+
+
+def _named_twice(names: list[Hashable]) -> tuple[Hashable] | None:
+    """The first of ``names`` that is there twice (in a 1-tuple: it may be None), or None."""
+    if len(set(names)) == len(names):
+        return None
+    return (next(n for n in names if names.count(n) > 1),)
