@@ -87,7 +87,7 @@ class Driver:
         """Dispatch and take reports until the run is over; True if it returned
         early instead, aborted and detachable (see :meth:`RunStop.settle`)."""
         state, balance, events, timers = self.state, self.balance, self.state.events, self.timers
-        stops, depth = self.stops, self.depth
+        stops, depth, apply = self.stops, self.depth, handle
         wait: float | None = None
         while state.unfinished:
             if (state.stopping or stops.abort_requested) and stops.settle():
@@ -116,7 +116,7 @@ class Driver:
             if batch:
                 if depth is not None:
                     self.cap = depth.after(batch)
-                handle(self, batch, self.now)
+                apply(self, batch, self.now)
         return False
 
     def _receive(self, pickup: bool, wait: float | None) -> list[Message]:

@@ -64,13 +64,15 @@ class Flag(threading.Event):
     # logging call on a task's thread reads to find its run (_observation/capture.py).
     capture: Any = None
 
-    # Unset, never set, nobody waiting: class-level, so that a new flag stores
-    # only its lock (set() and wait() write their own, under _guard).
-    _flag = False
+    # Never set, nobody waiting: class-level, so that a new flag stores only its
+    # lock and its state (set() and wait() write their own, under _guard). Not
+    # _flag: a worker reads it for every item, and a miss on the instance's
+    # dict then a look-up on the class cost more per task than the store per run.
     _sets = 0  # how many set() calls: a wait() sees one it raced, even if cleared
     _waiting: threading.Condition | None = None  # made by the first wait()
 
     def __init__(self) -> None:  # no super().__init__(): it would build the slow Condition
+        self._flag = False
         self._guard = allocate_lock()  # held to write _flag and _sets, and to make _waiting
 
     def _at_fork_reinit(self) -> None:
