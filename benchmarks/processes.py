@@ -25,6 +25,10 @@ Parts, each printed as a table:
    children of the timed runs are started (and checked) before any timing.
 6. **task length sweep**: speed-up over serial of process tasks from 0.2 to 5 ms,
    to say from what task length processes pay off.
+7. **a second ``dagexec.run``** (issue 36): the same graph (8 chains x 10 tasks of
+   ~2 ms) by ``dagexec.run`` (a new executor, children shared from the program's
+   pool) and by ``ex.run`` on a reused executor, in >= 10 alternating pairs.
+   Target: the median ``dagexec.run`` <= 1.1x the median reused run.
 
 Every implementation's values are checked against the serial loop's. Beside wall
 times, parts 1, 2 and 4 print CPU time per task, in this process and in the
@@ -579,6 +583,39 @@ def part_startup(repeat: int) -> None:
         )
 
 
+def part_second_run(ex: dagexec.Executor, repeat: int) -> None:
+    chains, length = 8, 10
+    loops = calibrate(2.0)
+    tasks = chains_graph(chains, length, loops)
+    expected = serial(tasks)
+    procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
+    pairs = max(10, repeat)
+    print(
+        f"\n== 7. a second dagexec.run vs a reused executor: {chains} x {length} tasks of "
+        f"~2 ms, {WORKERS} workers; {pairs} alternating pairs; {load()}"
+    )
+    targets = list(tasks)
+    fresh = lambda: dict(dagexec.run(procs, targets=targets, workers=WORKERS).items())  # noqa: E731
+    reused = lambda: dict(ex.run(procs, targets=targets).items())  # noqa: E731
+    for fn in (fresh, reused):  # warm-up (the first dagexec.run starts its children)
+        assert fn()["fold"] == expected["fold"]
+    started = set(live_children())
+    times: dict[str, list[float]] = {"dagexec.run": [], "reused ex.run": []}
+    for i in range(pairs):
+        order = [("dagexec.run", fresh), ("reused ex.run", reused)]
+        for label, fn in order if i % 2 == 0 else order[::-1]:
+            times[label].append(_time(fn))
+    new_children = set(live_children()) - started
+    run_s, ex_s = (statistics.median(times[k]) for k in ("dagexec.run", "reused ex.run"))
+    for label, ts in times.items():
+        print(f"  {label:<16} median {statistics.median(ts):7.3f} s, min {min(ts):7.3f} s")
+    print(f"  children started during the pairs: {len(new_children)}")
+    record(
+        "7", "dagexec.run <= 1.1x a reused executor", f"{run_s / ex_s:.2f}x", run_s / ex_s <= 1.1
+    )
+    print(f"  ({load()})")
+
+
 def _gil() -> bool:
     return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
@@ -587,7 +624,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small graphs, 3 rounds")
     parser.add_argument("--repeat", type=int, default=None)
-    parser.add_argument("--only", default="1,2,3,4,5,6", help="parts to run, e.g. 1,2")
+    parser.add_argument("--only", default="1,2,3,4,5,6,7", help="parts to run, e.g. 1,2")
     args = parser.parse_args()
     repeat = args.repeat or (3 if args.quick else 5)
     parts = set(args.only.split(","))
@@ -618,10 +655,12 @@ def main() -> None:
             part_mixed(ex, repeat, args.quick)
         if "6" in parts:
             part_sweep(ex, repeat)
+        if "7" in parts:
+            part_second_run(ex, repeat)
     if "5" in parts:
         part_startup(repeat)
     if RESULTS:
-        print(f"\n== targets (issue 21), this run; {load()}")
+        print(f"\n== targets (issues 21, 36), this run; {load()}")
         for part, target, measured, ok in RESULTS:
             print(f"  {ok}  part {part}: {target}: {measured}")
     print(f"\n{load()} at the end")

@@ -386,3 +386,20 @@ def waits_at_gate(*values: Any) -> None:
 def enters_probe(*values: Any) -> int:
     with PROBE_IN_BODY:
         return 1
+
+
+def place(name: str, *values: Any) -> tuple[int, str, str | None]:
+    """This child's pid, working directory and environment variable ``name``."""
+    return os.getpid(), os.getcwd(), os.environ.get(name)
+
+
+def kill_and_wait(pid: int) -> None:
+    """SIGKILL ``pid`` and return once it has exited (its pidfd is readable then)."""
+    import signal
+
+    fd = os.pidfd_open(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        select.select([fd], [], [], 10)
+    finally:
+        os.close(fd)

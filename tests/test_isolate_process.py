@@ -22,6 +22,7 @@ import process_tasks as pt
 import pytest
 
 import dagexec
+from dagexec._engine.process import sharing
 from dagexec._engine.process.process_pool import live_children
 from dagexec.testing import Gate, InFlightRecorder, assert_within_bounds
 
@@ -401,6 +402,9 @@ def test_shutdown_with_process_tasks_running(gate: pt.ProcessGate) -> None:
     gate.open()
     assert set(future.result().values()) == set(pids)
     ex.shutdown(wait=True)
+    # Checked back in, healthy, for the next executor; ended with the idle ones.
+    assert set(pids) <= set(sharing.idle_children())
+    sharing.end_idle_children()
     assert not any(alive(p) for p in pids)
 
 
@@ -524,12 +528,7 @@ def test_a_child_killed_while_idle_is_replaced_without_failing_a_task(
     g.map("pids", pt.pid, over="items", isolate="process")
     before = set(ex.run(g)["pids"])
     for pid in before:
-        fd = os.pidfd_open(pid)
-        try:
-            os.kill(pid, signal.SIGKILL)
-            select.select([fd], [], [], 10)  # readable once it has exited
-        finally:
-            os.close(fd)
+        pt.kill_and_wait(pid)
     after = set(ex.run(g)["pids"])
     assert after and not after & before
 

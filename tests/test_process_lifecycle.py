@@ -28,7 +28,7 @@ import pytest
 import dagexec
 from dagexec._core.isolate import IsolatedCall
 from dagexec._core.policy import CurrentTask
-from dagexec._engine.process import process_pool
+from dagexec._engine.process import process_pool, sharing
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -46,6 +46,12 @@ def gone(pid: int, within: float = 10.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+@pytest.fixture
+def no_idle_child() -> None:
+    """No idle child to share: a new executor's first process task starts its own."""
+    sharing.end_idle_children()
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +91,7 @@ def test_a_hanging_unpickling_of_an_argument_times_out(ex: dagexec.Executor) -> 
 
 
 def test_a_value_that_came_in_time_is_saved_though_the_child_started_slowly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_idle_child: None
 ) -> None:
     # A cold child that takes 0.8 s to start (within the start-up allowance), and a
     # task of timeout=0.5 that is quick: the attempt succeeds and must be saved
@@ -98,13 +104,13 @@ def test_a_value_that_came_in_time_is_saved_though_the_child_started_slowly(
     g = dagexec.Graph()
     g.add("upload", pt.count_call, args=(str(calls),), timeout=0.5, isolate="process")
     for _ in range(2):
-        with dagexec.Executor(workers=1) as cold:  # a new child each time
+        with dagexec.Executor(workers=1) as cold:  # the first starts a new child
             assert cold.run(g, checkpoint=store)["upload"] == 1
     assert calls.read_text().count("x") == 1  # the second run loaded it
 
 
 def test_a_cold_attempt_gets_the_start_up_allowance_and_no_more(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, no_idle_child: None
 ) -> None:
     # A child that takes longer than the allowance to start fails the attempt.
     monkeypatch.setattr(process_pool, "STARTUP_ALLOWANCE", 0.2)
@@ -183,7 +189,9 @@ def test_a_crash_kills_what_the_task_started(ex: dagexec.Executor, gate: pt.Proc
     assert gone(grandchild)
 
 
-def test_shutdown_kills_what_earlier_tasks_of_a_reused_child_left(gate: pt.ProcessGate) -> None:
+def test_an_idle_child_ending_kills_what_earlier_tasks_of_it_left(
+    gate: pt.ProcessGate, monkeypatch: pytest.MonkeyPatch
+) -> None:
     g = dagexec.Graph()
     g.add("daemon", pt.start_grandchild, args=(gate.directory, False), isolate="process")
     g.add("next", pt.pid, deps=["daemon"], isolate="process")
@@ -191,7 +199,10 @@ def test_shutdown_kills_what_earlier_tasks_of_a_reused_child_left(gate: pt.Proce
         result = own.run(g, targets=["daemon", "next"])
         (grandchild,) = gate.wait_for_arrivals(1)
         assert result["daemon"] == grandchild and alive(grandchild)  # left running
-    assert gone(grandchild)  # went with its child's group at shutdown
+    assert result["next"] in sharing.idle_children() and alive(grandchild)  # kept, shared
+    monkeypatch.setattr(sharing, "IDLE_TIMEOUT", 0.0)
+    sharing.check_in(sharing.check_out(process_pool.ChildSlot))  # the next use ends it
+    assert gone(grandchild) and not alive(result["next"])  # with its child's group
 
 
 def test_interpreter_exit_kills_what_a_running_task_started(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ try:
         ERROR,
         LOG,
         LOGS,
+        PLACE,
         SEGMENT_PREFIX,
         VALUE,
         Reader,
@@ -64,6 +65,7 @@ except ImportError:  # loaded by file as _dagexec_child, beside _dagexec_transfe
         ERROR,
         LOG,
         LOGS,
+        PLACE,
         SEGMENT_PREFIX,
         VALUE,
         Reader,
@@ -150,6 +152,7 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
         target=_listen_for_stops, args=(stops, stop, running, tag), daemon=True, name="stops"
     ).start()
     loaded: set[str] = set()
+    misplaced: BaseException | None = None  # why the last PLACE could not be taken
     reader = Reader(requests)
     while True:
         try:
@@ -159,6 +162,9 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
         if meta[0] == LOGS:  # which records to stream back, from the next call on
             _stream_logs(meta[1], replies)
             continue
+        if meta[0] == PLACE:  # a new user of this child: its directory, its environment
+            misplaced = _move(meta[1], meta[2])
+            continue
         _, seq, name, attempt, shm, extra = meta
         # Where a reply with large buffers goes: a file the parent names the same way.
         out_path = f"{shm}/{tag}{seq}-out" if shm else None
@@ -166,6 +172,8 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
             stop.clear()
         running[0] = seq
         try:
+            if misplaced is not None:
+                raise misplaced
             if extra is not None:
                 _prepare(extra, loaded)
             fn, args, kwargs, dep_params, deps = pickle.loads(data, buffers=buffers)
@@ -188,14 +196,38 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
             del fn, deps, args, kwargs
             calling = None
             running[0] = 0
+            _flush()
             _reply_error(replies, exc, name, out_path)
             del exc
             continue
         del fn, deps, args, kwargs
         calling = None
         running[0] = 0
+        _flush()
         _reply_value(replies, value, name, out_path)
         del value
+
+
+def _move(cwd: str | None, env: dict[bytes, bytes]) -> BaseException | None:
+    """Take the new user's working directory and environment; the error if the
+    directory cannot be entered (each call then fails with it, until the next PLACE)."""
+    os.environb.clear()
+    os.environb.update(env)
+    if cwd is None:
+        return None
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def _flush() -> None:
+    """Write out what the call printed before its answer goes (nothing to do, and no
+    system call, if it printed nothing): a shared child outlives its executor."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
 
 
 def _prepare(extra: tuple[list[str] | None, dict[str, tuple[str, str]]], loaded: set[str]) -> None:

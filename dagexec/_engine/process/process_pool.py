@@ -9,11 +9,13 @@ to that worker's child and the thread waits for the answer::
     worker thread <--value or exception--------------------- its child process
 
 Ownership: a :class:`ChildSlot` belongs to one worker thread (kept on the
-worker's ``Running`` record) and is only used by it; the child is started by the
-first process task that worker runs and reused by every later one, across runs,
-until the worker exits (``Executor.shutdown``, or a dropped executor), which
-closes it. :data:`_live` lists every live child so that interpreter exit kills
-them all. The scheduler thread never pickles anything: the worker thread does.
+worker's ``Running`` record) and is only used by it; it is checked out of the
+program's pool of idle children by the first process task that worker runs and
+reused by every later one, across runs, until the worker exits
+(``Executor.shutdown``, the end of a ``dagexec.run``, a dropped executor), which
+checks it back in for the next executor (:mod:`.sharing`), which lists
+every live child so that interpreter exit ends them all. The scheduler thread
+never pickles anything: the worker thread does.
 
 While it waits, the worker thread wakes every :data:`_TICK` seconds to look at
 the attempt's cancellation token (a ``threading.Event`` cannot be waited on
@@ -39,21 +41,12 @@ one: it never reached the old. Killed and crashed children are reaped at once,
 with their process group (:mod:`dagexec._engine.process.lifecycle`), and the
 shared-memory files of their call are unlinked by the parent.
 
-Per call, the worker thread makes three system calls: one ``writev`` (the
-request), one ``poll`` and one ``read`` (the reply, up to 64 KiB). Each lets go
-of the GIL, which the driver or the other workers may hold when the thread wants
-it back, so nothing else is asked of the kernel per call: no ``waitpid`` to see
-whether the child lives (a broken pipe or an end of file says so; ``waitpid``
-runs at a tick), no ``getpid`` to name shared-memory files (named once per
-child), no look at ``/dev/shm`` unless a message carries large buffers.
-
 Assumes nothing from the GIL: a slot is touched by its own worker thread only,
 except :func:`_kill_all` at interpreter exit.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import pickle
@@ -64,7 +57,6 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Hashable
 from typing import Any, NoReturn
 
@@ -74,10 +66,23 @@ from ..._core.isolate import IsolatedCall
 from ..._core.policy import CurrentTask, _local
 from ..._observation.capture import child_wanted, from_child
 from .lifecycle import end_group, sweep_segments
+from .loading import extra_for
+from .sharing import (
+    ModuleSpecs,
+    alive,
+    check_in,
+    check_out,
+    current_place,
+    gone,
+    live_children,
+    module_specs,
+    stale_modules,
+)
 from .transfer import (
     CALL,
     LOG,
     LOGS,
+    PLACE,
     SEGMENT_PREFIX,
     VALUE,
     Reader,
@@ -106,6 +111,7 @@ _CLOSE_GRACE = 1.0
 STARTUP_ALLOWANCE = 2.0
 
 _SEQ = struct.Struct("<Q")
+_MORE: Any = object()  # ChildSlot._answer: a message that is not the call's answer
 # The directory dagexec is imported from, put first on the child's path so that
 # the child's bootstrap finds this same dagexec.
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -122,16 +128,7 @@ _BOOT = (
     "load('_dagexec_child', sys.argv[7]).main(*map(int, sys.argv[1:6]))\n"
 )
 
-_live: weakref.WeakSet[ChildSlot] = weakref.WeakSet()
-_live_lock = threading.Lock()
-_exit_hook_installed = False
 _other_threads = threading.local()  # slots of threads that are not dagexec workers
-
-
-def live_children() -> list[int]:
-    """The pids of every child process alive now (for tests and diagnostics)."""
-    with _live_lock:
-        return [s.proc.pid for s in list(_live) if s.proc is not None]
 
 
 def call_in_child(call: IsolatedCall, dep_values: tuple[Any, ...]) -> Any:
@@ -144,7 +141,8 @@ def call_in_child(call: IsolatedCall, dep_values: tuple[Any, ...]) -> Any:
     if here is not None:
         slot = here.child
         if slot is None:
-            slot = here.child = ChildSlot()
+            slot = here.child = check_out(ChildSlot)
+        return slot.run(call, dep_values, info, here.stop)
     else:  # not a dagexec worker (a caller running tasks itself): one per thread
         slot = getattr(_other_threads, "slot", None)
         if slot is None:
@@ -176,15 +174,21 @@ class ChildSlot:
         "__weakref__",
         "busy",
         "deadline",
+        "idle_since",
         "life",
         "loaded",
+        "modules",
+        "place_due",
         "poller",
         "proc",
         "reader",
         "requests",
+        "run_key",
         "sent_logs",
         "sent_path",
+        "sent_place",
         "seq",
+        "shared",
         "stops",
         "tag",
     )
@@ -201,10 +205,16 @@ class ChildSlot:
         self.sent_path: list[str] | None = None  # sys.path as the child has it
         self.sent_logs: tuple[int, str | None] | None = None  # what it streams back
         self.loaded: set[str] = set()  # modules the child loaded from their file
+        self.shared = False  # checked out of the pool: close() checks it back in
+        self.idle_since = 0.0  # when it was checked in (time.monotonic())
+        self.run_key: object = None  # the run it was last brought up to date for
+        # The directory and environment the child has, and those to send if new.
+        self.sent_place: tuple[str | None, dict[Any, Any]] | None = None
+        self.place_due: tuple[str | None, dict[Any, Any]] | None = None
+        self.modules = ModuleSpecs()  # the parent's modules' specs, as it started
 
     def start(self) -> None:
         """Start a fresh child: a bare interpreter loading child.py (~50 ms)."""
-        global _exit_hook_installed
         sweep_segments()  # the first child of this program: those of dead parents go
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
@@ -245,16 +255,26 @@ class ChildSlot:
         self.poller = select.poll()
         self.poller.register(rep_r, select.POLLIN)
         self.tag = f"{SEGMENT_PREFIX}{os.getpid()}-{self.proc.pid}-"
-        self.sent_path = self.sent_logs = None
+        self.sent_path = self.sent_logs = self.place_due = None
+        self.sent_place = current_place()  # it inherits them
+        self.modules = module_specs()
         self.loaded = set()
-        with _live_lock:
-            _live.add(self)
-            if not _exit_hook_installed:
-                atexit.register(_kill_all)
-                _exit_hook_installed = True
+        alive(self)
 
-    def run(self, call: IsolatedCall, dep_values: tuple[Any, ...], info: CurrentTask) -> Any:
-        """Send the call, wait for its answer, return the value or raise the error."""
+    def run(
+        self,
+        call: IsolatedCall,
+        dep_values: tuple[Any, ...],
+        info: CurrentTask,
+        run_key: object = None,
+    ) -> Any:
+        """Send the call, wait for its answer, return the value or raise the error.
+
+        ``run_key`` names the run sending it (its stop flag): the child is brought
+        up to date once per run (:meth:`sync`); None: at every call.
+        """
+        if run_key is None or run_key is not self.run_key:
+            self.sync(run_key)
         try:
             data, buffers = dumps((*parts(call.call), lift(dep_values)))
         except Exception as exc:
@@ -268,14 +288,12 @@ class ChildSlot:
             cold = self.proc is None
             if cold:
                 self.start()
-            extra = self._extra(call, data)
+            extra = extra_for(self, call, data)
             meta = (CALL, self.seq, name, info.attempt, shm, extra)
             in_path = f"{shm}/{self.tag}{self.seq}-in" if shm and buffers else None
             self.deadline = self.deadline_for(call, cold)
             try:
-                if logs != self.sent_logs:  # run(logs=...): stream records back
-                    send(self.requests, (LOGS, logs), b"", [], None)
-                    self.sent_logs = logs
+                self._tell(logs)
                 shared = send(self.requests, meta, data, buffers, in_path)
                 self.busy = True
                 break
@@ -301,6 +319,29 @@ class ChildSlot:
             if shared:  # read by now, or the child is gone: unlinked either way
                 unlink_quietly(in_path)
 
+    def _tell(self, logs: tuple[int, str | None] | None) -> None:
+        """Send what the child must know before the call, if it changed: the log
+        records to stream back (run(logs=...)), a new user's directory and environment."""
+        if logs != self.sent_logs:
+            send(self.requests, (LOGS, logs), b"", [], None)
+            self.sent_logs = logs
+        if self.place_due is not None:
+            send(self.requests, (PLACE, *self.place_due), b"", [], None)
+            self.sent_place, self.place_due = self.place_due, None
+
+    def sync(self, run_key: object) -> None:
+        """Bring the child up to date for a new run (see :mod:`.sharing`): a child
+        that may hold a module the parent reloaded since is ended (the call starts
+        a new one); a directory or environment that changed is sent with the call."""
+        self.run_key = run_key
+        if self.proc is None:
+            return
+        if stale_modules(self.modules):
+            self.end()
+            return
+        place = current_place()
+        self.place_due = place if place != self.sent_place else None
+
     def deadline_for(self, call: IsolatedCall, cold: bool) -> float | None:
         """The attempt's one deadline (``time.monotonic()``), taken as its call is sent:
         its task's timeout, plus :data:`STARTUP_ALLOWANCE` if the call starts the
@@ -318,44 +359,6 @@ class ChildSlot:
         self.kill(shm)
         raise TaskTimeout(info.name, call.timeout, info.attempt)
 
-    def _extra(
-        self, call: IsolatedCall, data: bytes
-    ) -> tuple[list[str] | None, dict[str, tuple[str, str]]] | None:
-        """What the child must know before it unpickles this call, if anything new:
-        the parent's ``sys.path`` (when it changed) and modules to load by file."""
-        paths = None
-        if sys.path != self.sent_path:
-            paths = self.sent_path = list(sys.path)
-        files = self._files(call, data)
-        return None if paths is None and not files else (paths, files)
-
-    def _files(self, call: IsolatedCall, data: bytes) -> dict[str, tuple[str, str]]:
-        """Modules the child must load before it unpickles this call, each as
-        ("name", module) or ("file", path): the script as it was started (``python
-        -m pkg.module`` by its name, so that its relative imports work; a file by
-        its path), and graph files the CLI loaded, by their path."""
-        files: dict[str, tuple[str, str]] = {}
-        wanted = [call.by_file] if call.by_file is not None else []
-        if "__main__" not in wanted and b"__main__" in data:  # a value of a __main__ class
-            wanted.append("__main__")
-        for name in wanted:
-            if name in self.loaded:
-                continue
-            module = sys.modules.get(name)
-            spec_name = getattr(getattr(module, "__spec__", None), "name", None)
-            path = getattr(module, "__file__", None)
-            if name == "__main__" and spec_name and spec_name != "__main__":
-                files[name] = ("name", spec_name)
-            elif path:
-                files[name] = ("file", os.path.abspath(path))
-            else:
-                continue
-            self.loaded.add(name)
-            if name == "__main__":
-                # The child's __main__ classes come back as __mp_main__.<name>.
-                sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
-        return files
-
     def _wait(
         self,
         call: IsolatedCall,
@@ -363,9 +366,8 @@ class ChildSlot:
         shm: str | None,
         extra: tuple[list[str] | None, dict[str, tuple[str, str]]] | None,
     ) -> Any:
-        reader, poller, proc = self.reader, self.poller, self.proc
-        assert reader is not None and poller is not None and proc is not None
-        token = info.cancelled
+        reader, poller = self.reader, self.poller
+        assert reader is not None and poller is not None
         deadline = self.deadline
         told = False
         while True:
@@ -373,50 +375,69 @@ class ChildSlot:
             if reader.has_frame() or poller.poll(wait * 1000.0):
                 if deadline is not None and time.monotonic() >= deadline:
                     self.time_out(call, info, shm)  # an answer past it is never used
-                try:
-                    meta, data, buffers = receive(reader, unlink=True)
-                except EOFError:
-                    self._crashed(info, shm)
-                # A message kind that is not final is handled here, and the loop
-                # waits on: a log record (run(logs=...)), kept as it comes.
-                if meta[0] == LOG:
-                    from_child(data)
-                    continue
-                self.busy = False
-                if meta[0] == VALUE:
-                    try:
-                        value = pickle.loads(data, buffers=buffers)
-                    except Exception as exc:
-                        raise RuntimeError(
-                            f"task {describe(info.name)}: the value its child process sent "
-                            f"back cannot be unpickled here: {type(exc).__name__}: {exc}; "
-                            "return a value whose classes the parent can import"
-                        ) from exc
-                    return value[0]
-                if extra is not None:
-                    # Perhaps a module failed to load there: send it again next time.
-                    self.loaded.difference_update(extra[1])
-                error = rebuilt_error(info.name, meta[1], meta[2], data, buffers)
-                del data, buffers
-                raise error
-            if proc.poll() is not None and not poller.poll(0):
-                # Dead, and the pipe still open: a process it started holds its end.
-                self._crashed(info, shm)
-            if token.is_set():
-                if call.cleanup:
-                    if not told:  # let it see current_task().cancelled, and finish
-                        told = True
-                        with contextlib.suppress(OSError):  # died: the next poll sees EOF
-                            os.write(self.stops, _SEQ.pack(self.seq))
-                else:
-                    self.kill(shm)
-                    raise Cancelled(
-                        f"task {describe(info.name)} (attempt {info.attempt}) was stopped "
-                        "while it ran in a child process (the run is stopping: Ctrl-C, "
-                        "cancel() or a failure); the child and its process group were killed"
-                    )
-            if deadline is not None and time.monotonic() >= deadline:
-                self.time_out(call, info, shm)
+                value = self._answer(reader, info, shm, extra)
+                if value is not _MORE:
+                    return value
+                continue
+            told = self._tick(call, info, shm, told)
+
+    def _answer(
+        self,
+        reader: Reader,
+        info: CurrentTask,
+        shm: str | None,
+        extra: tuple[list[str] | None, dict[str, tuple[str, str]]] | None,
+    ) -> Any:
+        """Read one message: the call's value (raise its error), or :data:`_MORE`
+        for a message kind that is not final (handled here: a log record of
+        run(logs=...), kept as it comes)."""
+        try:
+            meta, data, buffers = receive(reader, unlink=True)
+        except EOFError:
+            self._crashed(info, shm)
+        if meta[0] == LOG:
+            from_child(data)
+            return _MORE
+        self.busy = False
+        if meta[0] == VALUE:
+            try:
+                return pickle.loads(data, buffers=buffers)[0]
+            except Exception as exc:
+                raise RuntimeError(
+                    f"task {describe(info.name)}: the value its child process sent "
+                    f"back cannot be unpickled here: {type(exc).__name__}: {exc}; "
+                    "return a value whose classes the parent can import"
+                ) from exc
+        if extra is not None:
+            # Perhaps a module failed to load there: send it again next time.
+            self.loaded.difference_update(extra[1])
+        error = rebuilt_error(info.name, meta[1], meta[2], data, buffers)
+        del data, buffers
+        raise error
+
+    def _tick(self, call: IsolatedCall, info: CurrentTask, shm: str | None, told: bool) -> bool:
+        """No answer yet: is the child alive, the run stopping, the deadline past?
+        Whether a cleanup task's child was told of the stop, now."""
+        proc, poller = self.proc, self.poller
+        assert proc is not None and poller is not None
+        if proc.poll() is not None and not poller.poll(0):
+            # Dead, and the pipe still open: a process it started holds its end.
+            self._crashed(info, shm)
+        if info.cancelled.is_set():
+            if not call.cleanup:
+                self.kill(shm)
+                raise Cancelled(
+                    f"task {describe(info.name)} (attempt {info.attempt}) was stopped "
+                    "while it ran in a child process (the run is stopping: Ctrl-C, "
+                    "cancel() or a failure); the child and its process group were killed"
+                )
+            if not told:  # let it see current_task().cancelled, and finish
+                told = True
+                with contextlib.suppress(OSError):  # died: the next poll sees EOF
+                    os.write(self.stops, _SEQ.pack(self.seq))
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.time_out(call, info, shm)
+        return told
 
     def _crashed(self, info: CurrentTask, shm: str | None) -> NoReturn:
         proc = self.proc
@@ -443,6 +464,14 @@ class ChildSlot:
         self._discard()
 
     def close(self) -> None:
+        """Done with the child: a shared one goes back to the pool of idle children
+        (:func:`.sharing.check_in`), any other ends (:meth:`end`)."""
+        if self.shared:
+            check_in(self)
+        else:
+            self.end()
+
+    def end(self) -> None:
         """Let the child exit (it ends when its request pipe closes, and kills its
         process group as it goes); kill it and its group if slow."""
         proc = self.proc
@@ -467,14 +496,4 @@ class ChildSlot:
         self.busy = False
         self.proc = None
         self.poller = None
-        with _live_lock:
-            _live.discard(self)
-
-
-def _kill_all() -> None:
-    """At interpreter exit: no child outlives its parent."""
-    with _live_lock:
-        slots = list(_live)
-    for slot in slots:
-        with contextlib.suppress(Exception):
-            slot.kill()
+        gone(self)

@@ -55,6 +55,7 @@ __all__ = [
     "ERROR",
     "LOG",
     "LOGS",
+    "PLACE",
     "SEGMENT_PREFIX",
     "VALUE",
     "Reader",
@@ -76,6 +77,10 @@ ERROR = "error"
 # parent -> child, before a CALL whenever it changes: (LOGS, (level, logger name or
 # None) or None): which logging records the calls must stream back (run(logs=...)).
 LOGS = "logs"
+# parent -> child, before a CALL whenever it changes (a shared child's new user,
+# see dagexec._engine.process.sharing): (PLACE, working directory or None,
+# environment as bytes -> bytes): where the calls run from now on.
+PLACE = "place"
 # child -> parent, not final: (LOG,); data is one record's fields pickled, message
 # formatted (dagexec._observation.capture takes it), sent as the call logs it.
 LOG = "log"

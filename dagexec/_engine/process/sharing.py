@@ -1,0 +1,249 @@
+"""Children shared by every executor and ``dagexec.run`` of one program.
+
+A worker thread checks a child out of one process-wide pool of idle children
+(:func:`check_out`) at its first process task, and checks it back in when it
+exits (:func:`check_in`: ``Executor.shutdown``, the end of a ``dagexec.run``, a
+dropped executor's workers ending). A second ``dagexec.run`` so finds its
+children started and warm. The rules:
+
+* **Never more children than workers need.** A child is started only when a
+  worker wants one and none is idle; so the children alive never outnumber the
+  most worker threads that wanted one at once. A worker never waits for a child:
+  one another executor holds is not idle, and a new child is started instead.
+* **Nothing of an earlier user carries over** that the parent can see changed.
+  Once per run a child is brought up to date (:func:`stale_modules`,
+  :func:`current_place`): the working directory and the environment variables
+  are sent again when they differ from what the child has (a ``PLACE`` message);
+  a module the parent reloaded (``importlib.reload``, a notebook's autoreload:
+  its ``__spec__`` is a new object), or removed and imported again, since the
+  child started ends that child, and the call starts a new one, so old code is
+  never run under a checkpoint identity computed from the new. What a task did
+  to its child's globals stays, as it did across the runs of one executor.
+* **Idle children end** when they have been idle :data:`IDLE_TIMEOUT` seconds, at
+  the next check-out or check-in (no background thread watches them), and at
+  interpreter exit (:func:`end_idle_children`, entered by the pool's exit hook),
+  letting each close its process group as it goes.
+
+Thread-safe on its own (one lock around the idle list); a checked-out slot is
+its worker thread's alone, as before.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import operator
+import os
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from itertools import repeat
+from typing import Any, Protocol, TypeVar, cast
+
+from .lifecycle import end_group
+
+__all__ = [
+    "IDLE_TIMEOUT",
+    "ModuleSpecs",
+    "alive",
+    "check_in",
+    "check_out",
+    "current_place",
+    "end_idle_children",
+    "gone",
+    "idle_children",
+    "live_children",
+    "module_specs",
+    "stale_modules",
+]
+
+# How long an idle child is kept for a later executor or run. Longer keeps a
+# notebook's children warm between cells for more memory held (a child holds its
+# imports: tens of MB); shorter starts children again more often.
+IDLE_TIMEOUT = 120.0
+# How long an idle child is given to exit on its own when it is ended.
+_END_GRACE = 1.0
+
+
+class ChildSlot(Protocol):
+    """What the pool uses of a :class:`.process_pool.ChildSlot` (named by its
+    attributes: that module imports this one)."""
+
+    proc: subprocess.Popen[bytes] | None
+    requests: int
+    busy: bool
+    shared: bool
+    idle_since: float
+    run_key: object
+
+    def kill(self) -> None: ...
+
+
+_Slot = TypeVar("_Slot", bound=ChildSlot)
+
+_idle: list[ChildSlot] = []  # most recently checked in last
+_lock = threading.Lock()
+_MISSING: Any = object()
+# Every slot whose child is alive, idle or not, so that interpreter exit ends them.
+_live: weakref.WeakSet[ChildSlot] = weakref.WeakSet()
+_exit_hook_installed = False
+
+
+def alive(slot: ChildSlot) -> None:
+    """``slot`` started a child: it must not outlive the program."""
+    global _exit_hook_installed
+    with _lock:
+        _live.add(slot)
+        if not _exit_hook_installed:
+            atexit.register(_end_all)
+            _exit_hook_installed = True
+
+
+def gone(slot: ChildSlot) -> None:
+    """``slot``'s child was reaped."""
+    with _lock:
+        _live.discard(slot)
+
+
+def live_children() -> list[int]:
+    """The pids of every child process alive now (for tests and diagnostics)."""
+    with _lock:
+        return [s.proc.pid for s in list(_live) if s.proc is not None]
+
+
+def _end_all() -> None:
+    """At interpreter exit: no child outlives its parent (idle ones are let exit)."""
+    end_idle_children()
+    with _lock:
+        slots = list(_live)
+    for slot in slots:
+        with contextlib.suppress(Exception):
+            slot.kill()
+
+
+def idle_children() -> list[int]:
+    """The pids of the idle children, oldest first (for tests and diagnostics)."""
+    with _lock:
+        return [s.proc.pid for s in _idle if s.proc is not None]
+
+
+def check_out(new: Callable[[], _Slot]) -> _Slot:
+    """An idle child for a worker thread (the one used last), or a new slot, whose
+    child starts with its first call. Never waits."""
+    now = time.monotonic()
+    with _lock:
+        stale = _take_stale(now)
+        slot = cast("_Slot", _idle.pop()) if _idle else None
+    _end(stale)
+    if slot is None:
+        slot = new()
+    slot.shared = True
+    return slot
+
+
+def check_in(slot: ChildSlot) -> None:
+    """Take back a worker's child: idle for the next worker, if it is healthy."""
+    slot.run_key = None  # keeps no run alive
+    if slot.proc is None or slot.busy or slot.proc.poll() is not None:
+        slot.kill()
+        return
+    now = slot.idle_since = time.monotonic()
+    with _lock:
+        stale = _take_stale(now)
+        _idle.append(slot)
+    _end(stale)
+
+
+def end_idle_children() -> None:
+    """End every idle child now, each with its process group (at interpreter exit)."""
+    with _lock:
+        slots = _idle[:]
+        _idle.clear()
+    _end(slots)
+
+
+def _take_stale(now: float) -> list[ChildSlot]:
+    """Remove and return the children idle longer than :data:`IDLE_TIMEOUT` (under
+    the lock; the oldest are first)."""
+    n = 0
+    while n < len(_idle) and now - _idle[n].idle_since >= IDLE_TIMEOUT:
+        n += 1
+    stale = _idle[:n]
+    del _idle[:n]
+    return stale
+
+
+def _end(slots: list[ChildSlot]) -> None:
+    """Let ``slots``' children exit (each ends when its request pipe closes, and
+    takes its group with it), all at once; kill those that are slow."""
+    for slot in slots:
+        if slot.requests >= 0:
+            os.close(slot.requests)
+            slot.requests = -1
+    for slot in slots:
+        proc = slot.proc
+        if proc is not None:
+            try:
+                proc.wait(timeout=_END_GRACE)
+            except subprocess.TimeoutExpired:
+                end_group(proc)
+        slot.kill()
+
+
+def current_place() -> tuple[str | None, dict[Any, Any]]:
+    """Where a call must run: the parent's working directory (None if it was
+    removed) and its environment, as bytes (what ``os.environb`` holds)."""
+    try:
+        cwd: str | None = os.getcwd()
+    except OSError:
+        cwd = None
+    data = getattr(os.environ, "_data", None)  # CPython: bytes -> bytes, no decoding
+    env = dict(data) if isinstance(data, dict) else dict(os.environb)
+    return cwd, env
+
+
+class ModuleSpecs:
+    """The parent's modules' ``__spec__`` objects as a child last saw them: by name,
+    and in ``sys.modules``' order, which a run checks in one C-level pass when no
+    module was imported or removed since (the usual case: a few hundred us less
+    per run in a program of a few thousand modules)."""
+
+    __slots__ = ("by_name", "in_order")
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Any] = {}
+        self.in_order: list[Any] = []
+
+
+def module_specs() -> ModuleSpecs:
+    """Each imported module's ``__spec__`` now: a reload makes a new one."""
+    seen = ModuleSpecs()
+    stale_modules(seen)
+    return seen
+
+
+def stale_modules(seen: ModuleSpecs) -> bool:
+    """True if a module in ``seen`` was reloaded (or imported again) since; modules
+    imported for the first time since are added to ``seen``."""
+    values = list(sys.modules.values())
+    specs = list(map(getattr, values, repeat("__spec__", len(values)), repeat(None, len(values))))
+    if len(specs) == len(seen.in_order) and not any(map(operator.is_not, specs, seen.in_order)):
+        return False
+    by_name = seen.by_name
+    for name, module in list(sys.modules.items()):
+        spec = _spec(module)
+        old = by_name.get(name, _MISSING)
+        if old is spec:
+            continue
+        if old is not _MISSING:
+            return True
+        by_name[name] = spec
+    seen.in_order = specs
+    return False
+
+
+def _spec(module: object) -> Any:
+    return getattr(module, "__spec__", None)
