@@ -13,7 +13,13 @@ lowest first; a module may import its own layer and the layers below it:
     _integrations  dask, command line, demo
     (top)          dagexec/__init__.py, testing.py, dask.py, __main__.py
 
-The few allowed exceptions are in ``ALLOWED``, each with its reason.
+No import may close a cycle. The only allowed exceptions are in ``ALLOWED``:
+the public renderers (``RENDERERS``).
+
+``RunState`` is one class built from layered base classes, one module each
+(``dagexec/_state/runstate.py``): its behaviour is its classes', never a
+function of another module bound in a class body nor a method assigned to an
+instance (the last two tests).
 """
 
 from __future__ import annotations
@@ -37,60 +43,23 @@ MAY_IMPORT: dict[str, set[str]] = {
     "top": {"_core", "_state", "_persist", "_observation", "_engine", "_integrations", "top"},
 }
 
+# Every import is an arrow, and no arrow may close a cycle or point up a layer,
+# with the exceptions below, each named, with its reason.
+
+# The public renderers: a convenience method of a result type that imports its
+# renderer when called (upward, and the renderer reads the result type back).
+# Each arrow may appear only inside the methods named here
+# (test_the_renderer_arrows_are_only_in_the_renderers).
+RENDERERS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("_core.graph", "_observation.draw"): ("to_dot", "to_mermaid"),  # Graph.to_dot, to_mermaid
+    ("_core.result", "_observation.chrome"): ("trace_to_chrome",),  # RunResult.trace_to_chrome
+    ("_core.result", "_observation.gantt"): ("gantt_svg",),  # RunResult.gantt_svg
+    ("_core.result", "_observation.report"): ("report_html",),  # RunResult.report_html
+}
+
 # (importer, imported) arrows that break the rules on purpose, with the reason.
 ALLOWED: dict[tuple[str, str], str] = {
-    ("_core.graph", "_observation.draw"): (
-        "Graph.to_dot()/to_mermaid() are conveniences: the renderer is imported when "
-        "called, so the graph layer does not load it"
-    ),
-    ("_core.result", "_observation.chrome"): (
-        "RunResult.trace_to_chrome() is a convenience, imported when called"
-    ),
-    ("_core.result", "_observation.gantt"): (
-        "RunResult.gantt_svg() is a convenience, imported when called"
-    ),
-    ("_core.result", "_observation.report"): (
-        "RunResult.report_html() is a convenience, imported when called"
-    ),
-    ("_core.validate", "_core.plan"): (
-        "a CompiledGraph caches the Plans made from it; the type is named under "
-        "TYPE_CHECKING only, while plan.py builds on CompiledGraph"
-    ),
-    ("_state.fanout", "_state.runstate"): (
-        "a Fanout is owned by one RunState, a client of its public methods, and is "
-        "typed by it (TYPE_CHECKING only)"
-    ),
-    ("_state.cleanup_gate", "_state.runstate"): (
-        "a CleanupGate is owned by one RunState and reads its columns (TYPE_CHECKING only)"
-    ),
-    ("_state.resources", "_state.runstate"): (
-        "a Resources is owned by one RunState and reads its needs column and ready set "
-        "(TYPE_CHECKING only)"
-    ),
-    ("_state.columns", "_state.runstate"): (
-        "RunState.add_items: a function of the run bound as its method, typed by it "
-        "(TYPE_CHECKING only)"
-    ),
-    ("_state.dispatch", "_state.runstate"): (
-        "RunState's hand-out and release: functions of the run bound as its methods, "
-        "typed by it (TYPE_CHECKING only)"
-    ),
-    ("_state.ending", "_state.runstate"): (
-        "RunState's end path: functions of the run bound as its methods, typed by it "
-        "(TYPE_CHECKING only)"
-    ),
-    ("_state.attempts", "_state.runstate"): (
-        "RunState's attempt events (start, timeout): functions of the run bound as its "
-        "methods, typed by it (TYPE_CHECKING only)"
-    ),
-    ("_state.retries", "_state.runstate"): (
-        "RunState's retries: functions of the run bound as its methods, typed by it "
-        "(TYPE_CHECKING only)"
-    ),
-    ("_state.stopping", "_state.runstate"): (
-        "RunState's stop: functions of the run bound as its methods, typed by it "
-        "(TYPE_CHECKING only)"
-    ),
+    **{arrow: f"the public renderer {', '.join(names)}" for arrow, names in RENDERERS.items()},
 }
 
 # The pure state machine reports through events; it never waits, sleeps or logs.
@@ -116,15 +85,34 @@ def imports_of(path: Path, module: str | None = None) -> tuple[set[str], set[str
 
     ``module`` is the file's dotted name under dagexec (read off its path by default).
     """
+    ours: set[str] = set()
+    others: set[str] = set()
+    for targets, external, _ in arrows_of(path, module):
+        ours.update(targets)
+        others.update(external)
+    ours.discard(module or module_name(path))
+    return ours, others
+
+
+def arrows_of(path: Path, module: str | None = None) -> list[tuple[set[str], set[str], str | None]]:
+    """Per import statement of one file: (dagexec modules, other top-level modules,
+    the name of the function it is in, or None at module level)."""
     module = module or module_name(path)
     is_package = path.name == "__init__.py"
     package = module.split(".") if is_package and module != "__init__" else module.split(".")[:-1]
     if module == "__init__":
         package = []
-    ours: set[str] = set()
-    others: set[str] = set()
     known = {module_name(p) for p in PACKAGE.rglob("*.py")}
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    enclosing: dict[ast.AST, str] = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(fn):
+                enclosing[node] = fn.name  # the innermost, as inner ones come later
+    found: list[tuple[set[str], set[str], str | None]] = []
+    for node in ast.walk(tree):
+        ours: set[str] = set()
+        others: set[str] = set()
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == "dagexec" or alias.name.startswith("dagexec."):
@@ -139,12 +127,14 @@ def imports_of(path: Path, module: str | None = None) -> tuple[set[str], set[str
                 target = node.module.removeprefix("dagexec").lstrip(".")
             else:
                 others.add((node.module or "").split(".")[0])
-                continue
-            for alias in node.names:  # `from . import x` may name a module
-                sub = f"{target}.{alias.name}" if target else alias.name
+                target = None
+            for alias in node.names if target is not None else ():
+                sub = f"{target}.{alias.name}" if target else alias.name  # `from . import x`
                 ours.add(sub if sub in known else (target or "__init__"))
-    ours.discard(module)
-    return ours, others
+        else:
+            continue
+        found.append((ours, others, enclosing.get(node)))
+    return found
 
 
 def graph() -> dict[str, set[str]]:
@@ -190,6 +180,16 @@ def test_no_import_cycle() -> None:
         if node not in state:
             visit(node)
     assert not cycles, f"import cycles: {[' -> '.join(c) for c in cycles]}"
+
+
+def test_the_renderer_arrows_are_only_in_the_renderers() -> None:
+    wrong = []
+    for (importer, imported), methods in RENDERERS.items():
+        path = PACKAGE.joinpath(*importer.split(".")).with_suffix(".py")
+        for ours, _, function in arrows_of(path):
+            if imported in ours and function not in methods:
+                wrong.append(f"{importer} -> {imported} in {function or 'module level'}")
+    assert not wrong, f"a renderer's import outside its renderer method: {wrong}"
 
 
 def test_the_pure_state_layer_imports_no_threads_clocks_or_logging() -> None:
@@ -284,3 +284,49 @@ def test_the_process_backend_loads_on_its_first_use_not_at_import() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     ).stdout.split()
     assert out == ["False", "True", "2"]
+
+
+def _run_states() -> list[object]:
+    """RunStates of every make: plain, observed, ranked, with resources, maps,
+    retries and cleanup tasks, first-in first-out."""
+    from dagexec._core.plan import plan_run
+    from dagexec._state import runstate
+
+    made: list[object] = []
+    for kwargs in (
+        {},
+        {"priority": 2},
+        {"resources": {"cpu": 1}},
+        {"retries": 1},
+        {"run_if": "all_done"},
+    ):
+        g = dagexec.Graph()
+        g.add("a", lambda: [1, 2])
+        g.add("b", lambda a: a, deps=["a"], **kwargs)
+        g.map("m", lambda x: x, over="a")
+        plan = plan_run(g._compile(), None)
+        made.append(runstate.RunState(plan, observed=True, capacity={"cpu": 2}))
+        made.append(runstate.RunState(plan))
+    return made
+
+
+def test_no_method_of_the_run_state_is_assigned_per_instance() -> None:
+    # An instance attribute that shadows a class attribute is behaviour swapped
+    # per instance: what a method does would depend on how the run was made.
+    for state in _run_states():
+        shadowed = set(vars(state)) & {n for n in dir(type(state)) if not n.startswith("__")}
+        assert not shadowed, f"{type(state).__name__} instance shadows its class: {shadowed}"
+
+
+def test_the_run_state_binds_no_function_of_another_module() -> None:
+    # Each method is defined in the class body it is found in: no
+    # ``hand_out = dispatch.hand_out`` (a function of the run bound as its method).
+    from dagexec._state.runstate import RunState
+
+    borrowed = []
+    for cls in RunState.__mro__[:-1]:
+        for name, value in vars(cls).items():
+            qualname = getattr(value, "__qualname__", None) if callable(value) else None
+            if qualname is not None and not qualname.startswith(f"{cls.__name__}."):
+                borrowed.append(f"{cls.__name__}.{name} is {qualname}")
+    assert not borrowed, f"functions bound into RunState's classes: {borrowed}"

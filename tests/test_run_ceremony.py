@@ -22,8 +22,9 @@ import pytest
 
 import dagexec
 
-# Measured at this commit: 58 functions in 23 modules.
-MAX_FUNCTIONS = 58
+# Measured at this commit: 60 functions in 23 modules (58 before the layered
+# RunState of main's state work added RunCore.__init__ and _ready_roots).
+MAX_FUNCTIONS = 60
 MAX_MODULES = 23
 
 

@@ -27,6 +27,7 @@ from dagexec import MISSING, Graph
 from dagexec._core.plan import Plan, plan_run
 from dagexec._core.result import CANCELLED, DONE, FAILED, SKIPPED
 from dagexec._state.events import END, LET_GO, RELEASE, RETURNED, TAKEN_BACK, ChainEnd
+from dagexec._state.moves import MoveChecker
 from dagexec._state.runstate import RunState
 
 
@@ -49,29 +50,36 @@ def world(
     general: bool = False,
     observed: bool = False,
     stop_after: int = -1,
+    capacity: dict[str, float] | None = None,
 ) -> RunState:
     """Run ``plan`` to its end on the machine alone; return the machine.
 
     ``general`` turns the plain run's inline loop off, so that every batch takes
     the general path. ``stop_after``: stop the run (as an abort does) once that
-    many items have ended.
+    many items have ended. ``capacity``: the resources' (none by default).
+    After every step the machine is checked against the
+    table of legal moves and its invariants (``dagexec._state.moves``).
     """
     rng = random.Random(seed)
-    state = RunState(plan, on_error=on_error, workers=2, observed=observed)
+    state = RunState(plan, on_error=on_error, workers=2, observed=observed, capacity=capacity)
     if general:
         state.plain = False
     running: list[tuple[int, tuple[Any, ...]]] = []
+    checker = MoveChecker(state)  # checks the roots made ready
     ended_items = 0
     while state.unfinished:
-        if state.has_ready() and not state.stopping and (not running or rng.random() < 0.5):
+        # After a stop only cleanup tasks are ready: they still run.
+        if state.has_ready() and (not running or rng.random() < 0.5):
             tasks, arguments = state.hand_out(rng.randint(1, 3), rng.randrange(2))
             running.extend(zip(tasks, arguments, strict=True))
+            checker.check([head for head, _ in running])
             if tasks:
                 continue
         if not running:
             if not state.timers:
                 raise state.stuck_error()
             state.wake(state.timers[0][0])  # a retry's timer: the world's clock jumps
+            checker.check([])
             continue
         batch: list[tuple[Any, ...]] = []
         for _ in range(rng.randint(1, len(running))):
@@ -86,15 +94,20 @@ def world(
                 except Exception as exc:
                     number = state.attempt.get(head, 1)
                     state.finish(head, FAILED, exc, worker)
+                    checker.check()
                     state.release(head, number)
                 else:
                     batch.append((worker, head, 0, value, 0.0, 0.0))
+            checker.check()
             ended_items += 1
             if ended_items == stop_after:
                 state.ended(batch)
                 batch = []
+                checker.check()
                 state.stop()
+                checker.check()
         state.ended(batch)
+        checker.check([head for head, _ in running])
     assert state.in_flight == 0
     return state
 

@@ -208,6 +208,15 @@ def _shape_key(fn: Any) -> tuple[Hashable, object] | None:
         # Every lambda made in a loop shares one code object: one signature read.
         key = (id(code), len(defaults) if defaults else 0, tuple(kwdefaults or ()))
         return key, code
+    return _wrapper_shape_key(fn, kind)
+
+
+def _wrapper_shape_key(fn: Any, kind: type) -> tuple[Hashable, object] | None:
+    """:func:`_shape_key` for anything but a plain function: a bound method or a
+    partial (keyed by what they wrap), a builtin, a class, a callable instance.
+
+    Apart from :func:`_shape_key` so that the plain function, what graphs add by
+    the thousand, is keyed without reading these cases."""
     if kind is types.MethodType:
         inner = _shape_key(fn.__func__)
         return None if inner is None else ((kind, inner[0]), inner[1])
@@ -223,8 +232,13 @@ def _shape_key(fn: Any) -> tuple[Hashable, object] | None:
         return None
     if isinstance(fn, type):
         return (type, id(fn)), fn
-    # A callable instance: its signature is its class's __call__, unless the
-    # instance says otherwise (__wrapped__, __signature__).
+    return _instance_shape_key(fn, kind)
+
+
+def _instance_shape_key(fn: Any, kind: type) -> tuple[Hashable, object] | None:
+    """:func:`_shape_key` for a callable instance: its signature is its class's
+    ``__call__``, unless the instance says otherwise (``__wrapped__``,
+    ``__signature__``), which only an instance that can differ from its class may."""
     if _SLOTTED_PLAIN.get(kind) is None:
         _SLOTTED_PLAIN[kind] = _attributes_come_from_the_class(kind)
     if not _SLOTTED_PLAIN[kind]:

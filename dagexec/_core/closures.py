@@ -52,16 +52,8 @@ def watch(fn: object, last: Snapshot | None = None) -> Snapshot | None:
     if type(fn) is not types.FunctionType:
         return None  # functools.partial, a method, a callable object: values bound
     code = fn.__code__
-    reads: list[tuple[str, object, object]] = []
     closure = fn.__closure__
-    if closure:
-        for var, cell in zip(code.co_freevars, closure, strict=False):
-            try:
-                value = cell.cell_contents
-            except ValueError:  # an empty cell: nothing read yet
-                continue
-            if not _fixed(value, var):
-                reads.append((var, cell, value))
+    reads = _cell_reads(code, closure) if closure else []
     names = code.co_names
     if names:
         module = fn.__globals__
@@ -71,19 +63,33 @@ def watch(fn: object, last: Snapshot | None = None) -> Snapshot | None:
                 reads.append((var, module, value))
     if not reads:
         return None
-    if last is not None and last[0] is code:
-        old = last[1]
-        if len(old) == 1 and len(reads) == 1:  # the usual case, without a call
-            if old[0][1] is reads[0][1] and old[0][2] is reads[0][2] and old[0][0] == reads[0][0]:
-                return last
-        elif _same_reads(old, reads):
-            return last
+    if last is not None and last[0] is code and _same_reads(last[1], reads):
+        return last
     return (code, tuple(reads))
 
 
+def _cell_reads(code: types.CodeType, closure: tuple[Any, ...]) -> list[tuple[str, object, object]]:
+    """What ``fn`` reads from its closure cells now: (variable, cell, value) for each
+    filled cell whose value a loop could rebind (a cell not yet filled is skipped)."""
+    reads: list[tuple[str, object, object]] = []
+    for var, cell in zip(code.co_freevars, closure, strict=False):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell: nothing read yet
+            continue
+        if not _fixed(value, var):
+            reads.append((var, cell, value))
+    return reads
+
+
 def _same_reads(old: tuple[tuple[str, object, object], ...], new: list[Any]) -> bool:
+    """True when ``new`` reads the same variables, from the same cells or globals,
+    holding the very same values: then the task shares ``old``'s snapshot."""
     if len(old) != len(new):
         return False
+    if len(new) == 1:  # the usual case: one variable, compared without the loop
+        (var, where, value), (var2, where2, value2) = old[0], new[0]
+        return where is where2 and value is value2 and var == var2
     for (var, where, value), (var2, where2, value2) in zip(old, new, strict=True):
         if var != var2 or where is not where2 or value is not value2:
             return False

@@ -134,6 +134,27 @@ _HOOK_NAMES = (
     "on_run_end",
 )
 
+# The hooks called once per run; every other hook is called per task (or map).
+_PER_RUN_HOOKS = frozenset({"on_run_start", "on_run_end"})
+
+
+def _hooks_by_name(callbacks: Iterable[object]) -> dict[str, tuple[Callable[..., Any], ...]]:
+    """Each hook name's overriding methods, in the callbacks' order.
+
+    A hook left as :class:`Callback`'s own no-op is not collected, so a run with
+    only no-ops reports no per-task events. A hook that is set but not callable
+    raises TypeError now, naming the callback, instead of failing mid-run."""
+    found: dict[str, list[Callable[..., Any]]] = {name: [] for name in _HOOK_NAMES}
+    for cb in callbacks:
+        for name in _HOOK_NAMES:
+            method = getattr(cb, name, None)
+            if method is None or getattr(type(cb), name, None) is getattr(Callback, name):
+                continue  # absent, or Callback's own no-op
+            if not callable(method):
+                raise TypeError(f"callback {cb!r}: {name} must be callable, got {method!r}")
+            found[name].append(method)
+    return {name: tuple(methods) for name, methods in found.items()}
+
 
 def _is_callback(obj: object) -> bool:
     return any(getattr(obj, name, None) is not None for name in _HOOK_NAMES)
@@ -213,41 +234,24 @@ class Hooks:
     )
 
     def __init__(self, callbacks: Iterable[object]) -> None:
-        found: dict[str, list[Callable[..., Any]]] = {name: [] for name in _HOOK_NAMES}
-        for cb in callbacks:
-            for name in _HOOK_NAMES:
-                method = getattr(cb, name, None)
-                if method is None or getattr(type(cb), name, None) is getattr(Callback, name):
-                    continue  # absent, or Callback's own no-op
-                if not callable(method):
-                    raise TypeError(f"callback {cb!r}: {name} must be callable, got {method!r}")
-                found[name].append(method)
-        self.run_start = tuple(found["on_run_start"])
-        self.task_dispatch = tuple(found["on_task_dispatch"])
-        self.task_start = tuple(found["on_task_start"])
-        self.attempt_start = tuple(found["on_attempt_start"])
-        self.task_end = tuple(found["on_task_end"])
-        self.task_retry = tuple(found["on_task_retry"])
-        self.task_timeout = tuple(found["on_task_timeout"])
-        self.attempt_release = tuple(found["on_attempt_release"])
-        self.map_expand = tuple(found["on_map_expand"])
-        self.run_end = tuple(found["on_run_end"])
+        found = _hooks_by_name(callbacks)
+        self.run_start = found["on_run_start"]
+        self.task_dispatch = found["on_task_dispatch"]
+        self.task_start = found["on_task_start"]
+        self.attempt_start = found["on_attempt_start"]
+        self.task_end = found["on_task_end"]
+        self.task_retry = found["on_task_retry"]
+        self.task_timeout = found["on_task_timeout"]
+        self.attempt_release = found["on_attempt_release"]
+        self.map_expand = found["on_map_expand"]
+        self.run_end = found["on_run_end"]
         # Whether a hook called for each task (or map) is set: every hook but
         # on_run_start and on_run_end. Only then must the run report each task's
-        # events, so the list of such hooks lives here, next to them: a new
-        # per-task hook added to this class is not silently left unobserved.
+        # events; counted from _HOOK_NAMES, so a new per-task hook added there is
+        # not silently left unobserved.
         # Fields, not properties: every run asks (a property is a call, ~1% of a
         # small run's Python work), and a Hooks never changes once made.
-        self.per_task = bool(
-            self.task_dispatch
-            or self.task_start
-            or self.attempt_start
-            or self.task_end
-            or self.task_retry
-            or self.task_timeout
-            or self.attempt_release
-            or self.map_expand
-        )
+        self.per_task = any(found[name] for name in _HOOK_NAMES if name not in _PER_RUN_HOOKS)
         self.any = bool(self.run_start or self.run_end) or self.per_task
         # Whether workers must report each start (STARTED): one more message per task.
         self.starts = bool(self.task_start or self.attempt_start)

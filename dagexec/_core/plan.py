@@ -115,14 +115,14 @@ def plan_run(compiled: CompiledGraph, targets: Iterable[Hashable] | None) -> Pla
     key = None if targets is None else _target_ids(compiled, normalise_targets(targets))
     plans = compiled.plans
     with _plans_lock:
-        plan = plans.get(key)
-    if plan is not None:
-        return plan
+        cached = plans.get(key)
+    if isinstance(cached, Plan):
+        return cached
     # Two threads may both build this plan; they are equal, and the first one in wins.
     plan = _whole_plan(compiled) if key is None else _partial_plan(compiled, key)
     with _plans_lock:
         cached = plans.get(key)
-        if cached is not None:
+        if isinstance(cached, Plan):
             return cached
         if len(plans) >= _PLAN_CACHE_SIZE:
             del plans[next(iter(plans))]

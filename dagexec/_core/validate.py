@@ -16,7 +16,6 @@ from .errors import CycleError, MissingDependencyError
 from .item_names import item_dep_message, item_of
 
 if TYPE_CHECKING:
-    from .plan import Plan
     from .policy import Policy
 
 __all__ = ["CompiledGraph", "compile_graph"]
@@ -66,8 +65,10 @@ class CompiledGraph:
         self.needs = needs
         self.maps = maps  # g.map tasks, or None
         self.policy = policy  # per task (None: no policy), or None when no task has one
-        # Plans by their target indices; owned by _plan.plan_run.
-        self.plans: dict[tuple[int, ...] | None, Plan] = {}
+        # Plans by their target indices: plan.plan_run's cache, which it alone
+        # reads and writes (it checks what it reads back is a Plan), typed loosely
+        # here so that this module, below plan.py, need not import it back.
+        self.plans: dict[tuple[int, ...] | None, object] = {}
 
     def __len__(self) -> int:
         return len(self.names)

@@ -59,6 +59,7 @@ from .cli_parser import build_parser
 from .cli_tally import RunTally, summary_table
 
 if TYPE_CHECKING:
+    from .._engine.front.run_checks import RunOptions
     from .._observation.progress import ProgressBar
 
 __all__ = ["main"]
@@ -148,49 +149,67 @@ def _run_reporting_failures(
     """
     callbacks: list[object] = [keep, tally] if bar is None else [keep, tally, bar]
     from .._engine.front.oneshot import run_with
-    from .._engine.front.run_checks import RunOptions
 
     try:
-        options = RunOptions(
-            on_error=args.on_error,
-            callbacks=callbacks,
-            trace=bool(args.trace or args.gantt or args.report),
-            logs=args.logs or bool(args.report),
-            checkpoint=args.checkpoint,
-            resources=args.resources,
-            timeout=args.timeout,
-        )
+        options = _run_options(args, callbacks)
         run_with(graph, targets, options, args.workers, args.queue_cap, args.max_in_flight)
     except KeyboardInterrupt:
-        if bar is not None:
-            bar.close()  # no run end comes after Ctrl-C: show it, give the streams back
-        if tally.started:
-            print(summary_table(tally.freeze(), None))
+        _show_so_far(tally, bar, only_if_started=True)
         raise
     except TimeoutError as exc:
         if not getattr(exc, _TIMED_OUT, False):
             raise  # a task's own TimeoutError: handled below as a task failure
-        if bar is not None:
-            bar.close()
-        print(summary_table(tally.freeze(), None))
+        _show_so_far(tally, bar, only_if_started=False)
         raise Fail(
             f"the run timed out after {args.timeout:g} s (--timeout {args.timeout:g}); the "
             "summary above says what it left undone; raise --timeout or make the tasks faster"
         ) from exc
-    except (ValueError, TypeError) as exc:
-        if keep.result is None:  # refused before running: a bad parameter combination
-            raise Fail(safe_str(exc)) from exc
-    except DagexecError as exc:
-        if keep.result is None:  # a checkpoint file or a constant it cannot use
-            raise Fail(safe_str(exc)) from exc
-    except Exception:
-        if keep.result is None:
-            raise
     except BaseException as exc:
-        # A task's SystemExit (or other BaseException) is a task failure: it must not
-        # end the command with the task's exit code, or silently with 0.
-        if keep.result is None:
-            raise Fail(f"{type(exc).__name__}: {safe_str(exc)}") from exc
+        if keep.result is None:  # refused, or failed, before any result was made
+            refusal = _refusal(exc)
+            if refusal is None:
+                raise
+            raise refusal from exc
+        # Else a task failed: its failure is in keep.result, for the report.
+
+
+def _run_options(args: argparse.Namespace, callbacks: list[object]) -> RunOptions:
+    """The command line's flags as the run's options (checked there, not here)."""
+    from .._engine.front.run_checks import RunOptions
+
+    return RunOptions(
+        on_error=args.on_error,
+        callbacks=callbacks,
+        trace=bool(args.trace or args.gantt or args.report),
+        logs=args.logs or bool(args.report),
+        checkpoint=args.checkpoint,
+        resources=args.resources,
+        timeout=args.timeout,
+    )
+
+
+def _show_so_far(tally: RunTally, bar: ProgressBar | None, *, only_if_started: bool) -> None:
+    """Close the bar (no run end comes after Ctrl-C or the timeout: it gives the
+    streams back) and print the summary so far."""
+    if bar is not None:
+        bar.close()
+    if tally.started or not only_if_started:
+        print(summary_table(tally.freeze(), None))
+
+
+def _refusal(exc: BaseException) -> Fail | None:
+    """The :class:`Fail` for what ended the command before any result was made;
+    None for an unexpected Exception, which propagates as itself.
+
+    A bad parameter combination (ValueError, TypeError) or a checkpoint file or
+    constant the run cannot use (DagexecError) is named with its fix. A task's
+    SystemExit (or other BaseException) is a task failure: it must not end the
+    command with the task's exit code, or silently with 0."""
+    if isinstance(exc, (ValueError, TypeError, DagexecError)):
+        return Fail(safe_str(exc))
+    if isinstance(exc, Exception):
+        return None
+    return Fail(f"{type(exc).__name__}: {safe_str(exc)}")
 
 
 def _report(

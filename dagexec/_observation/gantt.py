@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from xml.sax.saxutils import escape
 
 from .._core.result import TaskState
@@ -178,31 +178,37 @@ def _detailed(
     return out
 
 
-def _aggregated(
-    trace: tuple[TraceRecord, ...],
-    workers: int,
-    columns: int,
-    span: float,
-    lane_y: Sequence[float],
-    colors: dict[str, str],
-) -> list[str]:
-    col_dt = span / columns
-    # Per lane and pixel column: busy seconds by outcome, tasks started there,
-    # and the done busy seconds by group (made only for columns that have some).
-    done_busy = [[0.0] * columns for _ in range(workers)]
-    failed_busy = [[0.0] * columns for _ in range(workers)]
-    started = [[0] * columns for _ in range(workers)]
-    failed = [[0] * columns for _ in range(workers)]
-    by_group: list[list[dict[str, float] | None]] = [[None] * columns for _ in range(workers)]
+class _Columns(NamedTuple):
+    """Per lane and pixel column: busy seconds by outcome, tasks started there,
+    and the done busy seconds by group (made only for columns that have some)."""
+
+    done_busy: list[list[float]]
+    failed_busy: list[list[float]]
+    started: list[list[int]]
+    failed: list[list[int]]
+    by_group: list[list[dict[str, float] | None]]
+
+
+def _tally_columns(
+    trace: tuple[TraceRecord, ...], workers: int, columns: int, col_dt: float
+) -> _Columns:
+    """Each record's busy time spread over the pixel columns it covers."""
+    cols = _Columns(
+        [[0.0] * columns for _ in range(workers)],
+        [[0.0] * columns for _ in range(workers)],
+        [[0] * columns for _ in range(workers)],
+        [[0] * columns for _ in range(workers)],
+        [[None] * columns for _ in range(workers)],
+    )
     for rec in trace:
         is_done = rec.state is not TaskState.FAILED
-        busy = done_busy[rec.worker] if is_done else failed_busy[rec.worker]
-        groups = by_group[rec.worker]
+        busy = cols.done_busy[rec.worker] if is_done else cols.failed_busy[rec.worker]
+        groups = cols.by_group[rec.worker]
         first = min(int(rec.started / col_dt), columns - 1)
         last = min(int(rec.ended / col_dt), columns - 1)
-        started[rec.worker][first] += 1
-        if rec.state is TaskState.FAILED:
-            failed[rec.worker][first] += 1
+        cols.started[rec.worker][first] += 1
+        if not is_done:
+            cols.failed[rec.worker][first] += 1
         # A worker runs one task at a time, so a lane's columns are visited
         # about (columns + tasks) times in all: linear, not columns x tasks.
         for c in range(first, last + 1):
@@ -215,15 +221,28 @@ def _aggregated(
                     if shares is None:
                         shares = groups[c] = {}
                     shares[rec.group] = shares.get(rec.group, 0.0) + hi - lo
+    return cols
+
+
+def _aggregated(
+    trace: tuple[TraceRecord, ...],
+    workers: int,
+    columns: int,
+    span: float,
+    lane_y: Sequence[float],
+    colors: dict[str, str],
+) -> list[str]:
+    col_dt = span / columns
+    cols = _tally_columns(trace, workers, columns, col_dt)
 
     def key_of(w: int, c: int) -> tuple[str, str, float] | None:
-        key = _column_key(done_busy[w][c], failed_busy[w][c], col_dt)
+        key = _column_key(cols.done_busy[w][c], cols.failed_busy[w][c], col_dt)
         if key is None:
             return None
         kind, level = key
         if kind != "done":
             return kind, FAILED_COLOR if kind == "failed" else MIXED_COLOR, level
-        shares = by_group[w][c] or {"": 0.0}
+        shares = cols.by_group[w][c] or {"": 0.0}
         group = max(shares, key=shares.__getitem__)  # the column's main group
         return kind, colors.get(group, OTHER_COLOR), level
 
@@ -231,30 +250,42 @@ def _aggregated(
     for w in range(workers):
         y = lane_y[w] + 1
         c = 0
-        while c < columns:
+        while c < columns:  # runs of neighbouring columns that look alike: one rect
             key = key_of(w, c)
             end = c + 1
             while end < columns and key_of(w, end) == key:
                 end += 1
             if key is not None:
-                kind, color, level = key
-                n_started = sum(started[w][c:end])
-                n_failed = sum(failed[w][c:end])
-                busy_share = (sum(done_busy[w][c:end]) + sum(failed_busy[w][c:end])) / (
-                    (end - c) * col_dt
-                )
-                title = (
-                    f"worker {w}, {_fmt_seconds(c * col_dt)} to {_fmt_seconds(end * col_dt)}: "
-                    f"{n_started} {'task' if n_started == 1 else 'tasks'} started "
-                    f"({n_failed} failed), busy {busy_share:.0%}"
-                )
-                out.append(
-                    f"<g><title>{_clean(title)}</title>"
-                    f'<rect class="agg {kind}" x="{_LEFT + c}" y="{y:.2f}" width="{end - c}" '
-                    f'height="{_LANE - 2}" fill="{color}" fill-opacity="{level:.2f}"/></g>'
-                )
+                out.append(_aggregated_rect(cols, w, c, end, key, col_dt, y))
             c = end
     return out
+
+
+def _aggregated_rect(
+    cols: _Columns,
+    w: int,
+    c: int,
+    end: int,
+    key: tuple[str, str, float],
+    col_dt: float,
+    y: float,
+) -> str:
+    """One rect for columns ``c`` to ``end`` of lane ``w``, titled with what ran there."""
+    kind, color, level = key
+    n_started = sum(cols.started[w][c:end])
+    n_failed = sum(cols.failed[w][c:end])
+    busy = sum(cols.done_busy[w][c:end]) + sum(cols.failed_busy[w][c:end])
+    busy_share = busy / ((end - c) * col_dt)
+    title = (
+        f"worker {w}, {_fmt_seconds(c * col_dt)} to {_fmt_seconds(end * col_dt)}: "
+        f"{n_started} {'task' if n_started == 1 else 'tasks'} started "
+        f"({n_failed} failed), busy {busy_share:.0%}"
+    )
+    return (
+        f"<g><title>{_clean(title)}</title>"
+        f'<rect class="agg {kind}" x="{_LEFT + c}" y="{y:.2f}" width="{end - c}" '
+        f'height="{_LANE - 2}" fill="{color}" fill-opacity="{level:.2f}"/></g>'
+    )
 
 
 def _column_key(done: float, failed: float, col_dt: float) -> tuple[str, float] | None:
@@ -285,45 +316,19 @@ def gantt_svg(result: RunResult, *, width: int = _WIDTH, aggregate: bool | None 
     scale = plot_w / span
     narrow = sum(1 for r in trace if (r.ended - r.started) * scale < 1)
     if aggregate is None:
-        aggregate = len(trace) > MAX_BARS or (
-            narrow >= _MIN_NARROW_TO_AGGREGATE and 2 * narrow > len(trace)
-        )
+        aggregate = _too_many_to_draw(len(trace), narrow)
     lane_y = [_TOP + w * (_LANE + _LANE_GAP) for w in range(workers)]
     axis_y = _TOP + workers * (_LANE + _LANE_GAP) + 2
     legend_y = axis_y + 34
     colors, others = group_colors(trace)
-    legend = list(colors.items())
-    if others:
-        legend.append((f"other ({others} groups)", OTHER_COLOR))
-    if aggregate:  # a column takes its main group's colour; any failure shows instead
-        legend.append(("failed", FAILED_COLOR))
-        legend.append(("done and failed in one column", MIXED_COLOR))
-    legend_rows = _legend_rows(legend, width, failed_note=not aggregate)
+    legend_rows = _legend_rows(_legend(colors, others, aggregate), width, failed_note=not aggregate)
     height = legend_y + 18 * (len(legend_rows) - 1) + 26
-
-    counts = dict.fromkeys(TaskState, 0)
-    for state in result.status.values():
-        counts[state] += 1
-    mode = (
-        "aggregated per pixel column (tasks narrower than a pixel); opacity = busy share"
-        if aggregate
-        else "one bar per task; hover a bar for its name and timings"
-    )
-    if narrow:
-        tasks = "task was" if narrow == 1 else "tasks were"
-        mode += f"; {narrow} {tasks} too short to draw to scale (under a pixel): " + (
-            "merged into the columns" if aggregate else "each drawn 1 px wide"
-        )
+    mode = _mode(aggregate, narrow)
     headline = (
         f"dagexec run: {stats.tasks_run} tasks ran on {workers} workers in "
         f"{_fmt_seconds(stats.wall_seconds)}"
     )
-    details = (
-        f"{counts[TaskState.DONE]} done, {counts[TaskState.FAILED]} failed, "
-        f"{counts[TaskState.SKIPPED]} skipped, {counts[TaskState.CANCELLED]} cancelled "
-        f"(skipped and cancelled tasks never ran and are not drawn); peak in flight "
-        f"{stats.peak_in_flight} of cap {stats.effective_cap}"
-    )
+    details = _details(result)
 
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -344,6 +349,70 @@ def gantt_svg(result: RunResult, *, width: int = _WIDTH, aggregate: bool | None 
         out.append(
             f'<text x="{_LEFT - 8}" y="{y + _LANE / 2 + 4}" text-anchor="end">worker {w}</text>'
         )
+    out.extend(_time_axis(span, scale, axis_y, plot_w))
+    if aggregate:
+        out.extend(_aggregated(trace, workers, int(plot_w), span, lane_y, colors))
+    else:
+        out.extend(_detailed(trace, scale, lane_y, colors))
+    y = legend_y
+    for row in legend_rows:
+        out.extend(_legend_row(row, y))
+        y += 18
+    out.append(f'<text x="{_MARGIN}" y="{y}" fill="#444444">{_clean(mode)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _too_many_to_draw(records: int, narrow: int) -> bool:
+    """Whether to draw per pixel column: too many bars for a browser to show
+    smoothly, or mostly bars narrower than a pixel (which would hide each other)."""
+    return records > MAX_BARS or (narrow >= _MIN_NARROW_TO_AGGREGATE and 2 * narrow > records)
+
+
+def _legend(colors: dict[str, str], others: int, aggregate: bool) -> list[tuple[str, str]]:
+    """The legend's (label, colour) entries: each group, the groups beyond the
+    palette as one, and for aggregated columns the colours that stand for failures."""
+    legend = list(colors.items())
+    if others:
+        legend.append((f"other ({others} groups)", OTHER_COLOR))
+    if aggregate:  # a column takes its main group's colour; any failure shows instead
+        legend.append(("failed", FAILED_COLOR))
+        legend.append(("done and failed in one column", MIXED_COLOR))
+    return legend
+
+
+def _mode(aggregate: bool, narrow: int) -> str:
+    """How the picture is drawn, said under it: what a reader needs to read it right."""
+    mode = (
+        "aggregated per pixel column (tasks narrower than a pixel); opacity = busy share"
+        if aggregate
+        else "one bar per task; hover a bar for its name and timings"
+    )
+    if narrow:
+        tasks = "task was" if narrow == 1 else "tasks were"
+        mode += f"; {narrow} {tasks} too short to draw to scale (under a pixel): " + (
+            "merged into the columns" if aggregate else "each drawn 1 px wide"
+        )
+    return mode
+
+
+def _details(result: RunResult) -> str:
+    """The counts by final state, and the peak in flight against the cap."""
+    counts = dict.fromkeys(TaskState, 0)
+    for state in result.status.values():
+        counts[state] += 1
+    stats = result.stats
+    return (
+        f"{counts[TaskState.DONE]} done, {counts[TaskState.FAILED]} failed, "
+        f"{counts[TaskState.SKIPPED]} skipped, {counts[TaskState.CANCELLED]} cancelled "
+        f"(skipped and cancelled tasks never ran and are not drawn); peak in flight "
+        f"{stats.peak_in_flight} of cap {stats.effective_cap}"
+    )
+
+
+def _time_axis(span: float, scale: float, axis_y: float, plot_w: float) -> list[str]:
+    """The time axis: a grid line and a label per tick, the axis line, its unit."""
+    out = []
     ticks, factor, unit = _ticks(span)
     for t in ticks:
         x = _LEFT + t * scale
@@ -362,23 +431,20 @@ def gantt_svg(result: RunResult, *, width: int = _WIDTH, aggregate: bool | None 
         f'<text class="axis" x="{_LEFT - 8}" y="{axis_y + 16}" text-anchor="end">'
         f"time ({unit})</text>"
     )
-    if aggregate:
-        out.extend(_aggregated(trace, workers, int(plot_w), span, lane_y, colors))
-    else:
-        out.extend(_detailed(trace, scale, lane_y, colors))
-    y = legend_y
-    for row in legend_rows:
-        for x, label, color, outline in row:
-            border = f' stroke="{FAILED_COLOR}" stroke-width="2"' if outline else ""
-            out.append(
-                f'<rect class="legend" x="{x}" y="{y - 10}" width="12" height="12" '
-                f'fill="{color}"{border}/>'
-            )
-            out.append(f'<text x="{x + 16}" y="{y}">{_clean(label)}</text>')
-        y += 18
-    out.append(f'<text x="{_MARGIN}" y="{y}" fill="#444444">{_clean(mode)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _legend_row(row: list[tuple[int, str, str, bool]], y: int) -> list[str]:
+    """One row of the legend: a swatch (red-outlined for the failed note) and its label."""
+    out = []
+    for x, label, color, outline in row:
+        border = f' stroke="{FAILED_COLOR}" stroke-width="2"' if outline else ""
+        out.append(
+            f'<rect class="legend" x="{x}" y="{y - 10}" width="12" height="12" '
+            f'fill="{color}"{border}/>'
+        )
+        out.append(f'<text x="{x + 16}" y="{y}">{_clean(label)}</text>')
+    return out
 
 
 def _legend_rows(

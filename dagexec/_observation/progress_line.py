@@ -65,55 +65,77 @@ def bar_line(shown: Shown, *, final: bool, width: int | None) -> str:
     running, zero counts), and only then is the line cut.
     """
     counts = shown.counts
-    finished = sum(counts.values())
-    total = max(shown.total, finished)  # never past full, whatever was counted
+    total = max(shown.total, sum(counts.values()))  # never past full, whatever was counted
     # Maps yet to expand will add tasks: the total is a lower bound until then.
     more = "+" if shown.more and not final else ""
     elapsed = shown.elapsed
     ran = counts[TaskState.DONE] + counts[TaskState.FAILED]
     rate = ran / elapsed if elapsed > 0 else 0.0
-    if final:
-        eta = f"in {format_duration(elapsed)}"
-    elif shown.left is not None:
-        eta = f"ETA {'>' if more else ''}{format_duration(shown.left)}"
-    else:
-        eta = "ETA unknown"  # a group with tasks left has no rate yet
     parts = _parts(shown, final)
     parts.append((f"{rate:.1f} tasks/s", 1))
-    parts.append((eta, 6))
-    digits = len(str(total))
-    text = ""
-    # The end of a run that did not complete must not look like success: the
-    # bar fills only for what is done ('x' for failed and skipped), and a word
-    # says what happened.
+    parts.append((_eta(shown, final, more), 6))
     status = end_state(counts, shown.total, shown.interrupted) if final else ""
+    text = ""
     for cells in (BAR_CELLS, BAR_CELLS // 2):
-        if status and status != "done":
-            done = counts[TaskState.DONE]
-            bad = counts[TaskState.FAILED] + counts[TaskState.SKIPPED]
-            filled = 0 if total == 0 else cells * done // total
-            crossed = 0 if total == 0 else cells * (done + bad) // total - filled
-            if bad and not crossed:
-                crossed = 1 if filled < cells else 0
-            bar = "#" * filled + "x" * crossed + "-" * (cells - filled - crossed)
-            head = f"dagexec [{bar}] {status.upper()} {done:>{digits}}/{total} done"
-        else:
-            # While running, the share as last drawn: a grown total must not
-            # move the bar back (the ProgressBar keeps it from shrinking).
-            share = shown.fill if not final else 1.0 if total == 0 else finished / total
-            filled = cells if final and status == "done" else int(cells * share)
-            bar = "#" * filled + "-" * (cells - filled)
-            head = f"dagexec [{bar}] {finished:>{digits}}/{total}{more}"
-        kept = list(parts)
-        text = "  ".join([head, *(t for t, _ in kept)])
+        head = _head(shown, cells, total, status, more)
+        text = "  ".join([head, *(t for t, _ in parts)])
         if width is None or len(text) < width:
             return text
-        if cells == BAR_CELLS:
-            continue  # a shorter bar before anything else goes
-        while kept and len(text) >= width:
-            kept.remove(min(kept, key=lambda part: part[1]))
-            text = "  ".join([head, *(t for t, _ in kept)])
+        if cells != BAR_CELLS:  # a shorter bar before anything else goes
+            text = _dropped_to_fit(head, parts, width)
     return text[: max(width - 1, 0)] if width is not None else text
+
+
+def _eta(shown: Shown, final: bool, more: str) -> str:
+    """How long the run took (at its end), or how long it has left."""
+    if final:
+        return f"in {format_duration(shown.elapsed)}"
+    if shown.left is not None:
+        return f"ETA {'>' if more else ''}{format_duration(shown.left)}"
+    return "ETA unknown"  # a group with tasks left has no rate yet
+
+
+def _head(shown: Shown, cells: int, total: int, status: str, more: str) -> str:
+    """The bar, ``cells`` wide, and the count after it; ``status`` is the end
+    state of a final line, empty while the run goes on."""
+    counts = shown.counts
+    digits = len(str(total))
+    if status and status != "done":
+        # The end of a run that did not complete must not look like success: the
+        # bar fills only for what is done ('x' for failed and skipped), and a word
+        # says what happened.
+        done = counts[TaskState.DONE]
+        bar = _unfinished_bar(counts, cells, total)
+        return f"dagexec [{bar}] {status.upper()} {done:>{digits}}/{total} done"
+    # While running, the share as last drawn: a grown total must not
+    # move the bar back (the ProgressBar keeps it from shrinking).
+    finished = sum(counts.values())
+    share = shown.fill if not status else 1.0 if total == 0 else finished / total
+    filled = cells if status == "done" else int(cells * share)
+    return f"dagexec [{'#' * filled + '-' * (cells - filled)}] {finished:>{digits}}/{total}{more}"
+
+
+def _unfinished_bar(counts: Mapping[TaskState, int], cells: int, total: int) -> str:
+    """The bar of a run that ended without completing: '#' for done, 'x' for failed
+    and skipped (at least one cell when any, so a failure is never invisible)."""
+    done = counts[TaskState.DONE]
+    bad = counts[TaskState.FAILED] + counts[TaskState.SKIPPED]
+    filled = 0 if total == 0 else cells * done // total
+    crossed = 0 if total == 0 else cells * (done + bad) // total - filled
+    if bad and not crossed:
+        crossed = 1 if filled < cells else 0
+    return "#" * filled + "x" * crossed + "-" * (cells - filled - crossed)
+
+
+def _dropped_to_fit(head: str, parts: list[tuple[str, int]], width: int) -> str:
+    """The line with the least useful parts dropped, one by one, until it fits
+    in ``width`` or none is left (then the caller cuts it)."""
+    kept = list(parts)
+    text = "  ".join([head, *(t for t, _ in kept)])
+    while kept and len(text) >= width:
+        kept.remove(min(kept, key=lambda part: part[1]))
+        text = "  ".join([head, *(t for t, _ in kept)])
+    return text
 
 
 def _parts(shown: Shown, final: bool) -> list[tuple[str, int]]:

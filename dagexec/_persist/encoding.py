@@ -47,6 +47,22 @@ def _digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16, person=_PERSON).digest()
 
 
+def _is_constant(name: str, found: object) -> bool:
+    """True for a global that is a constant deciding values: EXTENSIONS = (".csv",
+    ".tsv"), PATTERN = re.compile(...), LIMITS = {...}, MODE = Mode.FAST.
+
+    A mutable container counts only under a constant's name (PEP 8: upper case): a
+    lower-case list is usually state the task appends to (a log of calls), which
+    would make it run again every time."""
+    kind = type(found)
+    return (
+        kind in _FROZEN_CONTAINERS
+        or kind in copyreg.dispatch_table
+        or (kind in _CONTAINERS and name.isupper())
+        or isinstance(found, enum.Enum)
+    )
+
+
 class _Encoder:
     """Canonical bytes for values, functions and code, memoised for one computation.
 
@@ -280,6 +296,13 @@ class _Encoder:
         return digest
 
     def _function_parts(self, fn: Any) -> list[bytes]:
+        """A callable's parts: a ``def`` or lambda here (its name, code, defaults,
+        closure cells, the globals that decide values, what it wraps), a partial, a
+        method or a class below, the rarer kinds in :meth:`_other_callable_parts`.
+
+        A plain function is encoded in this one frame, with no helper call: a chain
+        of wrappers recurses through here once per level, ``_MAX_DEPTH`` levels deep,
+        and each frame more per level brings that nearer the recursion limit."""
         out: list[bytes] = []
         if isinstance(fn, types.FunctionType):
             # Not __module__: the same file run as a script (__main__) and imported
@@ -319,7 +342,15 @@ class _Encoder:
             out.append(b"class")
             self.value(fn, out)
             self._methods_parts(fn, out)
-        elif isinstance(fn, types.BuiltinFunctionType):
+        else:
+            self._other_callable_parts(fn, out)
+        return out
+
+    def _other_callable_parts(self, fn: Any, out: list[bytes]) -> None:
+        """What :meth:`_function_parts` has for a callable that is no function,
+        partial, method or class: a builtin, a wrapper (``functools.cache``), a
+        callable object, or anything else (kept by value, strictly)."""
+        if isinstance(fn, types.BuiltinFunctionType):
             out.append(b"builtin")
             self.value(fn.__module__, out)
             self.value(fn.__qualname__, out)
@@ -342,7 +373,6 @@ class _Encoder:
         else:
             out.append(b"other")
             out.append(self.strict(fn, "its function", self.task))
-        return out
 
     def _methods_parts(self, cls: type, out: list[bytes]) -> None:
         """Every method written in Python of ``cls`` and of its bases; and the class
@@ -393,17 +423,7 @@ class _Encoder:
         elif kind in _SIMPLE_GLOBALS:
             self.value(name, out)
             self.value(found, out)
-        elif (
-            kind in _FROZEN_CONTAINERS
-            or kind in copyreg.dispatch_table
-            or (kind in _CONTAINERS and name.isupper())
-            or isinstance(found, enum.Enum)
-        ):
-            # Constants that decide the value: EXTENSIONS = (".csv", ".tsv"),
-            # PATTERN = re.compile(...), LIMITS = {...}, MODE = Mode.FAST. A
-            # mutable container counts only under a constant's name (PEP 8: upper
-            # case): a lower-case list is usually state the task appends to (a log
-            # of calls), which would make it run again every time.
+        elif _is_constant(name, found):
             self.value(name, out)
             self.lenient(found, out)
         elif kind is functools.partial:

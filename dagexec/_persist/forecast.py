@@ -113,6 +113,8 @@ class Forecast:
             self.run[i] = self._reason(i, self.plan.deps[i]) or self._missing(i, identity)
 
     def _map(self, i: int) -> None:
+        """A map: loaded whole, run whole, or item by item, as far as can be told
+        before the run (the list it maps over may only be made during it)."""
         plan, ids = self.plan, self.ids
         deps = plan.deps[i]
         elements = self.values.get(deps[0], _UNKNOWN)  # the list it maps over
@@ -120,7 +122,6 @@ class Forecast:
             total = len(elements) if elements is not _UNKNOWN else None
         except TypeError:  # not a list: the run fails it, as it will
             elements, total = _UNKNOWN, None
-        source = describe(plan.names[deps[0]])
         if not ids.stored[i]:
             count = "" if total is None else f" ({_items(total)})"
             self.run[i] = Reason(
@@ -137,20 +138,30 @@ class Forecast:
         own = combine(ids.prefix[i], extra)
         why = self._reason(i, deps[1:])
         if elements is _UNKNOWN:
-            self.list_in_run.add(i)
-            mark = map_mark(own)
-            if self.store is not None and self.store.stored([mark]):
-                self.during[i] = (
-                    f"the list it maps over ({source}) is made during the run: each item "
-                    "whose element comes back equal to a stored one loads, the others run"
-                )
-                self.items[i] = MapItems(None, None)
-            else:  # nothing was ever saved under this identity: no item can load
-                text = why.text if why is not None else "not stored yet"
-                kind = why.kind if why is not None else NOT_STORED
-                self.run[i] = Reason(kind, f"{text}: every item runs")
-                self.items[i] = MapItems(None, 0)
-            return
+            self._map_over_list_made_later(i, own, why)
+        else:
+            self._map_over_known_list(i, own, why, elements)
+
+    def _map_over_list_made_later(self, i: int, own: bytes, why: Reason | None) -> None:
+        """A map whose list is made during the run: its items' identities are not
+        known yet, so only whether anything was ever saved under the map can be told."""
+        self.list_in_run.add(i)
+        if self.store is not None and self.store.stored([map_mark(own)]):
+            source = describe(self.plan.names[self.plan.deps[i][0]])
+            self.during[i] = (
+                f"the list it maps over ({source}) is made during the run: each item "
+                "whose element comes back equal to a stored one loads, the others run"
+            )
+            self.items[i] = MapItems(None, None)
+        else:  # nothing was ever saved under this identity: no item can load
+            text = why.text if why is not None else "not stored yet"
+            kind = why.kind if why is not None else NOT_STORED
+            self.run[i] = Reason(kind, f"{text}: every item runs")
+            self.items[i] = MapItems(None, 0)
+
+    def _map_over_known_list(self, i: int, own: bytes, why: Reason | None, elements: Any) -> None:
+        """A map whose list is known before the run: each item's identity, and so
+        which items load and which run."""
         item_ids = [item_identity(own, e, index)[0] for index, e in enumerate(elements)]
         self.known[i] = map_identity(own, item_ids)
         found = self._loadable(item_ids)

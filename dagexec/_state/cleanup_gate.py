@@ -29,13 +29,13 @@ running until its function really returned.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable, Sequence
+from typing import Protocol
 
+from .._core.policy import Policy
 from .._core.result import CANCELLED, DONE, WAITING
 from .._core.safe import task_for_message
-
-if TYPE_CHECKING:
-    from .runstate import RunState
+from .fanout import Fanout
 
 __all__ = ["CleanupGate"]
 
@@ -52,13 +52,56 @@ class _Walk:
         self.seen = set(parents)
 
 
+class GateRun(Protocol):
+    """What a :class:`CleanupGate` reads of the run that owns it (a ``RunState``)."""
+
+    @property
+    def cleanup(self) -> bytearray | None:
+        """1 for the run's cleanup tasks."""
+
+    @property
+    def deps(self) -> Sequence[tuple[int, ...]]:
+        """Per task, its dependencies."""
+
+    @property
+    def fanout(self) -> Fanout | None:
+        """The run's maps (their items are ancestors too), or None."""
+
+    @property
+    def hard(self) -> bool:
+        """Whether the run stopped hard (cleanup tasks are cancelled too)."""
+
+    @property
+    def names(self) -> Sequence[Hashable]:
+        """Per task, its name."""
+
+    @property
+    def now(self) -> float:
+        """The driver's clock, as last told."""
+
+    @property
+    def policy(self) -> Sequence[Policy | None] | None:
+        """Per task, its policy (its ``timeout=``)."""
+
+    @property
+    def state(self) -> bytearray:
+        """Per task, its state code."""
+
+    @property
+    def warn(self) -> Callable[..., None]:
+        """Where a warning goes."""
+
+    def make_ready(self, task: int) -> None:
+        """``task`` can run now."""
+
+
 class CleanupGate:
     """The due cleanup tasks of one run that wait for their ancestors. Owned by
     its :class:`RunState`, on the same thread."""
 
     __slots__ = ("cleared", "deadlines", "held", "run", "running", "seq", "tasks")
 
-    def __init__(self, run: RunState) -> None:
+    def __init__(self, run: GateRun) -> None:
         self.run = run
         cleanup = run.cleanup
         assert cleanup is not None

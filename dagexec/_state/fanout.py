@@ -28,21 +28,76 @@ columns (``add_items`` is the one place they grow).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
+from .._core.plan import Plan
 from .._core.result import CANCELLED, DONE, FAILED, SKIPPED, WAITING
 from .._core.safe import add_note, task_for_message
 
-if TYPE_CHECKING:
-    from .runstate import RunState
-
 __all__ = ["Fanout"]
+
+
+class FanoutRun(Protocol):
+    """The public methods of a run (a ``RunState``) that a :class:`Fanout` uses:
+    all it asks of the run it belongs to."""
+
+    @property
+    def plan(self) -> Plan:
+        """The run's plan (a map's dependencies are the plan's)."""
+
+    def add_items(
+        self, m: int, elements: list[Any] | None, source: range | None, keep: bool
+    ) -> range:
+        """Add map ``m``'s items as tasks of the run."""
+
+    def dependency_done(self, task: int) -> None:
+        """One more dependency of ``task`` is done."""
+
+    def drop_edges(self, task: int, deps: Iterable[int]) -> None:
+        """``task`` no longer waits on ``deps``."""
+
+    def finish(self, task: int, outcome: int, payload: Any = None) -> None:
+        """``task`` ended as ``outcome``."""
+
+    def is_cleanup(self, task: int) -> bool:
+        """Whether ``task`` is a cleanup task still waiting as one."""
+
+    def is_wanted(self, task: int) -> bool:
+        """Whether ``task``'s value is wanted."""
+
+    def let_go(self, used: Sequence[int]) -> None:
+        """Each of ``used`` has one consumer fewer."""
+
+    def make_ordinary(self, task: int) -> None:
+        """Cleanup task ``task`` is an ordinary task from now on."""
+
+    def make_ready(self, task: int) -> None:
+        """``task`` can run now."""
+
+    def more_readers(self, tasks: Iterable[int]) -> None:
+        """Each of ``tasks`` has one more user that will read its value."""
+
+    def push_order(self, tasks: Sequence[int]) -> Sequence[int]:
+        """The order to make ``tasks`` ready in."""
+
+    def skip_downstream(self, failed: int) -> None:
+        """Skip what depends on ``failed``."""
+
+    def state_of(self, task: int) -> int:
+        """``task``'s state code."""
+
+    def take_values(self, tasks: Sequence[int]) -> list[Any]:
+        """The values of ``tasks``, read once by their last user."""
+
+    def value_of(self, task: int) -> Any:
+        """``task``'s value, while someone still needs it."""
 
 
 class Fanout:
     """The maps of one run. Owned by its :class:`RunState`, same thread."""
 
-    def __init__(self, run: RunState, maps: frozenset[int]) -> None:
+    def __init__(self, run: FanoutRun, maps: frozenset[int]) -> None:
         self.run = run
         self.plan = plan = run.plan  # a map is a task of the plan: its deps are the plan's
         self.maps = maps
@@ -68,20 +123,8 @@ class Fanout:
         deps = self.plan.deps[m]
         over = deps[0]
         source = self.span.get(over)  # item by item when over is an expanded map
-        if run.is_cleanup(m):
-            # run_if="all_done" applies to the extra deps only: a map whose over
-            # ended without a value has no items, and is skipped.
-            if source is None and run.state_of(over) != DONE:
-                run.finish(m, SKIPPED)
-                run.skip_downstream(m)
-                return
-            # Expanded, it gathers like any map: a failed item skips it. Its deps
-            # have all ended and no longer concern it (its items read them): the
-            # edges go, so that skipping downstream of a failed dep, which may be
-            # what made it expand, does not reach it now.
-            run.make_ordinary(m)
-            # (a chained map's edge from over went when over expanded)
-            run.drop_edges(m, {d for d in deps if source is None or d != over})
+        if run.is_cleanup(m) and not self._cleanup_map_expands(m, deps, source):
+            return
         elements = None
         if source is None:
             elements = self._elements(m, over)
@@ -111,6 +154,26 @@ class Fanout:
         if not span:
             self._gather(m)
 
+    def _cleanup_map_expands(self, m: int, deps: tuple[int, ...], source: range | None) -> bool:
+        """Cleanup map ``m`` (run_if="all_done") is due: whether it expands (True)
+        or, its over having ended without a value, is skipped (False)."""
+        run = self.run
+        over = deps[0]
+        # run_if="all_done" applies to the extra deps only: a map whose over
+        # ended without a value has no items, and is skipped.
+        if source is None and run.state_of(over) != DONE:
+            run.finish(m, SKIPPED)
+            run.skip_downstream(m)
+            return False
+        # Expanded, it gathers like any map: a failed item skips it. Its deps
+        # have all ended and no longer concern it (its items read them): the
+        # edges go, so that skipping downstream of a failed dep, which may be
+        # what made it expand, does not reach it now.
+        run.make_ordinary(m)
+        # (a chained map's edge from over went when over expanded)
+        run.drop_edges(m, {d for d in deps if source is None or d != over})
+        return True
+
     def _elements(self, m: int, over: int) -> list[Any] | None:
         """The items of map ``m``: the value of ``over`` as a list; None if iterating
         it raised (``m`` then failed).
@@ -127,6 +190,9 @@ class Fanout:
             names = self.plan.names
             what, over_name = task_for_message(names[m]), task_for_message(names[over])
             add_note(exc, f"dagexec: map {what} iterates the value of {over_name}")
+            # It will never read its dependencies now (found by the move checker:
+            # over's value was kept to the end of a run that went on).
+            run.let_go(self.plan.deps[m])
             run.finish(m, FAILED, exc)
             return None
 

@@ -20,10 +20,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .runstate import RunState
+from typing import Any, Protocol
 
 __all__ = ["Resources", "exact", "resource_ids"]
 
@@ -63,13 +60,33 @@ def resource_ids(
     return names, tuple(tuple((rid[r], exact(a)) for r, a in need) for need in needs)
 
 
+class ResourceRun(Protocol):
+    """What :class:`Resources` reads of the run that owns it (a ``RunState``)."""
+
+    @property
+    def needs(self) -> Sequence[tuple[tuple[int, float], ...]] | None:
+        """Per task, what it needs, in resource ids (None: no task needs any)."""
+
+    @property
+    def ready(self) -> Any:
+        """The ready set, a heap of ready-set entries."""
+
+    @property
+    def cleanup(self) -> bytearray | None:
+        """1 for the run's cleanup tasks (None: it has none)."""
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the run is stopping."""
+
+
 class Resources:
     """The resources of one run, in exact numbers: free is always capacity minus
     what is held and lent out. Owned by its :class:`RunState`, same thread; the
     per-task needs stay the run's column (``RunState.needs``, resource ids)."""
 
     def __init__(
-        self, run: RunState, names: tuple[str, ...], capacity: Mapping[str, float]
+        self, run: ResourceRun, names: tuple[str, ...], capacity: Mapping[str, float]
     ) -> None:
         self.run = run
         self.names = names
