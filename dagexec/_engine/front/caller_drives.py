@@ -55,7 +55,7 @@ def run_here(
     instead.
 
     A run handed to the scheduler thread costs two thread hand-offs more
-    (there and back), about a third of a small run (docs/internals.md, "Small runs").
+    (there and back), about a third of a small run (docs/performance.md, "Small runs").
     The caller may drive its own run only where nothing can raise inside
     the driver: not on the main thread, or on it with Python's own SIGINT
     handler, which is swapped meanwhile for one that asks the run to stop

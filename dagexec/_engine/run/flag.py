@@ -28,7 +28,7 @@ message on the results queue).
 A worker checks the stop flag of every item it takes, so it reads ``_flag``,
 the field ``is_set()`` returns, without the call (``worker._loop``): the call
 was a Python frame per task, ~260 instructions per task of the speed gate's
-one-worker run of the wide graph (1.7%; docs/speed-gate.md). Likewise before
+one-worker run of the wide graph (1.7%; docs/performance.md, "The speed gate"). Likewise before
 each member of a chain (``worker._run_chain``: 4.5% of the chain graph's
 instructions per task). The field has ``threading.Event``'s name and meaning,
 so reading it works on any Event.
