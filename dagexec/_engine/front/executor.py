@@ -331,7 +331,7 @@ class Executor:
         """
         if here is None:
             here = threading.current_thread()
-        abandoned = self._abandoned
+        abandoned = self._stopper.abandoned
         return (
             here is self._scheduler
             or here.ident == self._driver
