@@ -30,6 +30,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,11 @@ RSS_RATIO, RSS_SLACK_MIB, TIME_RATIO = 1.2, 8.0, 1.10
 
 
 def collection(name: str, full: bool) -> Any:
-    import dask.array as da
+    if name.startswith("bag") or name == "delayed tree":
+        return _bag_or_delayed(name)
+    if name in DATAFRAME:
+        return _dataframe(name)
+    import dask.array as da  # not imported by the bag and dataframe children
 
     rng = da.random.default_rng(0)
     if name == "sum 12k c1000":
@@ -84,10 +89,6 @@ def collection(name: str, full: bool) -> Any:
     if name == "map_overlap":
         x = rng.random((6000, 6000), chunks=1000)
         return x.map_overlap(_double, depth=2, boundary="reflect").sum()
-    if name.startswith("bag") or name == "delayed tree":
-        return _bag_or_delayed(name)
-    if name in DATAFRAME:
-        return _dataframe(name)
     raise SystemExit(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
 
 
@@ -164,8 +165,6 @@ def _status(field: str) -> int:
 def child(name: str, scheduler: str, full: bool, queue_cap: int | None, sizing: bool) -> None:
     """One run in this (fresh) process; prints {"peak": bytes, "seconds": s}, and with
     ``sizing`` the CPU the run's driving thread spent sizing values, and in all."""
-    import time
-
     import dask
 
     sys.path.insert(0, str(ROOT))
@@ -192,25 +191,28 @@ def child(name: str, scheduler: str, full: bool, queue_cap: int | None, sizing: 
 
 
 def _time_sizing(dd: Any, cpu: dict[str, float]) -> None:
-    """Count the thread CPU of every size estimate, and of each run's driving thread
+    """Count the thread CPU of sizing values (every estimate with its budget's
+    bookkeeping, and every check of that budget), and of each run's driving thread
     (the calling thread: a plain ``get`` is driven by its caller)."""
     import threading
-    import time
 
-    import dagexec._engine.run.depth as depth
+    from dagexec._engine.run.depth import Depth
 
-    estimate, execute = depth.estimate_bytes, dd.execute
+    execute = dd.execute
     caller = threading.get_ident()
 
-    def timed_estimate(value: Any) -> int:
-        started = time.thread_time()
-        try:
-            return estimate(value)
-        finally:
-            if threading.get_ident() != caller:
-                raise RuntimeError("sizing ran off the calling thread: the share is wrong")
-            cpu["sizing"] += time.thread_time() - started
-            cpu["samples"] += 1
+    def timed(method: Any, counted: bool) -> Any:
+        def run(self: Any, *args: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return method(self, *args)
+            finally:
+                if threading.get_ident() != caller:
+                    raise RuntimeError("sizing ran off the calling thread: the share is wrong")
+                cpu["sizing"] += time.thread_time() - started
+                cpu["samples"] += counted
+
+        return run
 
     def timed_execute(*args: Any, **kwargs: Any) -> Any:
         started = time.thread_time()
@@ -219,7 +221,8 @@ def _time_sizing(dd: Any, cpu: dict[str, float]) -> None:
         finally:
             cpu["driver"] += time.thread_time() - started
 
-    depth.estimate_bytes = timed_estimate
+    Depth.size = timed(Depth.size, True)  # type: ignore[method-assign]
+    Depth.put_off = timed(Depth.put_off, False)  # type: ignore[method-assign]
     dd.execute = timed_execute
 
 
@@ -262,6 +265,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.scheduler, args.full, args.queue_cap, args.sizing)
         return
+    started = time.perf_counter()
     names = list(args.only or WORKLOADS)
     if not _have_dataframes():
         skipped = [n for n in names if n in DATAFRAME]
@@ -270,7 +274,13 @@ def main() -> None:
             print(f"skipped (no pandas/pyarrow): {', '.join(skipped)}", flush=True)
     if args.sizing:
         _sizing_table(names, args.runs, args.full)
-        return
+    else:
+        _table(names, args.runs, args.full, args.queue_cap)
+    print(f"({len(names)} workloads, --runs {args.runs}: {time.perf_counter() - started:.0f} s)")
+
+
+def _table(names: list[str], runs_wanted: int, full: bool, queue_cap: int | None) -> None:
+    """Per workload: the median peak RSS and time of each scheduler, against the targets."""
     mib = 1 << 20
     print(
         f"{'workload':16s} {'threads MiB':>11s} {'dagexec MiB':>11s} {'RSS ok':>6s}"
@@ -279,10 +289,10 @@ def main() -> None:
     )
     for name in names:
         runs: dict[str, list[dict[str, float]]] = {"threads": [], "dagexec": []}
-        for i in range(args.runs):
+        for i in range(runs_wanted):
             # The order rotates, so that neither scheduler always runs first.
             for scheduler in ("threads", "dagexec") if i % 2 == 0 else ("dagexec", "threads"):
-                runs[scheduler].append(measure(name, scheduler, args.full, args.queue_cap))
+                runs[scheduler].append(measure(name, scheduler, full, queue_cap))
         peak = {s: statistics.median(r["peak"] for r in runs[s]) / mib for s in runs}
         secs = {s: statistics.median(r["seconds"] for r in runs[s]) for s in runs}
         rss_ok = peak["dagexec"] <= RSS_RATIO * peak["threads"] + RSS_SLACK_MIB

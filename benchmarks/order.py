@@ -30,7 +30,7 @@ class Chunk:
     """A value that counts how many of its kind are alive, and the most ever.
 
     It stands for a chunk of data, and says so to ``sys.getsizeof`` (what the
-    default, memory-aware dispatch depth reads: see docs/dask-memory.md); with
+    default, memory-aware dispatch depth reads: see docs/dask.md); with
     ``--small`` it does not, and the depth treats it as the small object it is.
     """
 

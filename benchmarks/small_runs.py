@@ -39,7 +39,9 @@ thread (cProfile; a plain ``Executor.run`` is driven on it, so that is all the
 run's own work but the workers') and, with valgrind on PATH, instructions per
 run of the whole process (cachegrind ``--cache-sim=no``, a process with more
 runs minus one with fewer, so start-up cancels out; workers included), and of
-``Executor.run``'s calling thread alone (callgrind, a count per thread).
+``Executor.run``'s calling thread alone (callgrind, a count per thread); and
+the instructions of a one-task ``Executor.run`` (``1-task Executor.run``),
+which is nothing but the per-run ceremony and one hand-off.
 
     python benchmarks/small_runs.py [--rounds 300] [--block 10] [--workers 2]
     python benchmarks/small_runs.py --back-to-back [--rounds 5] [--block 2000]
@@ -91,6 +93,13 @@ def dagexec_graph() -> dagexec.Graph:
     g = dagexec.Graph()
     for name, deps in shape().items():
         g.add(name, noop, deps=deps)
+    return g
+
+
+def one_task_graph() -> dagexec.Graph:
+    """One no-op task: what a run costs with (almost) nothing to run."""
+    g = dagexec.Graph()
+    g.add("only", noop)
     return g
 
 
@@ -247,6 +256,7 @@ def calls_per_run(w: int, runs: int) -> dict[str, float]:
 def repeat_child(which: str, runs: int, w: int) -> None:
     """The process valgrind counts: a warm run, then ``runs`` more."""
     g = dagexec_graph()
+    one = one_task_graph()
     deps = shape()
     with dagexec.Executor(workers=w) as ex, ThreadPoolExecutor(max_workers=w) as pool:
 
@@ -256,6 +266,7 @@ def repeat_child(which: str, runs: int, w: int) -> None:
 
         fn: Callable[[], Any] = {
             "Executor.run": lambda: ex.run(g),
+            "1-task Executor.run": lambda: ex.run(one),
             "graphlib+TPE": lambda: graphlib_run(pool, deps),
             "dagexec.run": lambda: dagexec.run(g, workers=w),
             "graphlib+new TPE": fresh_tpe,
@@ -342,12 +353,18 @@ def count(w: int, quick: bool) -> None:
         return
     instr = {
         name: instructions_per_run(name, w, 10, 60)
-        for name in ("Executor.run", "graphlib+TPE", "dagexec.run", "graphlib+new TPE")
+        for name in (
+            "Executor.run",
+            "graphlib+TPE",
+            "dagexec.run",
+            "graphlib+new TPE",
+            "1-task Executor.run",
+        )
     }
     for name, n in instr.items():
-        print(f"  {name:16s} {n:10,.0f} instructions per run (all threads, cachegrind)")
+        print(f"  {name:19s} {n:10,.0f} instructions per run (all threads, cachegrind)")
     caller = caller_instructions_per_run(w, 10, 60)
-    print(f"  Executor.run     {caller:10,.0f} instructions per run (calling thread, callgrind)")
+    print(f"  Executor.run        {caller:10,.0f} instructions per run (calling thread, callgrind)")
     print(
         f"  Executor.run / graphlib+TPE = {instr['Executor.run'] / instr['graphlib+TPE']:.2f}x, "
         f"dagexec.run / graphlib+new TPE = "

@@ -119,7 +119,7 @@ def get(
         queue_cap, max_in_flight: dagexec's bounds, see :class:`dagexec.Executor`.
             Without either, the depth is memory-aware: one task per worker while
             tasks return large values (dask's own local policy), deeper for small
-            ones; see ``docs/dask-memory.md``.
+            ones; see ``docs/dask.md``.
         on_error: ``"raise"`` stops at the first failure; ``"continue"`` lets
             every task that does not depend on a failure finish first. Either way
             the first failing task's own exception is raised.
@@ -261,7 +261,7 @@ def to_dask(
         UnknownTargetError: a target is not a task of the graph.
         ValueError: a task needs what one dask graph cannot say (a map or a
             cleanup task: use :func:`run_on`, which drives them from the client;
-            see ``docs/dask-cluster.md`` for the rest).
+            see ``docs/dask.md`` for the rest).
     """
     cg = translate(graph, targets, None)
     if cg.staged:
@@ -290,7 +290,7 @@ def run_on(
     """Run ``targets`` (every sink if None) of ``graph`` on a ``distributed.Client``.
 
     Everything the graph asks for is carried to the cluster or refused before
-    anything is sent (``docs/dask-cluster.md`` has the table): keys unique to
+    anything is sent (``docs/dask.md`` has the table): keys unique to
     the run, mapped back to task names; ``priority``, ``resources`` (only those
     the workers declare) and plain ``retries`` as dask annotations; a task's
     ``timeout``, ``retry_delay``, ``retry_on`` and ``current_task()`` by
@@ -305,7 +305,7 @@ def run_on(
         checkpoint: a checkpoint file on the client (the one ``dagexec.run``
             uses): what it holds is loaded and not run; the values the client
             receives (the targets', the inputs of maps and cleanup tasks) are
-            saved. See ``docs/dask-cluster.md``.
+            saved. See ``docs/dask.md``.
         client_kwargs: passed to ``Client.get`` for the graph (``workers=``,
             ``allow_other_workers=``...). Breaking change: these used to be
             ``run_on``'s own keyword arguments.

@@ -50,7 +50,7 @@ HOT_PATH: dict[str, tuple[int, str]] = {
         18,
         "body runs per ready task (0.017 calls/task, wide): a helper per task is +26% calls/task",
     ),
-    "_engine/run/reports.py:Reports.handle": (
+    "_engine/run/reports.py:handle": (
         29,
         "per results batch (0.017 calls/task wide, 0.051 partial); per message in a policy run",
     ),
@@ -66,14 +66,7 @@ PENDING: dict[str, tuple[str, int]] = {
     "_core/plan.py:_cut": ("state", 20),
     "_core/plan.py:_cut_links": ("state", 20),
     "_core/graph.py:Graph._add": ("options", 20),
-    "_engine/front/schedule.py:Schedule.__post_init__": ("ctx", 16),
-    "_engine/front/caller_drives.py:run_here": ("ctx", 17),
-    "_engine/front/schedule_fit.py:check_fits": ("ctx", 16),
-    "_engine/front/explore.py:explore": ("ctx", 21),
-    "_engine/front/explore.py:replay_schedule": ("ctx", 17),
-    "_engine/run/explore_driver.py:ExploringDriver._dispatch": ("ctx", 16),
     "_engine/run/balance.py:Balance._share_levels": ("ctx", 18),
-    "_engine/run/outcome.py:build_result": ("ctx", 22),
     "_integrations/dask_local.py:annotations_of": ("dask", 20),
     "_integrations/dask_cluster.py:ClusterRun._collect": ("dask", 22),
     "_integrations/dask_cluster.py:ClusterRun._statuses": ("dask", 17),

@@ -1,5 +1,5 @@
 """dagexec graphs on a dask cluster: run_on / submit_on / to_dask carry every option a
-cluster can honour and refuse the rest before anything is sent (docs/dask-cluster.md)."""
+cluster can honour and refuse the rest before anything is sent (docs/dask.md)."""
 
 from __future__ import annotations
 

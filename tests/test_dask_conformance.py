@@ -5,7 +5,7 @@ Each case builds a graph, runs it on a local ``Executor`` and through
 worker processes), and checks what it can see from outside: return values,
 statuses, errors, and files the tasks write (they run in other processes, so
 nothing in this process's memory would tell). Cases a cluster cannot honour
-are checked to be refused before anything runs (docs/dask-cluster.md lists them).
+are checked to be refused before anything runs (docs/dask.md lists them).
 """
 
 from __future__ import annotations
@@ -543,7 +543,7 @@ def test_statuses_on_a_cluster_are_the_local_ones(
 
 
 def test_at_least_90_percent_of_the_cases_run_on_a_cluster(tmp_path: Path) -> None:
-    """Issue 22's bar; the refused ones are tabled in docs/dask-cluster.md."""
+    """Issue 22's bar; the refused ones are tabled in docs/dask.md."""
     cases = [make(tmp_path) for make in CASES]
     supported = sum(case.refused_on_cluster is None for case in cases)
     print(f"conformance on a cluster: {supported} of {len(cases)} cases")

@@ -39,6 +39,14 @@ class Chunk:
         Chunk.live = Chunk.peak = 0
 
 
+@pytest.fixture(autouse=True)
+def _unbudgeted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests feed batches far faster than a driver makes them, so the sampling
+    budget (tests/test_sizing_budget.py) would put samples off, by how loaded the
+    machine is: it is lifted here, where the rule is what is tested."""
+    monkeypatch.setattr(dagexec._engine.run.depth, "_ALLOWANCE", float("inf"))
+
+
 def _report(value: Any) -> tuple[Any, ...]:
     return (0, 0, DONE, value, 0.0, 0.0)
 
@@ -271,3 +279,19 @@ def test_a_rerun_that_asks_for_its_last_start_takes_one_first_sample_not_two() -
     assert rerun.start == 130
     assert rerun.after([_report(1)]) == 130
     assert rerun.countdown == 8  # the next sample 8 batches on, as at the full depth
+
+
+def test_small_values_among_big_ones_never_open_the_depth() -> None:
+    """dask's ``(x + x.T).sum()``: each 8 MB chunk's small sum follows it. After 64
+    unsampled batches at one task per worker a big value used to be forgotten, so
+    two small samples in a row doubled the depth twice (peak 131-151 MiB against
+    dask threaded's 86); a big value is now forgotten by a run of small ones only."""
+    depth = Depth(workers=2, full=130)
+    caps = [depth.after([_report(Chunk(8 << 20))])]
+    pattern = [Chunk(100), Chunk(100), Chunk(8 << 20)]
+    for i in range(3000):
+        caps.append(depth.after([_report(pattern[i % 3])]))
+    assert max(caps) == 2
+    for _ in range(300):  # a true switch to small values still opens it
+        caps.append(depth.after([_report(1)]))
+    assert caps[-1] == 130

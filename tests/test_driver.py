@@ -20,6 +20,7 @@ from dagexec._engine.run.attempts import AttemptBook, LiveAttempt
 from dagexec._engine.run.balance import Balance
 from dagexec._engine.run.driver import Driver
 from dagexec._engine.run.items import head
+from dagexec._engine.run.reports import handle
 from dagexec._engine.run.scheduler import Run
 from dagexec._engine.workers.inbox import Inbox
 from dagexec._engine.workers.wire import ABORT, FREED, NOT_STARTED, Message
@@ -140,8 +141,8 @@ def test_a_batch_of_returned_values_takes_the_same_path_as_one_with_other_report
     # A FREED report of an attempt this run never lent to is a no-op, so the
     # mixed batch differs only in the path it takes.
     other: Message = (-1, object(), FREED, None, 0.0, 0.0)
-    plain.driver.reports.handle(batch, 5.0)
-    mixed.driver.reports.handle([*_done(sent[:3]), other, *_done(sent[3:])], 5.0)
+    handle(plain.driver, batch, 5.0)
+    handle(mixed.driver, [*_done(sent[:3]), other, *_done(sent[3:])], 5.0)
     for run in (plain, mixed):
         assert list(run.state.state) == [DONE] * 6
         assert run.state.in_flight == 0 and run.state.unfinished == 0
@@ -200,7 +201,7 @@ def test_a_refused_item_outside_a_stop_aborts_the_run_at_once() -> None:
     item = run.inboxes[0].get_nowait()  # taken by its worker, which refuses it:
     run.stop.set()  # abort() set the flag on another thread; its ABORT is on its way
     assert item is not None
-    run.driver.reports.handle([(0, head(item), NOT_STARTED, None, 0.0, 0.0)], 1.0)
+    handle(run.driver, [(0, head(item), NOT_STARTED, None, 0.0, 0.0)], 1.0)
     assert run.stops.aborted and run.state.stopping
     assert run.cancelled.is_set()  # no cleanup task to wait for
     assert run.balance.held == [0, 0]  # the refused one, and the two taken back

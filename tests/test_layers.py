@@ -13,9 +13,8 @@ lowest first; a module may import its own layer and the layers below it:
     _integrations  dask, command line, demo
     (top)          dagexec/__init__.py, testing.py, dask.py, __main__.py
 
-No import may close a cycle. The few allowed exceptions are in ``ALLOWED``:
-the public renderers (``RENDERERS``), and the cycles of ``_engine/run`` and
-``_engine/front`` pending the developer ctx (``PENDING_CTX``).
+No import may close a cycle. The only allowed exceptions are in ``ALLOWED``:
+the public renderers (``RENDERERS``).
 
 ``RunState`` is one class built from layered base classes, one module each
 (``dagexec/_state/runstate.py``): its behaviour is its classes', never a
@@ -58,32 +57,9 @@ RENDERERS: dict[tuple[str, str], tuple[str, ...]] = {
     ("_core.result", "_observation.report"): ("report_html",),  # RunResult.report_html
 }
 
-# Pending ctx: the cycles among the run's modules (_engine/run) and among the
-# executor's (_engine/front) are the developer ctx's to remove (issue 29 step 2,
-# item 1: one run context). Each arrow below closes one of them; the lead drops
-# this allowance when ctx lands.
-PENDING_CTX: dict[tuple[str, str], str] = {
-    ("_engine.run.items", "_engine.run.driver"): (
-        "pending ctx: the item builders take the Driver they fill (TYPE_CHECKING only)"
-    ),
-    ("_engine.run.outcome", "_engine.run.scheduler"): (
-        "pending ctx: the outcome is read off the finished Run (TYPE_CHECKING only)"
-    ),
-    ("_engine.front.caller_drives", "_engine.front.executor"): (
-        "pending ctx: the caller-driven path is Executor.run's, moved out for size: it "
-        "takes the Executor whose locks and slot it holds (TYPE_CHECKING only)"
-    ),
-    ("_engine.front.queued", "_engine.front.executor"): (
-        "pending ctx: the queued path is Executor.run's and submit's, moved out for "
-        "size: it takes the Executor whose locks, queue and scheduler thread it uses "
-        "(TYPE_CHECKING only)"
-    ),
-}
-
 # (importer, imported) arrows that break the rules on purpose, with the reason.
 ALLOWED: dict[tuple[str, str], str] = {
     **{arrow: f"the public renderer {', '.join(names)}" for arrow, names in RENDERERS.items()},
-    **PENDING_CTX,
 }
 
 # The pure state machine reports through events; it never waits, sleeps or logs.

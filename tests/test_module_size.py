@@ -46,7 +46,7 @@ def test_no_module_is_longer_than_the_limit() -> None:
     too_long = over_the_limit(line_counts(), OVER_THE_LIMIT)
     assert not too_long, (
         f"modules over {MAX_LINES} lines: {too_long}; split each along a seam into "
-        "modules with one job (docs/design.md, Layers, lists where each job lives)"
+        "modules with one job (docs/design.md, Modules, lists where each job lives)"
     )
 
 

@@ -142,3 +142,39 @@ def test_a_default_run_does_not_import_numpy() -> None:
         "assert 'pandas' not in sys.modules, 'the core imported pandas'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_pyarrow_strings_are_sized_by_their_buffers_not_by_nbytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pandas' default strings are pyarrow-backed: their ``nbytes`` works out a slice's
+    exact share (50-90 us on a 26-row column, most of a small frame's estimate in a
+    dask groupby-agg); the buffers they hold are what they keep alive, and cheap."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    n = 20_000
+    words = pd.array([f"word-{i:06d}" * 4 for i in range(n)], dtype="string[pyarrow]")
+    frame = pd.DataFrame({"w": words, "k": range(n)}, index=pd.Index(words, name="key"))
+    arrow_type = type(frame["w"].array)
+    deep = int(frame.memory_usage(deep=True).sum())
+
+    def refuse(self: Any) -> int:
+        raise AssertionError("nbytes of a pyarrow array: too slow to size with")
+
+    monkeypatch.setattr(arrow_type, "nbytes", property(refuse))
+    assert deep / 2 <= estimate_bytes(frame) <= deep * 2
+    # A slice keeps the whole buffers alive, as a numpy view keeps its base.
+    assert estimate_bytes(frame.iloc[:10]) >= n * 24
+    assert estimate_bytes(pd.Series(words)) >= n * 24
+
+
+def test_a_range_index_is_not_asked_its_nbytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"v": [1.0] * 1000})
+    assert type(frame.index).__name__ == "RangeIndex"
+
+    def refuse(self: Any) -> int:
+        raise AssertionError("a RangeIndex holds no array: nothing to size")
+
+    monkeypatch.setattr(type(frame.index), "nbytes", property(refuse))
+    assert 8000 <= estimate_bytes(frame) <= 8000 + 1000

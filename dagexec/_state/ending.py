@@ -36,7 +36,7 @@ class Ending(Retrying):
     """A run whose tasks end: one at a time, in batches, or all at once in a stop."""
 
     # Over ruff's complexity limit on purpose: the per-task hot path: a split adds
-    # a call per task (docs/speed-gate.md).
+    # a call per task (docs/performance.md, "The speed gate").
     def ended(  # noqa: C901
         self,
         reports: list[Report],
@@ -123,7 +123,7 @@ class Ending(Retrying):
         self._returned(reports, release)
 
     # Over ruff's complexity limit on purpose: the per-task hot path: a split adds
-    # a call per task (docs/speed-gate.md).
+    # a call per task (docs/performance.md, "The speed gate").
     def _returned(self, reports: list[Report], release: bool) -> None:  # noqa: C901
         """What follows for tasks that :meth:`ended` DONE (their state is written),
         in a run that is not plain or is stopping."""

@@ -16,17 +16,17 @@ import contextvars
 import threading
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from operator import methodcaller
 
 from ..._core.result import RunResult
 from ..._core.safe import add_note
 from ..run.scheduler import Run
+from .host import Host
 from .run_checks import Job
-from .sigint import SigintToAbort, sigint_stops_runs
+from .sigint import SigintToAbort
 from .submission import _INTERRUPT_POLL_SECONDS
 
-if TYPE_CHECKING:
-    from .executor import Executor
+_DONE = methodcaller("done")
 
 _ESCAPED_NOTE = (
     "dagexec: raised while this thread drove a run, which was stopped: queued tasks "
@@ -37,7 +37,7 @@ _ESCAPED_NOTE = (
 def _plain(job: Job) -> bool:
     """Whether the caller may drive this run itself, as far as its options go
     (:func:`run_here` also asks about the thread and its SIGINT handler)."""
-    return job.timeout is None and job.checkpoint is None and not job.hooks
+    return job.timeout is None and job.checkpoint is None and not job.hooks.any
 
 
 def _take_over(run: Run, slot: threading.Lock) -> None:
@@ -49,13 +49,13 @@ def _take_over(run: Run, slot: threading.Lock) -> None:
 
 
 def run_here(
-    executor: Executor, job: Job, capacity: Mapping[str, float], here: threading.Thread
+    executor: Host, job: Job, capacity: Mapping[str, float], here: threading.Thread
 ) -> RunResult | None:
     """Drive a plain run on the calling thread (``here``); None if it must be queued
     instead.
 
     A run handed to the scheduler thread costs two thread hand-offs more
-    (there and back), about a third of a small run (docs/internals.md, "Small runs").
+    (there and back), about a third of a small run (docs/performance.md, "Small runs").
     The caller may drive its own run only where nothing can raise inside
     the driver: not on the main thread, or on it with Python's own SIGINT
     handler, which is swapped meanwhile for one that asks the run to stop
@@ -72,13 +72,14 @@ def run_here(
     is, so that a shutdown or a submit from another thread sees it.
     """
     on_main = here is threading.main_thread()
-    if not sigint_stops_runs(on_main):
+    sigint = SigintToAbort(on_main)
+    if not sigint.stops_runs:
         return None
     run: Run | None = None
     interrupted, escaped = False, None
-    with SigintToAbort(on_main) as sigint:  # from here on Ctrl-C only asks runs to stop
+    with sigint:  # from here on Ctrl-C only asks runs to stop
         # Polled, so that a Ctrl-C while another thread holds the lock still raises.
-        while not executor._run_lock.acquire(timeout=_INTERRUPT_POLL_SECONDS):
+        while not executor._run_lock.acquire(True, _INTERRUPT_POLL_SECONDS):
             if sigint.fired:
                 raise KeyboardInterrupt
         run = _take_slot(executor, job, capacity, here)
@@ -93,13 +94,7 @@ def run_here(
                     _finish_elsewhere(executor, run)
                     interrupted = True
             finally:
-                if not run.begun:  # never started: nothing of it will (shutdown waits)
-                    run.cancelled.set()
-                    run.finished.set()
-                if not executor._slot_passed:
-                    executor._driver = None
-                    executor._slot.release()
-                executor._slot_passed = False
+                _let_slot_go(executor, run)
     if run is None:
         if sigint.fired:  # while waiting for the lock
             raise KeyboardInterrupt
@@ -122,8 +117,20 @@ def run_here(
     return result
 
 
+def _let_slot_go(executor: Host, run: Run) -> None:
+    """After driving ``run`` (or failing to start it): let ``_slot`` go, unless it
+    was handed to the thread that finishes an interrupted run."""
+    if not run.begun:  # never started: nothing of it will (shutdown waits)
+        run.cancelled.set()
+        run.finished.set()
+    if not executor._slot_passed:
+        executor._driver = None
+        executor._slot.release()
+    executor._slot_passed = False
+
+
 def _take_slot(
-    executor: Executor, job: Job, capacity: Mapping[str, float], here: threading.Thread
+    executor: Host, job: Job, capacity: Mapping[str, float], here: threading.Thread
 ) -> Run | None:
     """With ``_run_lock`` held: take ``_slot`` and make the run, recorded as the
     executor's last; or None if a queued or interrupted run must go first.
@@ -132,8 +139,8 @@ def _take_slot(
         if executor._closed:
             raise RuntimeError("this Executor is shut down; create a new one to run")
         if (
-            executor._abandoned is not None
-            or not all(f.done() for f in executor._pending)
+            executor._stopper.abandoned is not None
+            or not all(map(_DONE, executor._pending))
             or not executor._slot.acquire(blocking=False)
         ):
             return None  # a queued or interrupted run goes first: queue behind it
@@ -149,7 +156,7 @@ def _take_slot(
         executor._run_lock.release()
 
 
-def _finish_elsewhere(executor: Executor, run: Run) -> None:
+def _finish_elsewhere(executor: Host, run: Run) -> None:
     """Hand an interrupted run, and ``_slot``, to a thread that waits for its tasks."""
     thread = threading.Thread(
         target=_take_over, args=(run, executor._slot), name="dagexec-interrupted", daemon=True

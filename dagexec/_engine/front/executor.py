@@ -78,7 +78,7 @@ class Executor:
 
             When neither is given, the depth is memory-aware instead: as deep as
             that for tasks returning small values, one task per worker for tasks
-            returning megabytes (see ``docs/dask-memory.md``). Passing either
+            returning megabytes (see ``docs/dask.md``). Passing either
             bound fixes the depth at ``min(max_in_flight, workers * (queue_cap + 1))``.
         resources: capacities, ``{"gpu": 2, "mem": 8e9}``: the tasks out at once
             never hold more than these (see ``Graph.add(resources=...)``); the
@@ -331,7 +331,7 @@ class Executor:
         """
         if here is None:
             here = threading.current_thread()
-        abandoned = self._abandoned
+        abandoned = self._stopper.abandoned
         return (
             here is self._scheduler
             or here.ident == self._driver

@@ -234,21 +234,7 @@ def explore(
             own failure (a run ``timeout=``, a callback's error), or when it is
             and ``check`` cannot be called.
     """
-    _check_count("explore", "runs", runs)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"explore: seed must be an int, got {type(seed).__name__} {seed!r}")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"explore: strategy must be one of {STRATEGIES}, got {strategy!r}")
-    for name, fn in (("check", check), ("equal", equal), ("setup", setup)):
-        _check_callable(name, fn)
-    _check_count("explore", "workers", workers)
-    if max_schedules is not None:
-        if strategy != "exhaustive":
-            raise ValueError(
-                f"explore: max_schedules= bounds strategy='exhaustive' only; with "
-                f"strategy={strategy!r} use runs="
-            )
-        _check_count("explore", "max_schedules", max_schedules)
+    _check_explore_args(runs, seed, strategy, check, equal, setup, workers, max_schedules)
     options = _run_options("explore", run_options)
     wanted = None if targets is None else normalise_targets(targets)
     job, capacity = _prepare(graph, wanted, options)
@@ -291,6 +277,42 @@ def explore(
             if total is not None and total >= done:
                 uncovered = total - done
     return Exploration(done, len(seen), uncovered, ref.result)
+
+
+def _check_replayed(replay: Replay, obs: Observed, steps: int) -> None:
+    """Refuse a replayed schedule the run drifted from, or did not reach the end of."""
+    if obs.raised is None and replay.drift is None and replay.at < steps:
+        replay.drift = f"the run ended after step {replay.at}; the schedule has {steps} steps"
+    if replay.drift is not None:  # the run stopped there
+        raise ValueError(f"replay_schedule: the schedule does not fit this graph: {replay.drift}")
+
+
+def _check_explore_args(
+    runs: int,
+    seed: int,
+    strategy: str,
+    check: object,
+    equal: object,
+    setup: object,
+    workers: int,
+    max_schedules: int | None,
+) -> None:
+    """:func:`explore`'s own parameters checked, each named when refused."""
+    _check_count("explore", "runs", runs)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"explore: seed must be an int, got {type(seed).__name__} {seed!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"explore: strategy must be one of {STRATEGIES}, got {strategy!r}")
+    for name, fn in (("check", check), ("equal", equal), ("setup", setup)):
+        _check_callable(name, fn)
+    _check_count("explore", "workers", workers)
+    if max_schedules is not None:
+        if strategy != "exhaustive":
+            raise ValueError(
+                f"explore: max_schedules= bounds strategy='exhaustive' only; with "
+                f"strategy={strategy!r} use runs="
+            )
+        _check_count("explore", "max_schedules", max_schedules)
 
 
 def _reference_raised(ref: Observed, check: Callable[[RunResult], object] | None) -> None:
@@ -438,15 +460,7 @@ def replay_schedule(graph: Graph, schedule: Schedule | str, **run_options: Any) 
     with _ExploringExecutor(workers) as ex:
         obs = _one_run(ex, graph, wanted, chooser, options, None, None)
     if replay is not None:
-        if obs.raised is None and replay.drift is None and replay.at < len(schedule.steps):
-            replay.drift = (
-                f"the run ended after step {replay.at}; the schedule has "
-                f"{len(schedule.steps)} steps"
-            )
-        if replay.drift is not None:  # the run stopped there
-            raise ValueError(
-                f"replay_schedule: the schedule does not fit this graph: {replay.drift}"
-            )
+        _check_replayed(replay, obs, len(schedule.steps))
     if obs.raised is not None:
         raise obs.raised
     assert obs.result is not None

@@ -13,11 +13,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 from ..._core.result import RunResult
 from ..run.scheduler import Run
 from .future import RunFuture
+from .host import Host
 from .run_checks import Job
 from .submission import (
     _INTERRUPT_POLL_SECONDS,
@@ -27,14 +27,11 @@ from .submission import (
     _time_out,
 )
 
-if TYPE_CHECKING:
-    from .executor import Executor
-
 __all__ = ["enqueue", "run_queued"]
 
 
 def enqueue(
-    executor: Executor,
+    executor: Host,
     job: Job,
     capacity: Mapping[str, float],
     holder: list[tuple[_Submission, Run]],
@@ -90,7 +87,7 @@ def enqueue(
     return submission
 
 
-def run_queued(executor: Executor, job: Job, capacity: Mapping[str, float]) -> RunResult:
+def run_queued(executor: Host, job: Job, capacity: Mapping[str, float]) -> RunResult:
     """Queue a checked job and wait for it: :meth:`Executor.submit` then ``result()``,
     with Ctrl-C stopping the run and the run's own ``timeout`` waited for here."""
     with executor._run_lock:
@@ -133,7 +130,7 @@ def run_queued(executor: Executor, job: Job, capacity: Mapping[str, float]) -> R
         del future  # the caller's traceback should not pin the run's state
 
 
-def _weak_own_thread(executor: Executor) -> Callable[[], bool]:
+def _weak_own_thread(executor: Host) -> Callable[[], bool]:
     """``executor._on_own_thread`` without keeping the executor alive."""
     ref = weakref.ref(executor)
 

@@ -158,6 +158,7 @@ def check_logs(logs: object) -> tuple[int, str | None] | None:
 # (binding nine empty hook lists is ~3 us, a few per cent of a small run's
 # Python work). Never changed: a Hooks is only read.
 _NO_HOOKS = Hooks(())
+_NO_CALLBACKS: tuple[()] = ()  # the default, the one empty tuple: told apart by identity
 
 
 class Job(NamedTuple):
@@ -183,17 +184,29 @@ def prepare(graph: object, targets: Iterable[Hashable] | None, options: RunOptio
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a dagexec.Graph, got {type(graph).__name__}")
-    on_error = _check_on_error(options.on_error)
-    trace = _check_flag("trace", options.trace)
-    timeout = _check_timeout(options.timeout)
-    logs = check_logs(options.logs)
-    path = check_checkpoint_path(options.checkpoint)
-    callback_objects = callback_list(options.callbacks)
-    if _check_flag("progress", options.progress):
-        from ..._observation.progress import ProgressBar
+    # Each check is called only where it may refuse: the values that pass as they
+    # are (the defaults, the usual case) are told apart by identity and exact type,
+    # which no look-alike passes (``trace=0`` equals False but is not it).
+    on_error, trace, timeout, logs = options.on_error, options.trace, options.timeout, None
+    if type(on_error) is not str or (on_error != "raise" and on_error != "continue"):
+        on_error = _check_on_error(on_error)
+    if trace is not False and trace is not True:
+        trace = _check_flag("trace", trace)
+    if timeout is not None:
+        timeout = _check_timeout(timeout)
+    if options.logs is not False:
+        logs = check_logs(options.logs)
+    path = None if options.checkpoint is None else check_checkpoint_path(options.checkpoint)
+    callbacks, progress = options.callbacks, options.progress
+    hooks = _NO_HOOKS
+    if callbacks is not _NO_CALLBACKS or progress is not False:
+        callback_objects = callback_list(callbacks)
+        if _check_flag("progress", progress):
+            from ..._observation.progress import ProgressBar
 
-        callback_objects.append(ProgressBar())
-    hooks = Hooks(callback_objects) if callback_objects else _NO_HOOKS
+            callback_objects.append(ProgressBar())
+        if callback_objects:
+            hooks = Hooks(callback_objects)
     plan = plan_run(graph._compile(), targets)
     identities = None
     if path is not None:

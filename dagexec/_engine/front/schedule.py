@@ -52,26 +52,7 @@ class Schedule:
         # named twice could never hold both (the step would wait for a partner
         # that cannot start), a task named twice cannot start twice at once.
         for k, step in enumerate(self.steps, 1):
-            where = f"Schedule: step {k} ({'+'.join(f'{_name(t)}@{w}' for t, w in step)})"
-            if not step:
-                raise ValueError(f"Schedule: step {k} is empty; a step starts one task or more")
-            for _, w in step:
-                if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-                    raise ValueError(f"{where}: a worker is a number >= 0, got {w!r}")
-            workers = [w for _, w in step]
-            if len(set(workers)) < len(workers):
-                twice = next(w for w in workers if workers.count(w) > 1)
-                raise ValueError(
-                    f"{where} puts two tasks on worker {twice}; tasks that start "
-                    "together each need their own worker"
-                )
-            names = [t for t, _ in step]
-            if len(set(names)) < len(names):
-                again = next(t for t in names if names.count(t) > 1)
-                raise ValueError(
-                    f"{where} starts task {_name(again)} twice; a task starts once a step "
-                    "(a retry is a later step)"
-                )
+            _check_step(k, step)
 
     def __str__(self) -> str:
         if self.pairs is not None:
@@ -200,3 +181,33 @@ class ScheduleDivergence(AssertionError):
         super().__init__(message)
         self.seed, self.schedule, self.orders = seed, schedule, orders
         self.task, self.shrunk = task, shrunk
+
+
+def _check_step(k: int, step: tuple[tuple[Hashable, int], ...]) -> None:
+    """Step ``k`` of a schedule: not empty, each worker a number >= 0 named once,
+    each task named once."""
+    where = f"Schedule: step {k} ({'+'.join(f'{_name(t)}@{w}' for t, w in step)})"
+    if not step:
+        raise ValueError(f"Schedule: step {k} is empty; a step starts one task or more")
+    for _, w in step:
+        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+            raise ValueError(f"{where}: a worker is a number >= 0, got {w!r}")
+    twice = _named_twice([w for _, w in step])
+    if twice is not None:
+        raise ValueError(
+            f"{where} puts two tasks on worker {twice[0]}; tasks that start "
+            "together each need their own worker"
+        )
+    again = _named_twice([t for t, _ in step])
+    if again is not None:
+        raise ValueError(
+            f"{where} starts task {_name(again[0])} twice; a task starts once a step "
+            "(a retry is a later step)"
+        )
+
+
+def _named_twice(names: list[Hashable]) -> tuple[Hashable] | None:
+    """The first of ``names`` that is there twice (in a 1-tuple: it may be None), or None."""
+    if len(set(names)) == len(names):
+        return None
+    return (next(n for n in names if names.count(n) > 1),)

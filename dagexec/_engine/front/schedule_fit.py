@@ -65,23 +65,28 @@ class _Nodes:
         return known
 
 
+def _check_pairs(pairs: tuple[tuple[Hashable, Hashable], ...], plan: Plan, nodes: _Nodes) -> None:
+    """Refuse a pair that puts a task before itself or before one it depends on."""
+    for a, b in pairs:
+        na, nb = nodes.of(a), nodes.of(b)
+        pair = repr(str(Schedule(pairs=((a, b),))))
+        if a == b:
+            raise ValueError(f"replay_schedule: the pair {pair} puts a task before itself")
+        both_items = a != plan.names[na] and b != plan.names[nb]
+        if nb in nodes.ancestors(na) and not both_items:  # items follow items by index
+            raise ValueError(
+                f"replay_schedule: the pair {pair} cannot hold: {task_for_message(a)} "
+                f"depends on {task_for_message(b)}, so it cannot end before "
+                f"{task_for_message(b)} starts"
+            )
+
+
 def check_fits(schedule: Schedule, plan: Plan) -> None:
     """Raise ValueError, naming the step or pair, if ``schedule`` cannot be
     replayed on ``plan`` whatever the tasks do."""
     nodes = _Nodes(plan)
     if schedule.pairs is not None:
-        for a, b in schedule.pairs:
-            na, nb = nodes.of(a), nodes.of(b)
-            pair = repr(str(Schedule(pairs=((a, b),))))
-            if a == b:
-                raise ValueError(f"replay_schedule: the pair {pair} puts a task before itself")
-            both_items = a != plan.names[na] and b != plan.names[nb]
-            if nb in nodes.ancestors(na) and not both_items:  # items follow items by index
-                raise ValueError(
-                    f"replay_schedule: the pair {pair} cannot hold: {task_for_message(a)} "
-                    f"depends on {task_for_message(b)}, so it cannot end before "
-                    f"{task_for_message(b)} starts"
-                )
+        _check_pairs(schedule.pairs, plan, nodes)
         return
     maps, policy = nodes.maps, plan.policy
     ran: dict[Hashable, int] = {}

@@ -10,7 +10,7 @@ the running tasks to another thread, and the caller raises ``KeyboardInterrupt``
 itself, at once. The previous handler is put back afterwards.
 
 Only Python's own handler is swapped. A program that installed its own SIGINT
-handler keeps it: :func:`sigint_stops_runs` is then False and its runs go to
+handler keeps it: :attr:`SigintToAbort.stops_runs` is then False and its runs go to
 the executor's scheduler thread, as every run did before, where no signal
 handler ever runs.
 """
@@ -22,7 +22,7 @@ import signal
 from collections.abc import Callable
 from types import FrameType, TracebackType
 
-__all__ = ["SigintToAbort", "sigint_stops_runs"]
+__all__ = ["SigintToAbort"]
 
 # The C module under ``signal``: its ``signal`` and ``getsignal`` are the same
 # calls without ``signal``'s enum conversions, which cost ~4-6 us a call here
@@ -38,31 +38,31 @@ _setsignal: Callable[[int, object], object] = _signal.signal
 _WAKE_EVERY_SECONDS = 0.05
 
 
-def sigint_stops_runs(on_main: bool) -> bool:
-    """Whether a Ctrl-C can be turned into a stop while this thread drives a run;
-    ``on_main``: this is the main thread (the caller knows, and asks once).
-
-    Threads other than the main thread never see a SIGINT. In the main thread
-    it raises only through Python's default handler, which is ours to swap; a
-    SIGINT that is ignored or kills the process needs nothing.
-    """
-    if not on_main:
-        return True
-    handler = _getsignal(signal.SIGINT)
-    return handler is signal.default_int_handler or handler in (signal.SIG_IGN, signal.SIG_DFL)
-
-
 class SigintToAbort:
     """While in the ``with`` block, a SIGINT calls ``abort`` instead of raising.
 
     ``fired`` says whether one came. ``wake_every`` is how long the driver may
     block (None: forever, off the main thread, where no handler runs).
+
+    ``stops_runs``: whether a Ctrl-C can be turned into a stop while this thread
+    drives a run (``on_main``: this is the main thread; the caller knows, and
+    asks once). Threads other than the main thread never see a SIGINT. In the
+    main thread it raises only through Python's default handler, which is ours
+    to swap; a SIGINT that is ignored or kills the process needs nothing. If
+    False, the block must not be entered: the run goes to the scheduler thread.
     """
 
-    __slots__ = ("abort", "fired", "on_main", "previous", "wake_every")
+    __slots__ = ("abort", "fired", "on_main", "previous", "stops_runs", "wake_every")
 
     def __init__(self, on_main: bool) -> None:
         self.on_main = on_main  # the main thread, where SIGINT lands
+        self.stops_runs = True
+        if on_main:
+            handler = _getsignal(signal.SIGINT)
+            self.stops_runs = handler is signal.default_int_handler or handler in (
+                signal.SIG_IGN,
+                signal.SIG_DFL,
+            )
         # Set once the run exists; a Ctrl-C before that is only ``fired``.
         # ``Run.request_abort`` (signal-safe); its argument: a second Ctrl-C.
         self.abort: Callable[[bool], None] | None = None
@@ -71,7 +71,7 @@ class SigintToAbort:
         self.wake_every: float | None = None
 
     def __enter__(self) -> SigintToAbort:
-        # Only Python's own handler is swapped (sigint_stops_runs was checked by
+        # Only Python's own handler is swapped (stops_runs was checked by
         # the caller on this thread, and only code on this thread can change it).
         if self.on_main and _getsignal(signal.SIGINT) is signal.default_int_handler:
             self.wake_every = _WAKE_EVERY_SECONDS

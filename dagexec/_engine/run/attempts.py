@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Hashable
+from operator import attrgetter
 from typing import Any
 
 from ..._core.policy import Attempt, CurrentTask
@@ -185,6 +186,9 @@ class TimedAttempt(Attempt):
         return False
 
 
+_ABANDONED = attrgetter("abandoned")  # a filter made in C: no frame per run
+
+
 class AttemptBook:
     """The executor's live attempts that outlived their deadline, across its runs.
 
@@ -196,7 +200,10 @@ class AttemptBook:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._overrunning: set[LiveAttempt] = set()  # timed out, function not returned
+        # Timed out, function not returned. Read without the lock by a run deciding
+        # whether to subscribe: it only shrinks meanwhile (only a driver adds, and
+        # one drives at a time), so a stale read costs a needless subscription.
+        self.overrunning: set[LiveAttempt] = set()
         self._notify: Callable[[LiveAttempt], None] | None = None
         self.runs = 0  # numbers the runs, for LiveAttempt.run
 
@@ -209,7 +216,7 @@ class AttemptBook:
         with self._lock:
             self.runs += 1
             self._notify = notify
-            return self.runs, [a for a in self._overrunning if a.abandoned]
+            return self.runs, list(filter(_ABANDONED, self.overrunning))
 
     def unsubscribe(self, notify: Callable[[LiveAttempt], None]) -> None:
         with self._lock:
@@ -220,13 +227,13 @@ class AttemptBook:
         """The driver timed ``attempt`` out; it counts as running until it returns."""
         with self._lock:
             if not attempt.returned:
-                self._overrunning.add(attempt)
+                self.overrunning.add(attempt)
 
     def returned(self, attempt: LiveAttempt) -> None:
         """``attempt``'s function returned (its own thread)."""
         with self._lock:
             attempt.returned = True
-            self._overrunning.discard(attempt)
+            self.overrunning.discard(attempt)
             notify = self._notify if attempt.abandoned else None
         attempt.done.set()
         if notify is not None:
@@ -240,7 +247,7 @@ class AttemptBook:
             left = [a for a in attempts if not a.returned]
             for a in left:
                 a.abandoned = True
-                self._overrunning.add(a)
+                self.overrunning.add(a)
             return left
 
     def running(self, names: Collection[Hashable] | None = None) -> list[LiveAttempt]:
@@ -249,7 +256,7 @@ class AttemptBook:
         one's ``done`` Event (or ``wait()``) says when its function returns. For
         cleanup tasks, which wait for their ancestors' attempts."""
         with self._lock:
-            found = list(self._overrunning)
+            found = list(self.overrunning)
         if names is None:
             return found
         return [a for a in found if a.name in names]

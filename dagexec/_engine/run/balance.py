@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 from ..workers.inbox import Inbox
 from ..workers.wire import ABORT, CHAIN, DONE, R_KIND, R_WORKER, Message
 
 __all__ = ["Balance"]
+
+_QUEUE = attrgetter("queue")
 
 # A worker counts as stalled after this many times the mean task time without a
 # report. Lower moves tasks sooner but moves more of them for nothing when task
@@ -66,7 +69,7 @@ class Balance:
         dead: frozenset[int] = frozenset(),
     ) -> None:
         self.inboxes = inboxes
-        self.queues = [inbox.queue for inbox in inboxes]  # the deques: length reads, no lock
+        self.queues = list(map(_QUEUE, inboxes))  # the deques: length reads, no lock
         self.workers = range(len(inboxes))
         self.queue_cap = queue_cap
         self.held = [0] * len(inboxes)  # tasks queued or running, per worker

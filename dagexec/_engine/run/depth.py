@@ -34,10 +34,11 @@ Owned by the thread that drives the run, like everything of the driver's.
 from __future__ import annotations
 
 import weakref
+from time import thread_time
 from typing import Any
 
 from ..workers.wire import CHAIN, DONE, R_KIND, R_PAYLOAD, Message
-from .sizing import estimate_bytes
+from .sizing import estimate_bytes, looks_inside
 
 __all__ = ["BUDGET_BYTES", "Depth", "estimate_bytes"]
 
@@ -53,10 +54,17 @@ BUDGET_BYTES = 256 << 10
 # How fast a big value is forgotten: per batch of reports, the remembered size
 # shrinks by this factor unless a bigger one is sampled. Closer to 1 remembers
 # longer (safer, slower to widen after a phase of big values); lower widens sooner.
-# After the 64 unsampled batches at one task per worker (below) a big value is
-# all but forgotten and the next sample decides: a small one among big ones then
-# lets the depth double for one batch, as the next sample narrows it again.
+# Unsampled batches count, but one sample forgets at most what :data:`_DECAY_SPAN`
+# batches do (0.9^8: to 43%): after the 64 unsampled batches at one task per
+# worker (below) a big value used to be all but forgotten, so one small value
+# among big ones (a chunk's sum among 8 MB chunks in dask's ``(x + x.T).sum()``)
+# let the depth double, and the next samples, taken every batch while it
+# doubled, could be small too: it went to 16 and peaked at 131-151 MiB against
+# dask threaded's 86. Now forgetting a big value takes a run of small ones: a
+# sample much smaller than the remembered size is followed by one in the next
+# batch (see ``after``), each forgetting 10%.
 _DECAY = 0.9
+_DECAY_SPAN = 8
 
 # Once a run's first samples are in, only every so many batches of reports is
 # sampled. Each estimate runs on the driving thread right after a worker touched
@@ -70,6 +78,34 @@ _DECAY = 0.9
 # (``benchmarks/dask_memory.py --sizing`` measures the share.)
 _SAMPLE_EVERY = 8
 _SAMPLE_EVERY_AT_WORKERS = 64
+
+# On top of that, a run's estimates may take at most this share of the CPU its
+# driving thread has used since its first timed one (below), plus :data:`_ALLOWANCE` seconds;
+# a sample that would go over is put off by twice as many batches as the thread
+# took on average to earn that much (at least :data:`_SAMPLE_EVERY`, at most
+# :data:`_PUT_OFF_MOST`), one task per worker meanwhile: a depth that cannot be
+# afforded a look is not kept open (dask's cumsum makes a small row first, which
+# doubles the depth, and 8 MB blocks next, which a late sample would see only
+# after they were made twice as deep). So waiting costs speed, never memory. The
+# run's first sample is always taken.
+# Why: what a sample costs depends on the value (1 us for an int, 25-200 us for a
+# small pandas frame with cold caches), what a run's driving thread does between
+# samples on how long its tasks take: a dask groupby-agg's ~60 slow tasks returning
+# 26-row frames gave its driving thread 8-18 ms of CPU in all, of which the first
+# run's samples, every batch while the depth doubled, took 9-12%. Slow tasks are
+# what make a budget tight, and they are also where staying shallow costs nothing
+# (a hand-off of ~70 us per 50 ms task). Only the estimates of values sizing looks
+# inside (containers, pandas objects: :func:`.sizing.looks_inside`) are timed and
+# counted: a number's or an array's costs ~1 us, so a run of them never waits and
+# reads no clock (timing every sample, on the wall clock, made the speed gate's
+# wide graph 1.27x the calls per task under cProfile). The allowance covers a cold
+# first sample or two.
+_SHARE = 0.007
+_ALLOWANCE = 50e-6
+_PUT_OFF_MOST = 256
+# What one look at the budget costs, counted as spent: a thread_time call with
+# cold caches, ~10 us here (measured in a dask bag run).
+_CHECK_COST = 10e-6
 
 # How many samples a run's start is remembered from: the lowest depth they asked
 # for, by plan (weakly: a plan that its graph's cache dropped goes from here too).
@@ -91,6 +127,9 @@ class Depth:
     """
 
     __slots__ = (
+        "allowed",
+        "batches",
+        "clock",
         "countdown",
         "current",
         "elapsed",
@@ -98,6 +137,7 @@ class Depth:
         "known",
         "plan",
         "samples",
+        "spent",
         "start",
         "typical",
         "workers",
@@ -118,6 +158,14 @@ class Depth:
         self.countdown = 1  # batches until the next sample
         self.elapsed = 1  # batches since the last sample, when the countdown ends
         self.samples = 0  # taken so far, counted up to _REMEMBERED_SAMPLES
+        # The sampling budget: CPU seconds spent on timed estimates, what the
+        # budget was when last worked out (thread_time, ~1.4 us a call here, is
+        # only read again once that is spent), and the driving thread's CPU at the
+        # first timed estimate (-1: none yet).
+        self.spent = 0.0
+        self.allowed = _ALLOWANCE
+        self.clock = -1.0
+        self.batches = 0  # up to the last sample since the first (the budget's pace)
 
     def after(self, batch: list[Message]) -> int:
         """The cap once ``batch`` (reports, as on the results queue) has arrived.
@@ -125,7 +173,8 @@ class Depth:
         Looks at the first returned value among the first few messages only, so
         a batch of a thousand reports costs one size estimate; once the run's
         first samples are in, only every :data:`_SAMPLE_EVERY` batches (at one task
-        per worker, every :data:`_SAMPLE_EVERY_AT_WORKERS`).
+        per worker, every :data:`_SAMPLE_EVERY_AT_WORKERS`), and only while sizing
+        stays within its budget (:data:`_SHARE` of the driving thread's CPU).
         """
         self.countdown -= 1
         if self.countdown > 0:
@@ -140,24 +189,71 @@ class Depth:
                 value = payload.outcome
             else:
                 continue
-            self.note(estimate_bytes(value), self.elapsed)
+            if self.spent > self.allowed:
+                later = self.put_off()
+                if later:  # over budget: one task per worker until it looks again
+                    self.current = self.workers
+                    self.countdown = later
+                    self.elapsed += later
+                    return self.current
+            self.batches += self.elapsed
+            size = self.size(value)
+            self.note(size, self.elapsed)
             wanted = self.cap()
             # Deeper at most twice as deep per sample: a few small values first
             # (a sum, a row) say little about the tasks that go out next.
-            self.current = cap = min(wanted, 2 * self.current)
-            if self.samples < _REMEMBERED_SAMPLES and self.remember(wanted):
-                self.countdown = self.elapsed = 1
-            elif cap < wanted:
-                self.countdown = self.elapsed = 1  # still widening: look again soon
-            elif cap == self.workers:
-                self.countdown = self.elapsed = _SAMPLE_EVERY_AT_WORKERS
-            else:
-                self.countdown = self.elapsed = _SAMPLE_EVERY
+            self.current = min(wanted, 2 * self.current)
+            self.countdown = self.elapsed = self.next_look(wanted, size)
             break
         else:
             self.countdown = 1  # nothing to sample in this one: try the next
             self.elapsed += 1
         return self.current
+
+    def next_look(self, wanted: int, size: int) -> int:
+        """In how many batches the next sample is taken, once the cap is set from
+        a sample of ``size`` bytes that wanted the cap at ``wanted`` (once per
+        sample, not per batch: out of :meth:`after` to keep that one readable)."""
+        cap = self.current
+        if self.samples < _REMEMBERED_SAMPLES and self.remember(wanted):
+            return 1
+        if cap < wanted:
+            return 1  # still widening: look again soon
+        if cap == self.workers and self.typical <= 2 * size:
+            return _SAMPLE_EVERY_AT_WORKERS
+        if cap == self.workers:  # much smaller than remembered: a run of them?
+            return 1
+        return _SAMPLE_EVERY
+
+    def size(self, value: Any) -> int:
+        """The bytes ``value`` keeps alive (:func:`.sizing.estimate_bytes`). The
+        estimate of a value it looks inside (a container, a pandas object) is timed
+        on the thread's CPU clock and counted against the run's sampling budget (the
+        first one also starts the budget's clock); any other costs ~1 us, untimed."""
+        if not looks_inside(value):
+            return estimate_bytes(value)
+        started = thread_time()
+        if self.clock < 0:
+            self.clock = started
+        size = estimate_bytes(value)
+        self.spent += thread_time() - started
+        return size
+
+    def put_off(self) -> int:
+        """How many batches the next sample waits for the budget to cover what sizing
+        spent (0: it does now); reads the driving thread's CPU."""
+        used = thread_time() - self.clock
+        self.spent += _CHECK_COST
+        self.allowed = _SHARE * used + _ALLOWANCE
+        owed = self.spent - self.allowed
+        if owed <= 0:
+            return 0
+        batches = self.batches + self.elapsed
+        pace = used / batches if batches and used > 0 else 0.0  # CPU per batch so far
+        # Twice what the pace says: a check costs ~10 us itself (a thread_time call,
+        # with cold caches), and the pace is the run's average, not the latest.
+        wait = int(2 * owed / _SHARE / pace) + 1 if pace else _PUT_OFF_MOST
+        return max(_SAMPLE_EVERY, min(_PUT_OFF_MOST, wait))
 
     def remember(self, wanted: int) -> bool:
         """Keep the lowest depth the run's first samples asked for, for its reruns;
@@ -176,7 +272,7 @@ class Depth:
 
     def note(self, size: int, batches: int = 1) -> None:
         """One value of ``size`` bytes was made, ``batches`` batches after the last sampled."""
-        decayed = self.typical * (_DECAY if batches == 1 else _DECAY**batches)
+        decayed = self.typical * (_DECAY if batches == 1 else _DECAY ** min(batches, _DECAY_SPAN))
         self.typical = size if size > decayed else decayed
 
     def cap(self) -> int:

@@ -1,7 +1,7 @@
 """The driver of one run: moves messages, and decides nothing itself.
 
 It blocks for reports on the results queue (no longer than a timer or a full
-inbox allows), hands them to :class:`~dagexec._engine.run.reports.Reports`, and puts
+inbox allows), hands them to :func:`~dagexec._engine.run.reports.handle`, and puts
 batches of jobs into the workers' inboxes. Everything it asks along the way is
 answered elsewhere: which tasks are ready, in what order, with which arguments,
 :mod:`dagexec._state.runstate`; which worker gets how many, and which are
@@ -31,7 +31,7 @@ from . import clock
 from .balance import Balance
 from .depth import Depth
 from .items import chained_jobs, log_dispatch, plain_jobs, special_items, take_back
-from .reports import Reports
+from .reports import handle
 from .run_stop import RunStop
 from .timers import AttemptTimers
 
@@ -62,7 +62,6 @@ class Driver:
         observer: Observer,
         *,
         balance: Balance,
-        reports: Reports,
         stops: RunStop,
         timers: AttemptTimers | None,
         depth: Depth | None,
@@ -71,7 +70,8 @@ class Driver:
         context: contextvars.Context | None,
     ) -> None:
         self.plan, self.inboxes, self.results, self.state = plan, inboxes, results, state
-        self.observer, self.balance, self.reports, self.stops = observer, balance, reports, stops
+        self.observer, self.balance, self.stops = observer, balance, stops
+        self.lent = stops.lent  # resources of attempts of earlier runs (see Run._borrow)
         self.timers = timers  # only in runs whose plan has a task policy
         self.depth = depth  # the memory-aware cap, when no bound was given
         self.cap = cap  # the current limit on items in flight
@@ -87,7 +87,7 @@ class Driver:
         """Dispatch and take reports until the run is over; True if it returned
         early instead, aborted and detachable (see :meth:`RunStop.settle`)."""
         state, balance, events, timers = self.state, self.balance, self.state.events, self.timers
-        stops, handle, depth = self.stops, self.reports.handle, self.depth
+        stops, depth, apply = self.stops, self.depth, handle
         wait: float | None = None
         while state.unfinished:
             if (state.stopping or stops.abort_requested) and stops.settle():
@@ -116,7 +116,7 @@ class Driver:
             if batch:
                 if depth is not None:
                     self.cap = depth.after(batch)
-                handle(batch, self.now)
+                apply(self, batch, self.now)
         return False
 
     def _receive(self, pickup: bool, wait: float | None) -> list[Message]:

@@ -195,17 +195,9 @@ class ExploringDriver(Driver):
         if not chosen:  # the chooser gave up (a replay that does not fit): stop here
             state.stop(hard=True)
             return False
-        picked = self._take(ready, chosen)
-        dead = self.balance.dead
-        if not picked:  # its pick waits for a resource held from outside: any other goes
-            first = min(set(range(len(self.inboxes))) - dead, default=0)
-            for task in ready_in_order(state):
-                args = _pick(state, task, first)
-                if args is not None:
-                    picked.append((task, first, args))
-                    break
-            else:
-                return False
+        picked = self._take(ready, chosen) or self._any_other()
+        if not picked:
+            return False
         barrier = threading.Barrier(len(picked)) if len(picked) > 1 else None
         if barrier is not None:
             control.barriers = [barrier]
@@ -224,6 +216,17 @@ class ExploringDriver(Driver):
             self.balance.dispatched(worker, self.now, 1)
         control.steps.append(tuple((state.names[t], w) for t, w, _ in picked))
         return False
+
+    def _any_other(self) -> list[tuple[int, int, tuple[Any, ...]]]:
+        """When the chooser's pick waits for a resource held from outside: the
+        first ready task that can go now, on the first live worker; or none."""
+        state = self.state
+        first = min(set(range(len(self.inboxes))) - self.balance.dead, default=0)
+        for task in ready_in_order(state):
+            args = _pick(state, task, first)
+            if args is not None:
+                return [(task, first, args)]
+        return []
 
     def _take(
         self, ready: list[int], chosen: list[tuple[int, int]]

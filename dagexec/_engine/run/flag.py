@@ -28,7 +28,7 @@ message on the results queue).
 A worker checks the stop flag of every item it takes, so it reads ``_flag``,
 the field ``is_set()`` returns, without the call (``worker._loop``): the call
 was a Python frame per task, ~260 instructions per task of the speed gate's
-one-worker run of the wide graph (1.7%; docs/speed-gate.md). Likewise before
+one-worker run of the wide graph (1.7%; docs/performance.md, "The speed gate"). Likewise before
 each member of a chain (``worker._run_chain``: 4.5% of the chain graph's
 instructions per task). The field has ``threading.Event``'s name and meaning,
 so reading it works on any Event.
@@ -64,11 +64,16 @@ class Flag(threading.Event):
     # logging call on a task's thread reads to find its run (_observation/capture.py).
     capture: Any = None
 
+    # Never set, nobody waiting: class-level, so that a new flag stores only its
+    # lock and its state (set() and wait() write their own, under _guard). Not
+    # _flag: a worker reads it for every item, and a miss on the instance's
+    # dict then a look-up on the class cost more per task than the store per run.
+    _sets = 0  # how many set() calls: a wait() sees one it raced, even if cleared
+    _waiting: threading.Condition | None = None  # made by the first wait()
+
     def __init__(self) -> None:  # no super().__init__(): it would build the slow Condition
         self._flag = False
-        self._sets = 0  # how many set() calls: a wait() sees one it raced, even if cleared
         self._guard = allocate_lock()  # held to write _flag and _sets, and to make _waiting
-        self._waiting: threading.Condition | None = None  # made by the first wait()
 
     def _at_fork_reinit(self) -> None:
         """A fresh lock and no waiters, as ``threading.Event`` does in a forked child."""

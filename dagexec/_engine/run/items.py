@@ -8,19 +8,43 @@ is the hot path.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import queue
+import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..._core.safe import task_for_message
-from ..workers.wire import J_TASK, NOTIFY_START, Chain, Item
-
-if TYPE_CHECKING:
-    from .driver import Driver
+from ..._state.runstate import RunState
+from ..workers.wire import J_TASK, NOTIFY_START, Chain, Item, Message
+from .timers import AttemptTimers
 
 __all__ = ["chained_jobs", "head", "log_dispatch", "plain_jobs", "special_items", "take_back"]
 
 log = logging.getLogger("dagexec")
+
+
+class Dispatcher(Protocol):
+    """What every job carries, as the driver (:mod:`.driver`) holds it: named here
+    by what is read, not by the class, which imports this module."""
+
+    @property
+    def state(self) -> RunState: ...
+    @property
+    def results(self) -> queue.SimpleQueue[Message]: ...
+    @property
+    def flags(self) -> int: ...
+    @property
+    def stop(self) -> threading.Event: ...
+    @property
+    def hard_stop(self) -> threading.Event: ...
+    @property
+    def context(self) -> contextvars.Context | None: ...
+    @property
+    def timers(self) -> AttemptTimers | None: ...
+    @property
+    def cap(self) -> int: ...
 
 
 def head(item: Item) -> int:
@@ -29,7 +53,7 @@ def head(item: Item) -> int:
 
 
 def plain_jobs(
-    driver: Driver, tasks: Sequence[int], arguments: Sequence[tuple[Any, ...]]
+    driver: Dispatcher, tasks: Sequence[int], arguments: Sequence[tuple[Any, ...]]
 ) -> list[Item]:
     """One plain job per task handed out."""
     fns, report, flags = driver.state.fns, driver.results.put, driver.flags
@@ -41,7 +65,7 @@ def plain_jobs(
 
 
 def special_items(
-    driver: Driver, tasks: Sequence[int], arguments: Sequence[tuple[Any, ...]]
+    driver: Dispatcher, tasks: Sequence[int], arguments: Sequence[tuple[Any, ...]]
 ) -> list[Item]:
     """One item per task handed out: an attempt of a task with a policy (wrapped so
     that it sees itself through ``current_task()``), a chain, or a plain job."""
@@ -66,7 +90,7 @@ def special_items(
 
 
 def chained_jobs(
-    driver: Driver, tasks: Sequence[int], arguments: Sequence[tuple[Any, ...]]
+    driver: Dispatcher, tasks: Sequence[int], arguments: Sequence[tuple[Any, ...]]
 ) -> list[Item]:
     """:func:`special_items` for a run with chains but no task policy: one list
     comprehension, like :func:`plain_jobs`, since most tasks head no chain (a
@@ -81,7 +105,7 @@ def chained_jobs(
     ]
 
 
-def _chain(driver: Driver, task: int, args: tuple[Any, ...]) -> Chain:
+def _chain(driver: Dispatcher, task: int, args: tuple[Any, ...]) -> Chain:
     """The chain that ``task`` heads, as one item."""
     chain_next, fns = driver.state.chain_next, driver.state.fns
     members = [task]
@@ -93,7 +117,7 @@ def _chain(driver: Driver, task: int, args: tuple[Any, ...]) -> Chain:
     )
 
 
-def take_back(driver: Driver, items: list[Item]) -> None:
+def take_back(driver: Dispatcher, items: list[Item]) -> None:
     """Return items that were built but never put into an inbox to the run state."""
     for item in items:
         if driver.timers is not None:
@@ -101,7 +125,7 @@ def take_back(driver: Driver, items: list[Item]) -> None:
         driver.state.take_back(head(item))
 
 
-def log_dispatch(driver: Driver, items: list[Item], worker: int) -> None:
+def log_dispatch(driver: Dispatcher, items: list[Item], worker: int) -> None:
     """The DEBUG line of one batch: which tasks went to which worker."""
     state = driver.state
     log.debug(

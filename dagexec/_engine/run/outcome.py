@@ -8,29 +8,65 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from ..._core.errors import TaskTimeout
-from ..._core.hooks import PlanInfo
-from ..._core.result import DONE, RunResult, StatusMap, TraceRecord
+from ..._core.hooks import Hooks, PlanInfo
+from ..._core.plan import Plan
+from ..._core.result import DONE, RunResult, StatusMap
 from ..._core.task_logs import NO_LOGS
-
-if TYPE_CHECKING:
-    from .scheduler import Run
+from ..._observation.capture import Capture
+from ..._observation.observer import Observer
+from ..._observation.trace import Recorder
+from ..._state.runstate import RunState
+from .balance import Balance
 
 __all__ = ["Outcome", "announce", "build_result", "conclude"]
 
 log = logging.getLogger("dagexec")
 
 
-class Outcome:
-    """What the scheduler hands the caller: the result, and what to raise if anything."""
+class Run(Protocol):
+    """What a run's start and end read of it (:class:`~dagexec._engine.run.scheduler.Run`
+    holds it; named here by what is read, as the run imports this module)."""
 
-    __slots__ = ("error", "result")
+    @property
+    def plan(self) -> Plan: ...
+    @property
+    def inboxes(self) -> Sequence[Any]: ...
+    @property
+    def info(self) -> bool: ...
+    @property
+    def bound(self) -> int: ...
+    @property
+    def hooks(self) -> Hooks: ...
+    @property
+    def queue_cap(self) -> int: ...
+    @property
+    def max_in_flight(self) -> int: ...
+    @property
+    def observer(self) -> Observer: ...
+    @property
+    def state(self) -> RunState: ...
+    @property
+    def balance(self) -> Balance: ...
+    @property
+    def capacity(self) -> Mapping[str, float]: ...
+    @property
+    def abandoned(self) -> int: ...
+    @property
+    def abandoned_attempts(self) -> set[tuple[int, int]]: ...
+    @property
+    def capture(self) -> Capture | None: ...
 
-    def __init__(self, result: RunResult | None, error: BaseException | None) -> None:
-        self.result = result
-        self.error = error
+
+class Outcome(NamedTuple):
+    """What the scheduler hands the caller: the result, and what to raise if anything.
+    A tuple: made without a call of ours."""
+
+    result: RunResult | None
+    error: BaseException | None
 
 
 def announce(run: Run) -> None:
@@ -130,17 +166,23 @@ def build_result(run: Run, wall: float) -> RunResult:
         state.timeouts,
     )
     recorder = run.observer.recorder
-    trace: tuple[TraceRecord, ...] = ()
-    if recorder is not None:
-        timed_out = {t for t, e in state.errors.items() if isinstance(e, TaskTimeout)}
-        trace = recorder.records(status, codes, timed_out, run.abandoned_attempts)
     logs = NO_LOGS if run.capture is None else run.capture.close(names, state.index)
-    result = RunResult(values, status, errors, stats, trace, target_names, logs)
-    if recorder is not None and state.needs is not None:
+    result = RunResult(values, status, errors, stats, (), target_names, logs)
+    if recorder is not None:
+        _add_trace(result, recorder, run, status)
+    return result
+
+
+def _add_trace(result: RunResult, recorder: Recorder, run: Run, status: StatusMap) -> None:
+    """A traced run's records, and what each task needed (for the pictures)."""
+    state = run.state
+    names = state.names
+    timed_out = {t for t, e in state.errors.items() if isinstance(e, TaskTimeout)}
+    result.trace = recorder.records(status, state.state, timed_out, run.abandoned_attempts)
+    if state.needs is not None:
         rnames, needs = state.resource_names, state.needs
         result._needs = {
             names[t]: tuple((rnames[r], amount) for r, amount in need)
             for t, need in enumerate(needs)
             if need
         }
-    return result

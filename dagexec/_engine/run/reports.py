@@ -3,15 +3,17 @@
 Workers report each item's start (only when asked), its end (a value, an error,
 a chain's end, a chain member's end) or that they refused it (the run had
 stopped); an abandoned attempt's thread reports that it returned (FREED); the
-caller puts ABORT. :class:`Reports` turns each into what the run state, the
+caller puts ABORT. :func:`handle` turns each into what the run state, the
 balancer and the attempt timers must hear. The driver
-(:mod:`dagexec._engine.run.driver`) only hands it the batches. Driving thread only.
+(:mod:`dagexec._engine.run.driver`) only hands it the batches. It keeps nothing
+of its own, so it is a function of the driver, the record of the run's parts
+it reads (:class:`Parts`). Driving thread only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..._core.errors import Cancelled, TaskTimeout
 from ..._core.result import CANCELLED as S_CANCELLED
@@ -35,93 +37,94 @@ from .balance import Balance
 from .run_stop import RunStop
 from .timers import AttemptTimers
 
-__all__ = ["Reports"]
+__all__ = ["Parts", "handle"]
 
 
-class Reports:
-    """Applies the batches of reports of one run, in order."""
+class Parts(Protocol):
+    """The run's parts a report reaches, as the driver holds them (named here by
+    what is read: the driver imports this module)."""
 
-    __slots__ = ("balance", "lent", "state", "stops", "timers")
+    @property
+    def state(self) -> RunState: ...
+    @property
+    def balance(self) -> Balance: ...
+    @property
+    def timers(self) -> AttemptTimers | None: ...
+    @property
+    def stops(self) -> RunStop: ...
+    @property
+    def lent(self) -> dict[LiveAttempt, tuple[tuple[int, Any], ...]]:
+        """Resources of attempts of earlier runs (see Run._borrow)."""
 
-    def __init__(
-        self,
-        state: RunState,
-        balance: Balance,
-        timers: AttemptTimers | None,
-        stops: RunStop,
-        lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]],
-    ) -> None:
-        self.state, self.balance, self.timers, self.stops = state, balance, timers, stops
-        self.lent = lent  # resources of attempts of earlier runs (see Run._borrow)
 
-    # Over ruff's complexity limit on purpose: one branch per report kind, for every report: a split
-    # adds a call per report.
-    def handle(self, batch: list[Message], now: float) -> None:  # noqa: C901
-        """Apply what arrived on the results queue by ``now``, in order, and let go of it.
+# Over ruff's complexity limit on purpose: one branch per report kind, for every report: a split
+# adds a call per report.
+def handle(run: Parts, batch: list[Message], now: float) -> None:  # noqa: C901
+    """Apply what arrived on the results queue by ``now``, in order, and let go of it.
 
-        Jobs that returned a value (the bulk, on a graph of small tasks) go to the
-        state machine together, in runs between the other messages, which alone
-        are looked at one by one (in a run with a task policy, every message is).
-        """
-        state, timers = self.state, self.timers
-        others: Sequence[int] = self.balance.off_workers(batch, now)
-        if timers is not None:
-            others = range(len(batch))  # each attempt's end is the timers' to hear of
-        elif not others:  # the usual batch: every job returned a value
-            state.ended(batch)  # type: ignore[arg-type]  # only DONE reports, as others says
-            batch.clear()
-            return
-        start = 0  # the first returned value not yet applied
-        for i in others:
-            if start < i:  # the returned values before this message come first
-                state.ended(batch[start:i])  # type: ignore[arg-type]  # DONE reports only
-            start = i + 1
-            msg = batch[i]
-            if msg is ABORT:
-                self.stops.apply_abort()
-                continue
-            worker, task, kind, payload, started, ended = msg
-            if kind == NOT_STARTED:  # refused by its worker: the run had stopped
-                self.stops.refused()
-                self.balance.off(worker, now)
-                if timers is not None:
-                    timers.forget(task)
-                state.take_back(task)
-            elif kind == MEMBER:  # a chain member ended; the chain is still in flight
-                state.finish(task, S_DONE, None, worker, started, ended)
-            elif kind == FREED:  # an attempt this run or an earlier one let go returned
-                lent = self.lent.pop(task, None)
-                if lent is not None:
-                    state.give_back(lent)
-                if timers is not None:
-                    timers.freed(task)
-            elif kind == STARTED:
-                state.started(task, worker)
-                if timers is not None:
-                    timers.started(task, worker, now)
-            elif timers is not None and kind == FAILED and type(payload) is Overran:
-                # Its value is never used; it was off its worker already if the
-                # run let go of it at its timeout (its worker got a new thread).
-                if timers.overran(task, payload, worker, started, ended):
-                    self.balance.off(worker, now)
-            elif kind == CHAIN:  # off its worker already (Balance.off_workers)
-                state.chain_ended(task, payload, worker)
-            else:  # a job is off its worker (noted already if it returned a value)
-                if kind != DONE:
-                    self.balance.off(worker, now)
-                if timers is not None:
-                    timers.ended(task)
-                outcome = S_DONE if kind == DONE else S_FAILED
-                if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
-                    outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
-                number = state.attempt.get(task, 1)  # before a retry counts on
-                if timers is not None and type(payload) is TaskTimeout and timers.isolated(task):
-                    # A process task's worker timed it out and killed its child.
-                    state.timed_out(task, number, payload, worker, started, ended, killed=True)
-                    state.release(task, number, KILLED)
-                    continue
-                state.finish(task, outcome, payload, worker, started, ended)
-                state.release(task, number)
-        if start < len(batch):
-            state.ended(batch[start:])  # type: ignore[arg-type]  # DONE reports only
+    Jobs that returned a value (the bulk, on a graph of small tasks) go to the
+    state machine together, in runs between the other messages, which alone
+    are looked at one by one (in a run with a task policy, every message is).
+    """
+    state, timers = run.state, run.timers
+    others: Sequence[int] = run.balance.off_workers(batch, now)
+    if timers is not None:
+        others = range(len(batch))  # each attempt's end is the timers' to hear of
+    elif not others:  # the usual batch: every job returned a value
+        state.ended(batch)  # type: ignore[arg-type]  # only DONE reports, as others says
         batch.clear()
+        return
+    start = 0  # the first returned value not yet applied
+    for i in others:
+        if start < i:  # the returned values before this message come first
+            state.ended(batch[start:i])  # type: ignore[arg-type]  # DONE reports only
+        start = i + 1
+        msg = batch[i]
+        if msg is ABORT:
+            run.stops.apply_abort()
+            continue
+        worker, task, kind, payload, started, ended = msg
+        if kind == NOT_STARTED:  # refused by its worker: the run had stopped
+            run.stops.refused()
+            run.balance.off(worker, now)
+            if timers is not None:
+                timers.forget(task)
+            state.take_back(task)
+        elif kind == MEMBER:  # a chain member ended; the chain is still in flight
+            state.finish(task, S_DONE, None, worker, started, ended)
+        elif kind == FREED:  # an attempt this run or an earlier one let go returned
+            lent = run.lent.pop(task, None)
+            if lent is not None:
+                state.give_back(lent)
+            if timers is not None:
+                timers.freed(task)
+        elif kind == STARTED:
+            state.started(task, worker)
+            if timers is not None:
+                timers.started(task, worker, now)
+        elif timers is not None and kind == FAILED and type(payload) is Overran:
+            # Its value is never used; it was off its worker already if the
+            # run let go of it at its timeout (its worker got a new thread).
+            if timers.overran(task, payload, worker, started, ended):
+                run.balance.off(worker, now)
+        elif kind == CHAIN:  # off its worker already (Balance.off_workers)
+            state.chain_ended(task, payload, worker)
+        else:  # a job is off its worker (noted already if it returned a value)
+            if kind != DONE:
+                run.balance.off(worker, now)
+            if timers is not None:
+                timers.ended(task)
+            outcome = S_DONE if kind == DONE else S_FAILED
+            if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
+                outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
+            number = state.attempt.get(task, 1)  # before a retry counts on
+            if timers is not None and type(payload) is TaskTimeout and timers.isolated(task):
+                # A process task's worker timed it out and killed its child.
+                state.timed_out(task, number, payload, worker, started, ended, killed=True)
+                state.release(task, number, KILLED)
+                continue
+            state.finish(task, outcome, payload, worker, started, ended)
+            state.release(task, number)
+    if start < len(batch):
+        state.ended(batch[start:])  # type: ignore[arg-type]  # DONE reports only
+    batch.clear()

@@ -54,7 +54,8 @@ import logging
 import queue
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -92,7 +93,6 @@ from .depth import Depth
 from .driver import Driver
 from .flag import Flag
 from .outcome import Outcome, announce, conclude
-from .reports import Reports
 from .run_stop import RunStop
 from .timers import AttemptTimers
 
@@ -106,14 +106,11 @@ def _nothing() -> None:
     return None
 
 
-def _namer(state: weakref.ref[RunState]) -> Callable[[int], Hashable]:
-    """How ``current_task()`` names a plain task of the run whose state is ``state``."""
-
-    def name_of(task: int) -> Hashable:
-        alive = state()
-        return task if alive is None else alive.names[task]
-
-    return name_of
+def _name_of(state: weakref.ref[RunState], task: int) -> Hashable:
+    """How ``current_task()`` names a plain task of the run whose state is ``state``
+    (bound to it with ``partial``, made in C: no call of ours per run)."""
+    alive = state()
+    return task if alive is None else alive.names[task]
 
 
 class Run:
@@ -144,6 +141,7 @@ class Run:
         self.crew = crew  # replaces a worker blocked by a timed-out attempt
         self.book = book if book is not None else AttemptBook()  # the executor's
         self.lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]] = {}
+        self.subscribed = False  # to the book's news of abandoned attempts (_borrow)
         self.abandoned = 0  # attempts still running when the run ended (RunStats)
         self.abandoned_attempts: set[tuple[int, int]] = set()  # (task, attempt), for the trace
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
@@ -152,7 +150,9 @@ class Run:
         self.bound = min(max_in_flight, len(inboxes) * (queue_cap + 1))
         # A run with process tasks fills inboxes one deep, and its cap says so: else
         # the driver takes full inboxes for a moment's and re-checks every 1 ms.
-        depth = inbox_depth(plan.policy, queue_cap)
+        depth = queue_cap
+        if plan.policy is not None:
+            depth = inbox_depth(plan.policy, queue_cap)
         cap = min(self.bound, len(inboxes) * (depth + 1))
         # No bound given: the cap follows the size of the values made (_engine/run/depth.py).
         memory_aware = Depth(len(inboxes), cap, plan) if adaptive else None
@@ -167,9 +167,9 @@ class Run:
         self.outcome: Outcome | None = None
         # logs=: the run's capture rides on the flags every item carries, which a
         # worker's Running holds while it runs the item (see _observation/capture.py).
-        self.capture = None if logs is None else Capture(*logs)
-        if self.capture is not None:
-            self.stop.capture = self.hard_stop.capture = self.capture
+        self.capture: Capture | None = None
+        if logs is not None:
+            self.capture = self.stop.capture = self.hard_stop.capture = Capture(*logs)
         self.capturing = False  # capture.start() called; release() owed at the end
         self.lingering: list[threading.Event] = []  # abandoned attempts' done flags
         self.expired: float | None = None  # its timeout= passed (set before abort())
@@ -193,13 +193,9 @@ class Run:
         self.observer = Observer(hooks, state.names, None, state.fail)
         flags = (TIMED if trace or hooks.task_end else 0) | (NOTIFY_START if hooks.starts else 0)
         # Hung threads of earlier runs' timed-out attempts get no work.
-        dead = frozenset() if crew is None else crew.blocked_slots()
+        dead = frozenset() if crew is None or not crew.blocked else crew.blocked_slots()
         self.balance = balance = Balance(inboxes, depth, dead)
-        self.timers = timers = (
-            None if plan.policy is None else AttemptTimers(state, self.book, self._replace_worker)
-        )
-        if timers is not None:
-            timers.lend = self._lend
+        self.timers = timers = None if plan.policy is None else self._timers()
         self.stops = stops = RunStop(
             state,
             self.observer,
@@ -218,7 +214,6 @@ class Run:
             state,
             self.observer,
             balance=balance,
-            reports=Reports(state, balance, timers, stops, self.lent),
             stops=stops,
             timers=timers,
             depth=memory_aware,
@@ -226,6 +221,12 @@ class Run:
             flags=flags,
             context=context,
         )
+
+    def _timers(self) -> AttemptTimers:
+        """The attempt timers of a run whose plan has a task policy."""
+        timers = AttemptTimers(self.state, self.book, self._replace_worker)
+        timers.lend = self._lend
+        return timers
 
     def abort(self, hard: bool = False) -> None:
         """Stop the run (a cancel, the run's timeout); safe from any thread but not
@@ -310,7 +311,8 @@ class Run:
             release_capture(self.lingering)
         if self.timers is not None:
             self.timers.close()
-        self.book.unsubscribe(self._freed)
+        if self.subscribed:
+            self.book.unsubscribe(self._freed)
         for error in self.observer.errors:
             release_frames(error)
         self.observer.errors.clear()
@@ -372,12 +374,18 @@ class Run:
         # maps expand, and were written before the task was handed out. Weakly:
         # a task may keep its token (this flag) after the run, and the run's values
         # must not live on through it.
-        self.stop.name_of = _namer(weakref.ref(state))
+        self.stop.name_of = partial(_name_of, weakref.ref(state))
         if self.capture is not None:
             start_capture()
             self.capturing = True
-        self._borrow()
-        announce(self)
+        # Each only where it has something to do: a run that no attempt of an
+        # earlier run can report to (see _borrow), a start nobody hears of.
+        if self.timers is not None or self.book.overrunning:
+            self._borrow()
+        else:
+            self.book.runs += 1  # numbered all the same; one run drives at a time
+        if self.info or self.hooks.run_start:
+            announce(self)
         self.detached = driver.loop()
         if not self.detached:
             self._end()
@@ -410,8 +418,11 @@ class Run:
         """Start the run owing what abandoned attempts of earlier runs still hold.
 
         Tasks that need it wait until those attempts return (a FREED message),
-        so that no capacity is exceeded on this executor across runs.
+        so that no capacity is exceeded on this executor across runs. Called only
+        for a run that may hear of such an attempt: one still runs, or the run has
+        timers, which may abandon one (only they do).
         """
+        self.subscribed = True
         number, still = self.book.subscribe(self._freed)
         if self.timers is not None:
             self.timers.run = number

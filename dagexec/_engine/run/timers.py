@@ -211,7 +211,7 @@ class AttemptTimers:
 
     def _fail(self, task: int, attempt: int, worker: int, started: float, ended: float) -> None:
         """``task``'s attempt ``attempt`` timed out: the one place the driver says so
-        to the run (a process task's is the report of its worker: see Reports)."""
+        to the run (a process task's is the report of its worker: see reports.handle)."""
         self.state.timed_out(task, attempt, self._error(task, attempt), worker, started, ended)
 
     def isolated(self, task: int) -> bool:
