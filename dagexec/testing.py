@@ -303,11 +303,10 @@ class ResourceRecorder:
                 f"ResourceRecorder(graph=...) takes the dagexec.Graph to be run, got "
                 f"{type(graph).__name__}"
             )
-        self._needs = {graph._names[i]: need for i, need in graph._resources.items()}
+        needs = {i: record.needs for i, record in graph._options.items() if record.needs}
+        self._needs = {graph._names[i]: need for i, need in needs.items()}
         # A map's items, named (map, i), hold what the map declares.
-        self._map_needs = {
-            graph._names[i]: graph._resources[i] for i in graph._maps if i in graph._resources
-        }
+        self._map_needs = {graph._names[i]: needs[i] for i in graph._maps if i in needs}
         self._cond = threading.Condition()
         self._out: dict[Hashable, int] = {}  # attempts out per task; scheduler thread only
         self.held: dict[str, float] = {}

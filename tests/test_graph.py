@@ -274,7 +274,7 @@ def test_a_failed_add_leaves_nothing_for_the_next_task() -> None:
         g.add("c", anything, kwargs={"x": 1}, priority="high")  # type: ignore[arg-type]
     g.add("b", noop)
     assert g["b"] == dagexec.Task("b", noop, ())
-    assert (g._priority, g._resources, g._originals, g._policy) == ({}, {}, {}, {})
+    assert (g._options, g._originals) == ({}, {})
 
 
 def test_the_fast_add_path_keeps_every_check_of_the_general_one() -> None:

@@ -12,9 +12,9 @@ object per task: a million-task graph then costs a million fewer objects for the
 garbage collector to walk on every full collection, which was half of the time
 it took to build one. The engine only ever calls ``fns[i](*dep_values)``: a task
 with constants (``args``, ``kwargs``, keyword deps) is stored as a small
-callable from :mod:`dagexec._core.bind`, and its options as given in a sparse side
-table, so tasks without constants cost nothing extra. Each option is checked by
-one function in :mod:`dagexec._core.options`.
+callable from :mod:`dagexec._core.bind`, and its options as one checked record
+(:class:`~dagexec._core.task_options.TaskRecord`) in a sparse side table, so
+tasks without constants or options cost nothing extra.
 
 Dependencies are turned into positions when their task is added, if they were
 added before it (the usual order), while those names are still in the
@@ -42,11 +42,10 @@ from .new_task import (
     check_new,
     check_over,
     dep_ids,
-    isolated_call,
+    placed_call,
 )
 from .options import check_args, check_deps, check_kwargs
-from .policy import Policy
-from .task_options import CheckedOptions, TaskOptionArgs, TaskOptions, check_task_options
+from .task_options import TaskOptionArgs, TaskRecord, check_task_options, shared
 
 if TYPE_CHECKING:
     from .validate import CompiledGraph
@@ -71,16 +70,13 @@ class Graph:
         "_index",
         "_index_shared",
         "_inferred",
+        "_last_options",
         "_last_watch",
         "_maps",
         "_names",
         "_options",
         "_originals",
         "_plain_calls",
-        "_policy",
-        "_priority",
-        "_resources",
-        "_uncheckpointed",
         "_unresolved",
         "_watched",
         "_watched_calls",
@@ -111,14 +107,12 @@ class Graph:
         self._originals: dict[int, Task] = {}
         # Sparse: tasks whose deps @g.task read from parameter names -> function name.
         self._inferred: dict[int, str] = {}
-        # Sparse, by position: only tasks given a priority or resources; g.map tasks.
-        self._priority: dict[int, int] = {}
-        self._resources: dict[int, tuple[tuple[str, float], ...]] = {}
-        self._maps: set[int] = set()
-        self._policy: dict[int, Policy] = {}  # sparse: tasks given retries, timeout, run_if
-        # Sparse: every task given an option, its options as given (TaskOptions).
-        self._options: dict[int, TaskOptions] = {}
-        self._uncheckpointed: set[int] = set()  # sparse: tasks given checkpoint=False
+        self._maps: set[int] = set()  # g.map tasks, by position
+        # Sparse, by position: every task given an option, its checked options. A
+        # task given the same options as the task given options before it shares
+        # that task's record (a million adds with one option keep one record).
+        self._options: dict[int, TaskRecord] = {}
+        self._last_options: TaskRecord | None = None
         # Sparse: tasks whose function reads a closure cell or a module global,
         # with what it read when added (see closures.py: the loop-closure trap).
         self._watched: dict[int, Snapshot] = {}
@@ -259,10 +253,10 @@ class Graph:
         else:
             call, original = bound_call(name, fn, dep_names, kw_deps, constants, kwargs, is_map)
         checked = check_task_options(name, options, caller) if options else None
-        if checked is not None and checked.given.isolate is not None:
-            checked, call = isolated_call(name, fn, call, checked, dep_names, kw_deps)
-            if original is None:  # graph[name].fn (and checkpoint identity): the user's fn
-                original = Task(name, fn, dep_names)
+        if checked is not None and checked.policy is not None:
+            checked, call, original = placed_call(
+                name, fn, call, original, checked, dep_names, kw_deps
+            )
         watched = watch(fn, self._last_watch)
         # Every check passed: from here on the task is stored, in every column and
         # side table at once (a failed add must leave nothing for the next task
@@ -271,7 +265,8 @@ class Graph:
         if original is not None:
             self._originals[position] = original
         if checked is not None:
-            self._store_options(position, checked)
+            checked = shared(checked, self._last_options)
+            self._options[position] = self._last_options = checked
         if watched is not None:
             self._watched[position] = self._last_watch = watched
         if is_map:
@@ -303,22 +298,9 @@ class Graph:
         """
         self._inferred[self._index[name]] = function
 
-    def _set_options(self, i: int, name: Hashable, priority: object, resources: object) -> None:
-        """Check and store task ``i``'s priority and resources (also used by dagexec.dask)."""
-        checked = check_task_options(name, {"priority": priority, "resources": resources}, "add")
-        if checked is not None:
-            self._store_options(i, checked)
-
-    def _store_options(self, i: int, checked: CheckedOptions) -> None:
-        self._options[i] = checked.given
-        if checked.priority:
-            self._priority[i] = checked.priority
-        if checked.needs:
-            self._resources[i] = checked.needs
-        if checked.policy is not None:
-            self._policy[i] = checked.policy
-        if checked.given.checkpoint is False:
-            self._uncheckpointed.add(i)
+    def _uncheckpointed(self) -> set[int]:
+        """The positions of the tasks given ``checkpoint=False`` (checkpoint identities)."""
+        return {i for i, record in self._options.items() if not record.checkpoint}
 
     # g.map(...) and @g.task: the forms that read the function first (decorators.py).
     map = graph_map
@@ -349,10 +331,8 @@ class Graph:
                     self._ids,
                     self._unresolved,
                     self._deps,
-                    self._priority,
-                    self._resources,
+                    self._options,
                     self._maps,
-                    self._policy,
                 )
             except MissingDependencyError as exc:
                 raise explain_missing(

@@ -15,8 +15,7 @@ from .bind import BoundCall, ItemKeywordCall, KeywordCall, check_call
 from .errors import DuplicateTaskError, describe
 from .isolate import IsolatedCall, check_isolate, dep_labels, unwrap_held
 from .options import NO_KWARGS, FrozenKwargs, safe_repr
-from .policy import Policy
-from .task_options import CheckedOptions
+from .task_options import TaskRecord
 
 __all__ = [
     "NO_OVER",
@@ -28,6 +27,7 @@ __all__ = [
     "dep_ids",
     "is_hashable",
     "isolated_call",
+    "placed_call",
     "same_name",
 ]
 
@@ -136,14 +136,33 @@ def bound_call(
     return call, Task(name, fn, dep_names, constants, FrozenKwargs(keywords), dep_params)
 
 
+def placed_call(
+    name: Hashable,
+    fn: Callable[..., Any],
+    call: Callable[..., Any],
+    original: Task | None,
+    checked: TaskRecord,
+    dep_names: tuple[Hashable, ...],
+    kw_deps: dict[str, Hashable] | None,
+) -> tuple[TaskRecord, Callable[..., Any], Task | None]:
+    """The record, the call and the original of a task given a policy: as given,
+    unless it runs elsewhere than its worker thread (``isolate=``; see
+    :func:`isolated_call`), whose call the graph then keeps beside the user's fn
+    (``graph[name].fn`` and the checkpoint identity read the original)."""
+    if checked.policy is None or checked.policy.isolate is None:
+        return checked, call, original
+    checked, call = isolated_call(name, fn, call, checked, dep_names, kw_deps)
+    return checked, call, original or Task(name, fn, dep_names)
+
+
 def isolated_call(
     name: Hashable,
     fn: Callable[..., Any],
     call: Callable[..., Any],
-    checked: CheckedOptions,
+    checked: TaskRecord,
     dep_names: tuple[Hashable, ...],
     kw_deps: dict[str, Hashable] | None,
-) -> tuple[CheckedOptions, Callable[..., Any]]:
+) -> tuple[TaskRecord, Callable[..., Any]]:
     """An ``isolate=`` task: the worker thread hands the call to a child process
     (isolate.py); the child must find fn by module and name, and the policy says
     how it ran. A :class:`~dagexec._core.isolate.HeldCall` (a test helper's
@@ -156,9 +175,8 @@ def isolated_call(
         else:  # a bound call made for this task alone: it calls the inner function
             call.fn = inner  # type: ignore[attr-defined]
         fn = inner
-    policy = (checked.policy or Policy())._replace(
-        isolate=check_isolate(name, checked.given.isolate, fn)
-    )
+    assert checked.policy is not None  # check_task_options put isolate= there
+    policy = checked.policy._replace(isolate=check_isolate(name, checked.policy.isolate, fn))
     checked = checked._replace(policy=policy)
     isolated = IsolatedCall(
         call,

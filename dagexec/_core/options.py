@@ -25,7 +25,6 @@ __all__ = [
     "check_checkpoint_path",
     "check_deps",
     "check_kwargs",
-    "check_priority",
     "check_resources",
     "deps_from_signature",
     "name_of",
@@ -208,15 +207,6 @@ def deps_from_signature(
             )
         required.append(param.name)
     return tuple(required[: max(0, len(required) - len(args))])
-
-
-def check_priority(name: Hashable, priority: object) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TypeError(
-            f"task {describe(name)}: priority must be an int, got "
-            f"{type(priority).__name__} {safe_repr(priority)}"
-        )
-    return priority
 
 
 def check_resources(name: Hashable, resources: object) -> tuple[tuple[str, float], ...]:

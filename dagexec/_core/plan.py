@@ -16,19 +16,21 @@ import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress
-from operator import add, not_
-from typing import Any
+from operator import add, attrgetter, not_
+from typing import Any, NamedTuple
 
 from .errors import UnknownTargetError, describe
 from .item_names import item_of, item_target_message
 from .loads import LoadedDuringRun
 from .policy import Policy
+from .task_options import PLAIN, TaskRecord, without_run_options
 from .validate import CompiledGraph
 
 __all__ = [
     "Plan",
     "check_resources",
     "normalise_targets",
+    "option_columns",
     "plan_run",
     "restrict_plan",
     "topological_order",
@@ -62,12 +64,15 @@ class Plan:
     targets: tuple[int, ...]
     roots: tuple[int, ...]
     chain_next: tuple[int, ...]
-    # Per task, or None when no task of the plan has one (the common case, which
-    # then costs the scheduler nothing).
+    # Each task's options (PLAIN: none), or None when no task of the plan has any
+    # (the common case, which then costs the scheduler nothing).
+    options: tuple[TaskRecord, ...] | None = None
+    # The options the per-task hot path reads, as flat columns derived from
+    # ``options`` by option_columns: per task, or None when no task has one.
     priority: tuple[int, ...] | None = None
     needs: tuple[tuple[tuple[str, float], ...], ...] | None = None
-    maps: frozenset[int] | None = None  # g.map tasks: expanded at run time
     policy: tuple[Policy | None, ...] | None = None  # retries, timeouts, cleanup tasks
+    maps: frozenset[int] | None = None  # g.map tasks: expanded at run time
     # Per-run counters start as copies of these (a C-level copy per run, not a
     # Python loop): dependencies per task; consumers per task, that is its users
     # plus one for a target (the caller, who reads it at the end: so a target's
@@ -229,10 +234,8 @@ def _chain_links(
     deps: tuple[tuple[int, ...], ...],
     dependents: tuple[tuple[int, ...], ...],
     targets: tuple[int, ...],
-    needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
+    columns: OptionColumns | None = None,
     maps: frozenset[int] | None = None,
-    policy: tuple[Policy | None, ...] | None = None,
-    priority: tuple[int, ...] | None = None,
 ) -> tuple[int, ...]:
     """Link each task to the one that can follow it in a single hand-off, or -1.
 
@@ -249,18 +252,13 @@ def _chain_links(
             links[i] = users[0]
     for t in targets:  # a target's value is wanted: it must come back on its own
         links[t] = -1
-    _cut_links(links, needs, maps, policy, priority)
+    _cut_links(links, columns or _NO_COLUMNS, maps)
     return tuple(links)
 
 
-def _cut_links(
-    links: list[int],
-    needs: tuple[tuple[tuple[str, float], ...], ...] | None,
-    maps: frozenset[int] | None,
-    policy: tuple[Policy | None, ...] | None,
-    priority: tuple[int, ...] | None,
-) -> None:
+def _cut_links(links: list[int], columns: OptionColumns, maps: frozenset[int] | None) -> None:
     """Unlink, in place, the links that a task's own options forbid (see each)."""
+    priority, needs, policy = columns.priority, columns.needs, columns.policy
     if maps is not None:
         # A map's value is assembled by the scheduler from its items: it is never
         # part of a chain, either end.
@@ -289,11 +287,37 @@ def _cut_links(
                 links[i] = -1
 
 
+class OptionColumns(NamedTuple):
+    """The flat columns of :class:`Plan`: per task, or None when no task has one."""
+
+    priority: tuple[int, ...] | None = None
+    needs: tuple[tuple[tuple[str, float], ...], ...] | None = None
+    policy: tuple[Policy | None, ...] | None = None
+
+
+_NO_COLUMNS = OptionColumns()
+
+
+def option_columns(options: tuple[TaskRecord, ...] | None) -> OptionColumns:
+    """The flat columns of the options the per-task hot path reads, from the
+    records: a column whose every value is :data:`PLAIN`'s is None. Made once per
+    plan (plans are cached), so a run pays nothing for them."""
+    if options is None:
+        return _NO_COLUMNS
+    columns = []
+    n = len(options)
+    for field_name in OptionColumns._fields:
+        column = tuple(map(attrgetter(field_name), options))
+        columns.append(None if column.count(getattr(PLAIN, field_name)) == n else column)
+    return OptionColumns(*columns)
+
+
 def _whole_plan(compiled: CompiledGraph) -> Plan:
     deps = compiled.deps
     dependents = _dependents_of(deps, _numbers(compiled.index))
     # The sinks, read off the dependents in one C-level pass.
     sinks = tuple(compress(range(len(deps)), map(not_, dependents)))
+    columns = option_columns(compiled.options)
     return Plan(
         names=compiled.names,
         index=compiled.index,
@@ -302,19 +326,12 @@ def _whole_plan(compiled: CompiledGraph) -> Plan:
         dependents=dependents,
         targets=sinks,
         roots=_roots(deps),
-        chain_next=_chain_links(
-            deps,
-            dependents,
-            sinks,
-            compiled.needs,
-            compiled.maps,
-            compiled.policy,
-            compiled.priority,
-        ),
-        priority=compiled.priority,
-        needs=compiled.needs,
+        chain_next=_chain_links(deps, dependents, sinks, columns, compiled.maps),
+        options=compiled.options,
+        priority=columns.priority,
+        needs=columns.needs,
+        policy=columns.policy,
         maps=compiled.maps,
-        policy=compiled.policy,
     )
 
 
@@ -342,7 +359,8 @@ def _cut(
     """The plan of the tasks ``order`` (indices into ``source``), renumbered 0..n-1.
 
     ``fns`` are their functions, in that order. A ``loaded`` task (resumed from a
-    checkpoint) keeps no dependencies, no resource need, no policy and is no map.
+    checkpoint) keeps no dependencies and is no map, and its options lose what
+    only a run uses (:func:`~dagexec._core.task_options.without_run_options`).
     """
     loaded = loaded or {}
     local = {g: i for i, g in enumerate(order)}
@@ -350,21 +368,14 @@ def _cut(
     names = tuple(source.names[g] for g in order)
     dependents = _dependents_of(deps, _numbers(local))
     targets = tuple(local[t] for t in target_ids)
-    priority = source.priority
-    if priority is not None:
-        priority = tuple([priority[g] for g in order])
-        if not any(priority):
-            priority = None
-    needs = source.needs
-    if needs is not None:
-        needs = tuple([() if g in loaded else needs[g] for g in order])
-        if not any(needs):
-            needs = None
-    policy = source.policy
-    if policy is not None:  # a loaded task is not run again: it has no policy left
-        policy = tuple([None if g in loaded else policy[g] for g in order])
-        if all(p is None for p in policy):
-            policy = None
+    options = source.options
+    if options is not None:
+        options = tuple(
+            [without_run_options(options[g]) if g in loaded else options[g] for g in order]
+        )
+        if options.count(PLAIN) == len(options):
+            options = None
+    columns = option_columns(options)
     maps = None
     if source.maps is not None:
         maps = frozenset(local[g] for g in source.maps if g in local and g not in loaded) or None
@@ -376,11 +387,12 @@ def _cut(
         dependents=dependents,
         targets=targets,
         roots=_roots(deps),
-        chain_next=_chain_links(deps, dependents, targets, needs, maps, policy, priority),
-        priority=priority,
-        needs=needs,
+        chain_next=_chain_links(deps, dependents, targets, columns, maps),
+        options=options,
+        priority=columns.priority,
+        needs=columns.needs,
+        policy=columns.policy,
         maps=maps,
-        policy=policy,
         loaded=frozenset(local[g] for g in loaded) if loaded else None,
     )
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from itertools import compress
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from .errors import CycleError, MissingDependencyError
 from .item_names import item_dep_message, item_of
-
-if TYPE_CHECKING:
-    from .policy import Policy
+from .task_options import PLAIN, TaskRecord
 
 __all__ = ["CompiledGraph", "compile_graph"]
 
@@ -38,10 +36,8 @@ class CompiledGraph:
         "index",
         "maps",
         "names",
-        "needs",
+        "options",
         "plans",
-        "policy",
-        "priority",
     )
 
     def __init__(
@@ -50,21 +46,17 @@ class CompiledGraph:
         index: dict[Hashable, int],
         fns: tuple[Callable[..., Any], ...],
         deps: tuple[tuple[int, ...], ...],
-        priority: tuple[int, ...] | None = None,
-        needs: tuple[tuple[tuple[str, float], ...], ...] | None = None,
+        options: tuple[TaskRecord, ...] | None = None,
         maps: frozenset[int] | None = None,
-        policy: tuple[Policy | None, ...] | None = None,
     ) -> None:
         self.names = names
         self.index = index
         self.fns = fns
         self.deps = deps
         self._sinks: tuple[int, ...] | None = None
-        # Per task, or None when no task has one (see Plan).
-        self.priority = priority
-        self.needs = needs
+        # Each task's options (PLAIN: none), or None when no task has any.
+        self.options = options
         self.maps = maps  # g.map tasks, or None
-        self.policy = policy  # per task (None: no policy), or None when no task has one
         # Plans by their target indices: plan.plan_run's cache, which it alone
         # reads and writes (it checks what it reads back is a Plan), typed loosely
         # here so that this module, below plan.py, need not import it back.
@@ -94,10 +86,8 @@ def compile_graph(
     dep_ids: Sequence[tuple[int, ...] | None],
     unresolved: Sequence[int],
     dep_names: Sequence[tuple[Hashable, ...]],
-    priority: Mapping[int, int] | None = None,
-    needs: Mapping[int, tuple[tuple[str, float], ...]] | None = None,
+    options: Mapping[int, TaskRecord] | None = None,
     maps: Iterable[int] = (),
-    policy: Mapping[int, Policy] | None = None,
 ) -> CompiledGraph:
     """Check a graph given as columns and convert it to index form.
 
@@ -133,17 +123,10 @@ def compile_graph(
                 raise CycleError([names[i] for i in cycle])
     else:
         deps = cast("tuple[tuple[int, ...], ...]", tuple(dep_ids))
-    n = len(names)
-    return CompiledGraph(
-        names,
-        index,
-        tuple(fns),
-        deps,
-        tuple([priority.get(i, 0) for i in range(n)]) if priority else None,
-        tuple([needs.get(i, ()) for i in range(n)]) if needs else None,
-        frozenset(maps) or None,
-        tuple([policy.get(i) for i in range(n)]) if policy else None,
-    )
+    records = None
+    if options:
+        records = tuple([options.get(i, PLAIN) for i in range(len(names))])
+    return CompiledGraph(names, index, tuple(fns), deps, records, frozenset(maps) or None)
 
 
 def explain_missing(

@@ -170,7 +170,7 @@ def checkpoint_identities(graph: Graph, plan: Plan) -> CheckpointIdentities:
     result.kind = kind = bytearray(count)  # STATIC is 0
     result.stored = stored = bytearray(b"\1") * count
     maps = plan.maps or frozenset()
-    off = graph._uncheckpointed
+    off = graph._uncheckpointed()
     if off:
         index = graph._index
         for i, name in enumerate(plan.names):

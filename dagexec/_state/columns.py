@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, cast
 
-from .._core.policy import Policy
 from .._core.result import WAITING
 from .core import RunCore
 from .events import EXPAND, Event
@@ -35,12 +34,10 @@ class Growing(RunCore):
         self.dependents = [list(d) for d in plan.dependents]
         self.chain_next = list(plan.chain_next)
         self.is_target = bytearray(plan.target_mask)
-        if self.priority is not None:
-            self.priority = list(self.priority)
-        if self.needs is not None:
-            self.needs = list(self.needs)
-        if self.policy is not None:
-            self.policy = list(self.policy)
+        for attr in self.OPTION_COLUMNS:
+            column = getattr(self, attr)
+            if column is not None:
+                setattr(self, attr, list(column))
         self.items = {}
 
     def add_items(
@@ -49,7 +46,7 @@ class Growing(RunCore):
         """Add map ``m``'s items as tasks of the run; ``m`` now waits for them. Returns them.
 
         Item ``i`` is named ``(name of m, i)`` and calls ``m``'s function, with its
-        priority, resources and policy, on ``elements[i]`` (kept until its dispatch)
+        options (each of ``OPTION_COLUMNS``), on ``elements[i]`` (kept until its dispatch)
         and ``m``'s extra dependencies; or, for a map over the expanded map whose
         items are ``source``, on the value of ``source[i]``, which it waits for.
         ``keep``: ``m`` gathers its items' values (a task or the caller wants them).
@@ -103,17 +100,14 @@ class Growing(RunCore):
         return span
 
     def _copy_options(self, m: int, count: int, direct: bool) -> None:
-        """Map ``m``'s per-task options, for its ``count`` new items: its priority,
-        resources and policy. ``direct``: the items read elements, not the items
-        of a map they wait for."""
-        if self.priority is not None:
-            cast(list[int], self.priority).extend([self.priority[m]] * count)
-        if self.needs is not None:
-            needs = cast("list[tuple[tuple[int, float], ...]]", self.needs)
-            needs.extend([needs[m]] * count)
+        """Map ``m``'s per-task options, for its ``count`` new items: its entry in
+        each of ``OPTION_COLUMNS``. ``direct``: the items read elements, not the
+        items of a map they wait for."""
+        for attr in self.OPTION_COLUMNS:
+            column = cast("list[Any] | None", getattr(self, attr))
+            if column is not None:
+                column.extend([column[m]] * count)
         policy = self.policy[m] if self.policy is not None else None
-        if self.policy is not None:
-            cast("list[Policy | None]", self.policy).extend([policy] * count)
         if self.cleanup is not None:
             # Its items keep the map's run_if only when they need nothing but the
             # extra deps (which have ended); an item of a map over a map still

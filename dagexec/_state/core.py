@@ -23,6 +23,7 @@ from .._core.plan import Plan
 from .._core.policy import Policy
 from .._core.result import HELD, READY, WAITING
 from .._core.safe import task_for_message
+from .._core.task_options import TaskRecord
 from .cleanup_gate import CleanupGate
 from .events import READY as E_READY
 from .events import Event
@@ -43,6 +44,11 @@ class RunCore:
     adds the resource accounts, the maps and the cleanup gate (when the plan
     needs them) and makes the roots ready.
     """
+
+    # The run's per-task option columns: a map's items copy their map's entry in
+    # each (columns.Growing), so an option carried by the record needs nothing
+    # here; one read per task gets a flat column only where that pays.
+    OPTION_COLUMNS = ("options", "priority", "needs", "policy")
 
     def __init__(
         self,
@@ -90,6 +96,9 @@ class RunCore:
         self.events: list[Event] | None = [] if observed else None
         # RELEASE events, for on_attempt_release only: one more event per task.
         self.tell_release = False
+        # Each task's options (task_options.TaskRecord), or None when no task has
+        # any; the ones read per task also as flat columns (see OPTION_COLUMNS).
+        self.options: Sequence[TaskRecord] | None = plan.options
         # Per-task policy (retries, timeouts, cleanup tasks); all of it None or
         # empty when no task has one, and then never looked at.
         self.policy: Sequence[Policy | None] | None = plan.policy
