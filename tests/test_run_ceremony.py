@@ -22,9 +22,11 @@ import pytest
 
 import dagexec
 
-# Measured at this commit: 60 functions in 23 modules (58 before the layered
-# RunState of main's state work added RunCore.__init__ and _ready_roots).
-MAX_FUNCTIONS = 60
+# Measured at this commit: 63 functions in 23 modules (58 on the ctx branch;
+# the layered RunState added RunCore.__init__ and _ready_roots, the sizing
+# budget Depth.size and sizing.looks_inside, and Depth.next_look was split out
+# of Depth.after for radon). Issue 29's target is 40 in 18: a ratchet, not the goal.
+MAX_FUNCTIONS = 63
 MAX_MODULES = 23
 
 
