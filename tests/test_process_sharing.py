@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -200,3 +201,23 @@ def test_a_slot_not_from_the_pool_still_ends_on_close() -> None:
     pid = slot.proc.pid
     slot.close()
     assert pid not in live_children() and pid not in sharing.idle_children()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_process_neither_uses_nor_ends_the_parents_children() -> None:
+    """A user's fork (os.fork, multiprocessing's fork) copies the idle list and the
+    exit hook: the copy must start its own children and leave the parent's alone."""
+    g = _pid_graph()
+    first = dagexec.run(g, workers=1)["p"]
+    assert first in sharing.idle_children()
+    with warnings.catch_warnings():  # 3.12+: "multi-threaded, fork may deadlock" if
+        warnings.simplefilter("ignore", DeprecationWarning)  # a thread is alive here
+        pid = os.fork()
+    if pid == 0:  # the forked process: report by exit status only
+        ok = sharing.idle_children() == [] and sharing.live_children() == []
+        sharing._end_all()  # what its interpreter exit would run
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert first in sharing.idle_children()  # still idle, still alive, still ours
+    assert dagexec.run(g, workers=1)["p"] == first

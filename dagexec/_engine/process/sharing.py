@@ -114,6 +114,24 @@ def live_children() -> list[int]:
         return [s.proc.pid for s in list(_live) if s.proc is not None]
 
 
+def _forget_after_fork() -> None:
+    """In a process forked from this one (``os.fork``, multiprocessing's ``fork``):
+    the children are the parent's, not this process's. It must never hand one out
+    (two parents would talk over one pipe) nor end one at its own exit; its own
+    process tasks start children of their own."""
+    global _lock, _live, _exit_hook_installed
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    _idle.clear()
+    _live = weakref.WeakSet()
+    if _exit_hook_installed:
+        atexit.unregister(_end_all)
+        _exit_hook_installed = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _end_all() -> None:
     """At interpreter exit: no child outlives its parent (idle ones are let exit)."""
     end_idle_children()
