@@ -257,34 +257,37 @@ def _chain_links(
 
 
 def _cut_links(links: list[int], columns: OptionColumns, maps: frozenset[int] | None) -> None:
-    """Unlink, in place, the links that a task's own options forbid (see each)."""
+    """Unlink, in place, the links that a task's own options forbid (see
+    :func:`_apart_rules`); a plan whose tasks have no options pays no pass."""
+    for apart in _apart_rules(columns, maps):
+        for i, j in enumerate(links):
+            if j >= 0 and apart(i, j):
+                links[i] = -1
+
+
+def _apart_rules(
+    columns: OptionColumns, maps: frozenset[int] | None
+) -> list[Callable[[int, int], bool]]:
+    """Why two linked tasks ``i -> j`` must be dispatched apart, one rule per option in use.
+
+    A map's value is assembled by the scheduler from its items: it is never part of a
+    chain, either end. A follower runs right after its head, ahead of every ready task:
+    only fair if the scheduler would have ranked it like the head, so one of another
+    priority is dispatched on its own. A task holding resources is dispatched on its
+    own, so what it holds is held exactly while it is out, not for a whole chain. A
+    task with a policy is retried, timed out or run after failures on its own.
+    """
     priority, needs, policy = columns.priority, columns.needs, columns.policy
+    rules: list[Callable[[int, int], bool]] = []
     if maps is not None:
-        # A map's value is assembled by the scheduler from its items: it is never
-        # part of a chain, either end.
-        for i, j in enumerate(links):
-            if j >= 0 and (i in maps or j in maps):
-                links[i] = -1
+        rules.append(lambda i, j: i in maps or j in maps)
     if priority is not None:
-        # A follower runs right after its head, ahead of every ready task: only
-        # fair if the scheduler would have ranked it like the head. One of another
-        # priority is dispatched on its own, so a ready task of higher priority
-        # goes first (and a higher-priority follower is not held behind a chain).
-        for i, j in enumerate(links):
-            if j >= 0 and priority[i] != priority[j]:
-                links[i] = -1
+        rules.append(lambda i, j: priority[i] != priority[j])
     if needs is not None:
-        # A task holding resources is dispatched on its own: what it holds is
-        # then held exactly while it is out, not for a whole chain.
-        for i, j in enumerate(links):
-            if j >= 0 and (needs[i] or needs[j]):
-                links[i] = -1
+        rules.append(lambda i, j: bool(needs[i] or needs[j]))
     if policy is not None:
-        # A task with a policy is retried, timed out or run after failures on its
-        # own: never part of a chain, either end.
-        for i, j in enumerate(links):
-            if j >= 0 and (policy[i] is not None or policy[j] is not None):
-                links[i] = -1
+        rules.append(lambda i, j: policy[i] is not None or policy[j] is not None)
+    return rules
 
 
 class OptionColumns(NamedTuple):
@@ -368,17 +371,9 @@ def _cut(
     names = tuple(source.names[g] for g in order)
     dependents = _dependents_of(deps, _numbers(local))
     targets = tuple(local[t] for t in target_ids)
-    options = source.options
-    if options is not None:
-        options = tuple(
-            [without_run_options(options[g]) if g in loaded else options[g] for g in order]
-        )
-        if options.count(PLAIN) == len(options):
-            options = None
+    options = _cut_options(source.options, order, loaded)
     columns = option_columns(options)
-    maps = None
-    if source.maps is not None:
-        maps = frozenset(local[g] for g in source.maps if g in local and g not in loaded) or None
+    maps = _cut_maps(source.maps, local, loaded)
     return Plan(
         names=names,
         index={name: i for i, name in enumerate(names)},
@@ -395,6 +390,27 @@ def _cut(
         maps=maps,
         loaded=frozenset(local[g] for g in loaded) if loaded else None,
     )
+
+
+def _cut_options(
+    options: tuple[TaskRecord, ...] | None, order: list[int], loaded: Mapping[int, Any]
+) -> tuple[TaskRecord, ...] | None:
+    """The options of the tasks ``order``, a loaded one's without what only a run uses;
+    None when all are plain, so the cut plan pays for no option its tasks lack."""
+    if options is None:
+        return None
+    cut = tuple([without_run_options(options[g]) if g in loaded else options[g] for g in order])
+    return None if cut.count(PLAIN) == len(cut) else cut
+
+
+def _cut_maps(
+    maps: frozenset[int] | None, local: Mapping[int, int], loaded: Mapping[int, Any]
+) -> frozenset[int] | None:
+    """The maps among the kept tasks, renumbered; a loaded map is no map any more: its
+    value is already whole."""
+    if maps is None:
+        return None
+    return frozenset(local[g] for g in maps if g in local and g not in loaded) or None
 
 
 def check_resources(plan: Plan, capacity: Mapping[str, float]) -> None:

@@ -267,38 +267,7 @@ class ClusterRun:
     # ------------------------------------------------------------------ results
     def _collect(self) -> RunResult:
         plan = self.cg.plan
-        from distributed import as_completed, wait
-
-        with self.lock:
-            watched = dict(self.futures_by_task)
-            for t, futures in self.items.items():
-                for name, fut in zip(self.item_names[t], futures, strict=True):
-                    watched[("item", name)] = fut  # type: ignore[index]
-            # Watched only for their status (on_error="continue"): each is let go
-            # as soon as it is known, so the cluster drops the value once its
-            # dependents have it, as a local run drops values.
-            kept = set(plan.targets)
-            spare = [f for t, f in watched.items() if t not in kept and t in self.spare]
-            for t in self.spare:
-                self.futures_by_task.pop(t, None)
-        errors: dict[Hashable, BaseException] = {}
-        failed_here: set[Hashable] = set()
-
-        def note(fut: Any) -> None:
-            if fut.status == "error":
-                exc = fut.exception()
-                owner = failed_task(exc)
-                if owner is not None:
-                    failed_here.add(owner)
-                    errors.setdefault(owner, exc)
-
-        for fut in as_completed(spare) if spare else ():  # type: ignore[no-untyped-call]
-            note(fut)
-            fut.release()
-        rest = [f for t, f in watched.items() if t in kept or t not in self.spare]
-        wait(rest)  # type: ignore[no-untyped-call]
-        for fut in rest:
-            note(fut)
+        errors, failed_here = self._await_all()
         status = self._statuses(failed_here)
         raising = bool(errors) and self.on_error == "raise"
         savable = self._savable(status)
@@ -310,9 +279,45 @@ class ClusterRun:
             raise _first(errors)
         threads = sum(self.client.nthreads().values())
         self._release()  # all ended: this only lets go of the run's values on the cluster
+        stats = self._stats(status, threads)
+        result = {plan.names[t]: values[t] for t in plan.targets if t in values}
+        return RunResult(result, status, errors, stats, targets=plan.target_names)
+
+    def _await_all(self) -> tuple[dict[Hashable, BaseException], set[Hashable]]:
+        """Wait for every future of the run, noting which tasks failed themselves and
+        their first exception; the spare ones are let go as each ends, the rest
+        waited for together, so a partial failure is known whole before collecting."""
+        from distributed import as_completed, wait
+
+        kept = set(self.cg.plan.targets)
+        with self.lock:
+            watched = dict(self.futures_by_task)
+            for t, futures in self.items.items():
+                for name, fut in zip(self.item_names[t], futures, strict=True):
+                    watched[("item", name)] = fut  # type: ignore[index]
+            # Watched only for their status (on_error="continue"): each is let go
+            # as soon as it is known, so the cluster drops the value once its
+            # dependents have it, as a local run drops values.
+            spare = [f for t, f in watched.items() if t not in kept and t in self.spare]
+            for t in self.spare:
+                self.futures_by_task.pop(t, None)
+        errors: dict[Hashable, BaseException] = {}
+        failed_here: set[Hashable] = set()
+        for fut in as_completed(spare) if spare else ():  # type: ignore[no-untyped-call]
+            _note_failure(fut, failed_here, errors)
+            fut.release()
+        rest = [f for t, f in watched.items() if t in kept or t not in self.spare]
+        wait(rest)  # type: ignore[no-untyped-call]
+        for fut in rest:
+            _note_failure(fut, failed_here, errors)
+        return errors, failed_here
+
+    def _stats(self, status: Mapping[Hashable, TaskState], threads: int) -> RunStats:
+        """The run's figures as a local run reports them; the queue and in-flight
+        figures are 0 because the cluster, not dagexec, holds those."""
         loaded = len(self.checkpoint.loaded) if self.checkpoint is not None else 0
         ran = sum(s is TaskState.DONE or s is TaskState.FAILED for s in status.values())
-        stats = RunStats(
+        return RunStats(
             tasks_planned=len(status),
             tasks_run=ran - loaded,
             tasks_loaded=loaded,
@@ -325,8 +330,6 @@ class ClusterRun:
             peak_queue_depth=(),
             tasks_per_worker=(),
         )
-        result = {plan.names[t]: values[t] for t in plan.targets if t in values}
-        return RunResult(result, status, errors, stats, targets=plan.target_names)
 
     def _values(self, tasks: list[int]) -> dict[int, Any]:
         """The values of those of ``tasks`` that finished, gathered in one call."""
@@ -372,17 +375,7 @@ class ClusterRun:
             cleanup = policy is not None and policy[t] is not None and policy[t].cleanup  # type: ignore[union-attr]
             upstream = any(broken[d] for d in plan.deps[t])
             if t in self.items:
-                over, rest = plan.deps[t][0], plan.deps[t][1:]
-                rest_broken = any(broken[d] for d in rest)
-                inputs = items_broken.get(over)
-                flags: list[bool] = []
-                for i, item in enumerate(self.item_names[t]):
-                    before = rest_broken or (inputs[i] if inputs is not None else broken[over])
-                    if item in failed_here:
-                        status[item] = TaskState.FAILED
-                    else:
-                        status[item] = TaskState.SKIPPED if before else TaskState.DONE
-                    flags.append(before or item in failed_here)
+                flags = self._item_statuses(t, broken, items_broken, failed_here, status)
                 items_broken[t] = flags
                 upstream = upstream or any(flags)
             if name in failed_here:
@@ -394,6 +387,44 @@ class ClusterRun:
             else:
                 status[name] = TaskState.DONE
         return status
+
+    def _item_statuses(
+        self,
+        t: int,
+        broken: list[bool],
+        items_broken: dict[int, list[bool]],
+        failed_here: set[Hashable],
+        status: dict[Hashable, TaskState],
+    ) -> list[bool]:
+        """The end of each item of map ``t`` into ``status``, and which items are
+        broken: an item depends on its own input only (the same index of a chained
+        map before), so one item's failure does not skip its siblings."""
+        deps = self.cg.plan.deps[t]
+        over = deps[0]
+        rest_broken = any(broken[d] for d in deps[1:])
+        inputs = items_broken.get(over)
+        flags: list[bool] = []
+        for i, item in enumerate(self.item_names[t]):
+            before = rest_broken or (inputs[i] if inputs is not None else broken[over])
+            if item in failed_here:
+                status[item] = TaskState.FAILED
+            else:
+                status[item] = TaskState.SKIPPED if before else TaskState.DONE
+            flags.append(before or item in failed_here)
+        return flags
+
+
+def _note_failure(
+    fut: Any, failed_here: set[Hashable], errors: dict[Hashable, BaseException]
+) -> None:
+    """Note ``fut``'s task as failed with its exception if it raised itself; a future
+    that errs because a dependency failed names that dependency, not itself."""
+    if fut.status == "error":
+        exc = fut.exception()
+        owner = failed_task(exc)
+        if owner is not None:
+            failed_here.add(owner)
+            errors.setdefault(owner, exc)
 
 
 def _first(errors: Mapping[Hashable, BaseException]) -> BaseException:

@@ -142,46 +142,79 @@ def build(
     raised as dask's own schedulers raise it (a ``RuntimeError``) once the walk is
     done, so that a missing dependency is reported first, as dask reports it.
     """
-    built = Built()
-    consts, task_deps, fns = built.consts, built.deps, built.fns
-    visiting: set[Hashable] = set()
-    cycle: RuntimeError | None = None
+    walk = _Walk(nodes, known)
     for root in dict.fromkeys(keys):
-        if root in task_deps or root in consts:
-            continue
-        if _is_const(root, nodes, known, consts):
-            continue
-        stack: list[tuple[Hashable, Any, list[Hashable]]] = []
-        deps = _node_deps(nodes[root])
-        stack.append((root, iter(deps), deps))
-        visiting.add(root)
-        while stack:
-            key, pending, deps = stack[-1]
-            for dep in pending:
-                if dep in visiting:
-                    if cycle is None:  # raised once the walk is done: a missing key first
-                        cycle = _cycle([k for k, _, _ in stack], dep)
-                    continue
-                if dep in task_deps or dep in consts:
-                    continue
-                if _is_const(dep, nodes, known, consts):
-                    continue
-                if dep not in nodes:
-                    raise _missing(key, deps, nodes, known)
-                dep_deps = _node_deps(nodes[dep])
-                stack.append((dep, iter(dep_deps), dep_deps))
-                visiting.add(dep)
-                break
-            else:
-                stack.pop()
-                visiting.discard(key)
-                fn, fn_deps = _compile(nodes[key], consts)
-                task_deps[key] = fn_deps
-                fns[key] = fn
-    if cycle is not None:
-        raise cycle
-    built.targets = [k for k in dict.fromkeys(keys) if k in task_deps]
+        if not walk.is_built(root):
+            walk.from_root(root)
+    if walk.cycle is not None:
+        raise walk.cycle
+    built = walk.built
+    built.targets = [k for k in dict.fromkeys(keys) if k in built.deps]
     return built
+
+
+class _Walk:
+    """The state of :func:`build`'s depth-first walk, shared by its roots: what is
+    built so far, the path being walked (a stack, not recursion, so a long chain
+    cannot hit the recursion limit), and the first cycle met."""
+
+    __slots__ = ("built", "cycle", "known", "nodes", "stack", "visiting")
+
+    def __init__(self, nodes: Mapping[Hashable, GraphNode], known: Mapping[Hashable, Any]) -> None:
+        self.nodes, self.known = nodes, known
+        self.built = Built()
+        self.cycle: RuntimeError | None = None
+        self.visiting: set[Hashable] = set()
+        self.stack: list[tuple[Hashable, Any, list[Hashable]]] = []
+
+    def is_built(self, key: Hashable) -> bool:
+        """Whether ``key`` needs no walk: already a task or a value, or a value known
+        before the run (recorded as one here)."""
+        built = self.built
+        return (
+            key in built.deps
+            or key in built.consts
+            or _is_const(key, self.nodes, self.known, built.consts)
+        )
+
+    def from_root(self, root: Hashable) -> None:
+        """Add ``root`` and its unbuilt ancestors, each after its dependencies, so the
+        result needs no cycle search."""
+        self._enter(root)
+        stack = self.stack
+        while stack:
+            key = stack[-1][0]
+            if not self._descend():
+                stack.pop()
+                self.visiting.discard(key)
+                fn, fn_deps = _compile(self.nodes[key], self.built.consts)
+                self.built.deps[key] = fn_deps
+                self.built.fns[key] = fn
+
+    def _enter(self, key: Hashable) -> None:
+        deps = _node_deps(self.nodes[key])
+        self.stack.append((key, iter(deps), deps))
+        self.visiting.add(key)
+
+    def _descend(self) -> bool:
+        """Enter the next unbuilt dependency of the key on top; False once it has none.
+
+        A dependency still being walked is a cycle, kept (the first only) and raised
+        once the walk is done, so that a missing dependency is reported first, as
+        dask reports it."""
+        key, pending, deps = self.stack[-1]
+        for dep in pending:
+            if dep in self.visiting:
+                if self.cycle is None:
+                    self.cycle = _cycle([k for k, _, _ in self.stack], dep)
+                continue
+            if self.is_built(dep):
+                continue
+            if dep not in self.nodes:
+                raise _missing(key, deps, self.nodes, self.known)
+            self._enter(dep)
+            return True
+        return False
 
 
 def _cycle(path: list[Hashable], back: Hashable) -> RuntimeError:

@@ -46,7 +46,23 @@ def annotations_of(dsk: Any) -> Annotations:
     optimisation drops them: they reach a scheduler with
     ``compute(..., optimize_graph=False)``, as with dask's distributed scheduler.
     """
+    by_type = _annotations_by_type(dsk)
     found = Annotations()
+    for key, wanted in by_type.get("resources", {}).items():
+        if isinstance(wanted, Mapping):
+            found.resources[key] = wanted
+    for key, value in by_type.get("retries", {}).items():
+        retries = _whole_retries(key, value)
+        if retries:
+            found.retries[key] = retries
+    _rank_priorities(by_type.get("priority", {}), found.priority)
+    return found
+
+
+def _annotations_by_type(dsk: Any) -> dict[str, Any]:
+    """Every annotation, as {kind: {key: value}}: the graph-wide ones first, then each
+    layer's, because a layer's annotations apply to its keys only and a callable
+    value is asked per key."""
     by_type: dict[str, Any] = {}
     annotations = getattr(dsk, "__dask_annotations__", None)
     if callable(annotations):
@@ -56,29 +72,32 @@ def annotations_of(dsk: Any) -> Annotations:
             per_key = by_type.setdefault(kind, {})
             for key in layer:
                 per_key[key] = value(key) if callable(value) else value
-    for key, wanted in by_type.get("resources", {}).items():
-        if isinstance(wanted, Mapping):
-            found.resources[key] = wanted
-    for key, value in by_type.get("retries", {}).items():
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # dask allows any number; a whole one means the same
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(
-                f"dask task {key!r} is annotated with retries={value!r}; dagexec.dask.get "
-                "takes a whole number: dask.annotate(retries=<int>)"
-            )
-        if value:
-            found.retries[key] = value
-    priorities = by_type.get("priority", {})
+    return by_type
+
+
+def _whole_retries(key: Any, value: Any) -> Any:
+    """``value`` as the whole number ``Graph.add`` takes: dask allows any number, and
+    a whole float means the same; anything else is the caller's mistake, named."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"dask task {key!r} is annotated with retries={value!r}; dagexec.dask.get "
+            "takes a whole number: dask.annotate(retries=<int>)"
+        )
+    return value
+
+
+def _rank_priorities(priorities: dict[Any, Any], into: dict[Any, int]) -> None:
+    """Each key's priority as a dense rank in ``into``: dask and distributed take any
+    number, ``Graph.add`` an int, so the distinct values become ranks in the same
+    order (0.25 < 0.5 < 3 -> 1, 2, 3); 0 has no rank because it is the default."""
     for key, value in priorities.items():
         check_priority(key, value)
-    # dask and distributed take any number; Graph.add takes an int: the distinct
-    # values become dense ranks in the same order (0.25 < 0.5 < 3 -> 1, 2, 3).
     ranked = dense_ranks(priorities.values())
     for key, value in priorities.items():
-        if ranked.get(value, 0):  # 0 has no rank: it is the default
-            found.priority[key] = ranked[value]
-    return found
+        if ranked.get(value, 0):
+            into[key] = ranked[value]
 
 
 def ranks(built: Built, nodes: Mapping[Hashable, GraphNode]) -> dict[Hashable, int]:
