@@ -24,6 +24,8 @@ __all__ = ["Dispatching"]
 class Dispatching(Ending):
     """A run whose tasks are handed out, and whose items come back off their workers."""
 
+    __slots__ = ()
+
     def dispatch(self, task: int, worker: int) -> tuple[Any, ...]:
         """Mark ``task`` (and its chain, if it heads one) handed out; return its arguments.
 
