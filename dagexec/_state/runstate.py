@@ -155,21 +155,9 @@ class RunState(Dispatching, Attempts, Growing):
         self.depth_first = DEPTH_FIRST
         self.stacked = stacked = not keyed and DEPTH_FIRST
         self.ready = [] if keyed or stacked else deque()
-        # What only some plans need: the cleanup gate (cleanup_gate.py), resource
-        # accounts (resources.py; the needs column in resource ids, the names in
-        # id order) and the maps (fanout.py).
-        if policy is not None and any(p is not None and p.cleanup for p in policy):
-            self.cleanup = bytearray(p is not None and p.cleanup for p in policy)
-            self.gate = CleanupGate(self)
-        if plan.needs is not None:
-            self.resource_names, self.needs = resource_ids(plan.needs)
-            self.resources = Resources(self, self.resource_names, capacity or {})
-        if plan.maps is not None:
-            self.make_growable()
-            self.fanout = Fanout(self, plan.maps)
         # With nothing to rank, expand, tell or retry, ended() takes its plain
         # path: a task that became ready is only pushed, inline.
-        self.plain = self.fanout is None and not keyed and not observed and policy is None
+        self.plain = not keyed and not observed and policy is None and plan.maps is None
         # The roots become ready, to be taken in their order: reversed under
         # depth-first order (push_order's rule, inline: a warm run's first step).
         roots = plan.roots[::-1] if DEPTH_FIRST else plan.roots
@@ -184,15 +172,37 @@ class RunState(Dispatching, Attempts, Growing):
                 state[r] = READY
             self.ready.extend(roots)
         else:
-            for r in roots:
-                self.make_ready(r)
+            self._start_general(plan, capacity or {}, roots)
+
+    def _start_general(
+        self, plan: Plan, capacity: Mapping[str, float], roots: tuple[int, ...]
+    ) -> None:
+        """The rest of ``__init__`` for a run that is not plain: the parts only some
+        plans need, then the roots made ready by ``make_ready``."""
+        policy = plan.policy
+        # The cleanup gate (cleanup_gate.py), for a plan with cleanup tasks.
+        if policy is not None and any(p is not None and p.cleanup for p in policy):
+            self.cleanup = bytearray(p is not None and p.cleanup for p in policy)
+            self.gate = CleanupGate(self)
+        # Resource accounts (resources.py), only when some task needs any: the
+        # needs column in resource ids, the names in id order.
+        if plan.needs is not None:
+            self.resource_names, self.needs = resource_ids(plan.needs)
+            self.resources = Resources(self, self.resource_names, capacity)
+        if plan.maps is not None:
+            self.make_growable()
+            self.fanout = Fanout(self, plan.maps)
+        for r in roots:
+            self.make_ready(r)
 
     def close(self) -> None:
         """The run is over: drop what refers back to this state (a map's Fanout,
         the cleanup gate, the resource accounts), so that the state, and any value
         still in its columns, goes when its last user lets go of it, not at the
         next cyclic collection (tests/test_run_garbage.py). Nothing may be asked
-        of it afterwards but its columns and counts."""
+        of it afterwards but its columns and counts. A ``plain`` run has none of
+        these parts, and its driver may leave this out (one call fewer per run;
+        tests/test_runstate_world.py)."""
         self.fanout = None
         self.gate = None
         if self.resources is not None:
