@@ -45,6 +45,7 @@ from .new_task import (
     placed_call,
 )
 from .options import check_args, check_deps, check_kwargs
+from .plan import Plan, plan_run
 from .task_options import TaskOptionArgs, TaskRecord, check_task_options, shared
 
 if TYPE_CHECKING:
@@ -346,6 +347,24 @@ class Graph:
             self._index_shared = True
             self._compiled = compiled
         return compiled
+
+    def _plan(self, targets: Iterable[Hashable] | None) -> Plan:
+        """The plan for running ``targets`` (all sinks when None): ``plan_run``'s.
+
+        A warm graph's whole run reads its plan straight from the compiled
+        graph's cache, without the two calls (``_compile``, ``plan_run``): part
+        of what a small run costs (docs/performance.md). The same object either
+        way (tests/test_plan_cache.py).
+
+        Raises:
+            as :meth:`validate`, and ``plan_run``.
+        """
+        compiled = self._compiled
+        if targets is None and compiled is not None:
+            plan = compiled.plans.get(None)
+            if type(plan) is Plan:
+                return plan
+        return plan_run(self._compile(), targets)
 
     @property
     def tasks(self) -> Mapping[Hashable, Task]:
