@@ -70,12 +70,14 @@ from .loading import extra_for
 from .sharing import (
     ModuleSpecs,
     alive,
+    can_follow,
     check_in,
     check_out,
     current_place,
     gone,
     live_children,
     module_specs,
+    output_files,
     stale_modules,
 )
 from .transfer import (
@@ -172,6 +174,8 @@ class ChildSlot:
 
     __slots__ = (
         "__weakref__",
+        "born_cwd",
+        "born_outputs",
         "busy",
         "deadline",
         "idle_since",
@@ -212,6 +216,9 @@ class ChildSlot:
         self.sent_place: tuple[str | None, dict[Any, Any]] | None = None
         self.place_due: tuple[str | None, dict[Any, Any]] | None = None
         self.modules = ModuleSpecs()  # the parent's modules' specs, as it started
+        # The parent's output files and directory when it started (it inherited them).
+        self.born_outputs: object = None
+        self.born_cwd: str | None = None
 
     def start(self) -> None:
         """Start a fresh child: a bare interpreter loading child.py (~50 ms)."""
@@ -257,6 +264,8 @@ class ChildSlot:
         self.tag = f"{SEGMENT_PREFIX}{os.getpid()}-{self.proc.pid}-"
         self.sent_path = self.sent_logs = self.place_due = None
         self.sent_place = current_place()  # it inherits them
+        self.born_cwd = self.sent_place[0]
+        self.born_outputs = output_files()
         self.modules = module_specs()
         self.loaded = set()
         alive(self)
@@ -331,16 +340,21 @@ class ChildSlot:
 
     def sync(self, run_key: object) -> None:
         """Bring the child up to date for a new run (see :mod:`.sharing`): a child
-        that may hold a module the parent reloaded since is ended (the call starts
-        a new one); a directory or environment that changed is sent with the call."""
+        that may hold a module the parent reloaded since, or that cannot follow the
+        parent's place, is ended (the call starts a new one); the directory, the
+        environment and ``sys.path`` are sent with the call."""
         self.run_key = run_key
         if self.proc is None:
             return
-        if stale_modules(self.modules):
+        place = current_place()
+        if stale_modules(self.modules) or not can_follow(
+            self.born_outputs, self.born_cwd, place[0]
+        ):
             self.end()
             return
-        place = current_place()
-        self.place_due = place if place != self.sent_place else None
+        # Sent whatever the parent sent last: a task of the last run may have moved it.
+        self.place_due = place
+        self.sent_path = None
 
     def deadline_for(self, call: IsolatedCall, cold: bool) -> float | None:
         """The attempt's one deadline (``time.monotonic()``), taken as its call is sent:
@@ -364,7 +378,7 @@ class ChildSlot:
         call: IsolatedCall,
         info: CurrentTask,
         shm: str | None,
-        extra: tuple[list[str] | None, dict[str, tuple[str, str]]] | None,
+        extra: tuple[list[str] | None, dict[str, tuple[str, ...]]] | None,
     ) -> Any:
         reader, poller = self.reader, self.poller
         assert reader is not None and poller is not None
@@ -386,7 +400,7 @@ class ChildSlot:
         reader: Reader,
         info: CurrentTask,
         shm: str | None,
-        extra: tuple[list[str] | None, dict[str, tuple[str, str]]] | None,
+        extra: tuple[list[str] | None, dict[str, tuple[str, ...]]] | None,
     ) -> Any:
         """Read one message: the call's value (raise its error), or :data:`_MORE`
         for a message kind that is not final (handled here: a log record of
@@ -484,6 +498,12 @@ class ChildSlot:
         except subprocess.TimeoutExpired:
             end_group(proc)
         self._discard()
+
+    def forsake(self) -> None:
+        """In a process forked from the parent: close this copy of the child's pipes
+        and forget the child, which is the parent's to end, not this process's."""
+        self._discard()
+        self.proc = None
 
     def _discard(self) -> None:
         reader = self.reader

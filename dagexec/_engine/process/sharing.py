@@ -13,7 +13,10 @@ children started and warm. The rules:
 * **Nothing of an earlier user carries over** that the parent can see changed.
   Once per run a child is brought up to date (:func:`stale_modules`,
   :func:`current_place`): the working directory and the environment variables
-  are sent again when they differ from what the child has (a ``PLACE`` message);
+  are sent again (a ``PLACE`` message: a task may have changed the child's, so
+  what the parent sent last says nothing), and ``sys.path`` with the next call;
+  a child that cannot follow the parent (:func:`can_follow`: its output went to
+  other files, its directory is gone or too deep) is ended, and a new one started;
   a module the parent reloaded (``importlib.reload``, a notebook's autoreload:
   its ``__spec__`` is a new object), or removed and imported again, since the
   child started ends that child, and the call starts a new one, so old code is
@@ -49,6 +52,7 @@ __all__ = [
     "IDLE_TIMEOUT",
     "ModuleSpecs",
     "alive",
+    "can_follow",
     "check_in",
     "check_out",
     "current_place",
@@ -57,6 +61,7 @@ __all__ = [
     "idle_children",
     "live_children",
     "module_specs",
+    "output_files",
     "stale_modules",
 ]
 
@@ -80,6 +85,8 @@ class ChildSlot(Protocol):
     run_key: object
 
     def kill(self) -> None: ...
+
+    def forsake(self) -> None: ...
 
 
 _Slot = TypeVar("_Slot", bound=ChildSlot)
@@ -121,6 +128,11 @@ def _forget_after_fork() -> None:
     process tasks start children of their own."""
     global _lock, _live, _exit_hook_installed
     _lock = threading.Lock()  # another thread may have held it at the fork
+    for slot in list(_live):
+        # Its copies of the pipes would keep the children from seeing their parent's
+        # exit or death (their request and life pipes never reach end of file).
+        with contextlib.suppress(Exception):
+            slot.forsake()
     _idle.clear()
     _live = weakref.WeakSet()
     if _exit_hook_installed:
@@ -201,14 +213,48 @@ def _end(slots: list[ChildSlot]) -> None:
         if slot.requests >= 0:
             os.close(slot.requests)
             slot.requests = -1
+    deadline = time.monotonic() + _END_GRACE  # one grace for all, not one each
     for slot in slots:
         proc = slot.proc
         if proc is not None:
             try:
-                proc.wait(timeout=_END_GRACE)
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 end_group(proc)
         slot.kill()
+
+
+# The longest working directory ``chdir`` takes in one call (Linux's PATH_MAX): a
+# child started in a deeper one inherited it, and cannot be sent into one.
+_PATH_MAX = 4096
+
+
+def output_files() -> tuple[tuple[int, int] | None, ...]:
+    """Which files the parent's standard output and error are now (device, inode):
+    a child writes to those it inherited when it started, so one started before
+    the parent redirected them (pytest's capture, a log rotation) writes elsewhere."""
+    ids: list[tuple[int, int] | None] = []
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            ids.append(None)
+        else:
+            ids.append((st.st_dev, st.st_ino))
+    return tuple(ids)
+
+
+def can_follow(born_outputs: object, born_cwd: str | None, cwd: str | None) -> bool:
+    """Whether a child started with ``born_outputs`` in ``born_cwd`` can be brought to
+    the parent's place now: not if the parent's output went to other files since
+    (a child cannot be handed the parent's descriptors), nor if the parent's
+    directory was removed or is too deep to enter in one ``chdir`` (a new child
+    inherits it as it is)."""
+    if output_files() != born_outputs:
+        return False
+    if cwd == born_cwd:
+        return True
+    return cwd is not None and len(os.fsencode(cwd)) < _PATH_MAX
 
 
 def current_place() -> tuple[str | None, dict[Any, Any]]:
