@@ -68,17 +68,15 @@ from ..._observation.capture import child_wanted, from_child
 from .lifecycle import end_group, sweep_segments
 from .loading import extra_for
 from .sharing import (
-    ModuleSpecs,
+    Inherited,
     alive,
-    can_follow,
+    bring_up_to_date,
     check_in,
     check_out,
     current_place,
     gone,
+    inherited,
     live_children,
-    module_specs,
-    output_files,
-    stale_modules,
 )
 from .transfer import (
     CALL,
@@ -174,14 +172,12 @@ class ChildSlot:
 
     __slots__ = (
         "__weakref__",
-        "born_cwd",
-        "born_outputs",
         "busy",
         "deadline",
         "idle_since",
+        "inherited",
         "life",
         "loaded",
-        "modules",
         "place_due",
         "poller",
         "proc",
@@ -215,10 +211,7 @@ class ChildSlot:
         # The directory and environment the child has, and those to send if new.
         self.sent_place: tuple[str | None, dict[Any, Any]] | None = None
         self.place_due: tuple[str | None, dict[Any, Any]] | None = None
-        self.modules = ModuleSpecs()  # the parent's modules' specs, as it started
-        # The parent's output files and directory when it started (it inherited them).
-        self.born_outputs: object = None
-        self.born_cwd: str | None = None
+        self.inherited = Inherited()  # the parent's files, directory, modules' specs
 
     def start(self) -> None:
         """Start a fresh child: a bare interpreter loading child.py (~50 ms)."""
@@ -264,9 +257,7 @@ class ChildSlot:
         self.tag = f"{SEGMENT_PREFIX}{os.getpid()}-{self.proc.pid}-"
         self.sent_path = self.sent_logs = self.place_due = None
         self.sent_place = current_place()  # it inherits them
-        self.born_cwd = self.sent_place[0]
-        self.born_outputs = output_files()
-        self.modules = module_specs()
+        self.inherited = inherited(self.sent_place[0])
         self.loaded = set()
         alive(self)
 
@@ -280,10 +271,10 @@ class ChildSlot:
         """Send the call, wait for its answer, return the value or raise the error.
 
         ``run_key`` names the run sending it (its stop flag): the child is brought
-        up to date once per run (:meth:`sync`); None: at every call.
+        up to date once per run (:func:`.sharing.bring_up_to_date`); None: at every call.
         """
         if run_key is None or run_key is not self.run_key:
-            self.sync(run_key)
+            bring_up_to_date(self, run_key)
         try:
             data, buffers = dumps((*parts(call.call), lift(dep_values)))
         except Exception as exc:
@@ -337,24 +328,6 @@ class ChildSlot:
         if self.place_due is not None:
             send(self.requests, (PLACE, *self.place_due), b"", [], None)
             self.sent_place, self.place_due = self.place_due, None
-
-    def sync(self, run_key: object) -> None:
-        """Bring the child up to date for a new run (see :mod:`.sharing`): a child
-        that may hold a module the parent reloaded since, or that cannot follow the
-        parent's place, is ended (the call starts a new one); the directory, the
-        environment and ``sys.path`` are sent with the call."""
-        self.run_key = run_key
-        if self.proc is None:
-            return
-        place = current_place()
-        if stale_modules(self.modules) or not can_follow(
-            self.born_outputs, self.born_cwd, place[0]
-        ):
-            self.end()
-            return
-        # Sent whatever the parent sent last: a task of the last run may have moved it.
-        self.place_due = place
-        self.sent_path = None
 
     def deadline_for(self, call: IsolatedCall, cold: bool) -> float | None:
         """The attempt's one deadline (``time.monotonic()``), taken as its call is sent:
@@ -498,12 +471,6 @@ class ChildSlot:
         except subprocess.TimeoutExpired:
             end_group(proc)
         self._discard()
-
-    def forsake(self) -> None:
-        """In a process forked from the parent: close this copy of the child's pipes
-        and forget the child, which is the parent's to end, not this process's."""
-        self._discard()
-        self.proc = None
 
     def _discard(self) -> None:
         reader = self.reader

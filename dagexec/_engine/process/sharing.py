@@ -50,18 +50,17 @@ from .lifecycle import end_group
 
 __all__ = [
     "IDLE_TIMEOUT",
-    "ModuleSpecs",
+    "Inherited",
     "alive",
-    "can_follow",
+    "bring_up_to_date",
     "check_in",
     "check_out",
     "current_place",
     "end_idle_children",
     "gone",
     "idle_children",
+    "inherited",
     "live_children",
-    "module_specs",
-    "output_files",
     "stale_modules",
 ]
 
@@ -84,9 +83,16 @@ class ChildSlot(Protocol):
     idle_since: float
     run_key: object
 
+    stops: int
+    life: int
+    reader: Any
+    inherited: Inherited
+    place_due: Any
+    sent_path: list[str] | None
+
     def kill(self) -> None: ...
 
-    def forsake(self) -> None: ...
+    def end(self) -> None: ...
 
 
 _Slot = TypeVar("_Slot", bound=ChildSlot)
@@ -132,7 +138,7 @@ def _forget_after_fork() -> None:
         # Its copies of the pipes would keep the children from seeing their parent's
         # exit or death (their request and life pipes never reach end of file).
         with contextlib.suppress(Exception):
-            slot.forsake()
+            _forsake(slot)
     _idle.clear()
     _live = weakref.WeakSet()
     if _exit_hook_installed:
@@ -269,27 +275,63 @@ def current_place() -> tuple[str | None, dict[Any, Any]]:
     return cwd, env
 
 
-class ModuleSpecs:
-    """The parent's modules' ``__spec__`` objects as a child last saw them: by name,
-    and in ``sys.modules``' order, which a run checks in one C-level pass when no
-    module was imported or removed since (the usual case: a few hundred us less
-    per run in a program of a few thousand modules)."""
+class Inherited:
+    """What a child inherited from the parent when it started, and what it saw of
+    the parent's modules since: its output files and working directory (which
+    :func:`can_follow` compares with the parent's now), and the modules'
+    ``__spec__`` objects by name and in ``sys.modules``' order, which a run checks
+    in one C-level pass when no module was imported or removed since (the usual
+    case: a few hundred us less per run in a program of a few thousand modules)."""
 
-    __slots__ = ("by_name", "in_order")
+    __slots__ = ("by_name", "cwd", "in_order", "outputs")
 
-    def __init__(self) -> None:
+    def __init__(self, cwd: str | None = None) -> None:
         self.by_name: dict[str, Any] = {}
         self.in_order: list[Any] = []
+        self.outputs: object = None
+        self.cwd = cwd
 
 
-def module_specs() -> ModuleSpecs:
-    """Each imported module's ``__spec__`` now: a reload makes a new one."""
-    seen = ModuleSpecs()
+def inherited(cwd: str | None) -> Inherited:
+    """What a child started now in ``cwd`` inherits: a reload makes a new ``__spec__``."""
+    seen = Inherited(cwd)
+    seen.outputs = output_files()
     stale_modules(seen)
     return seen
 
 
-def stale_modules(seen: ModuleSpecs) -> bool:
+def bring_up_to_date(slot: ChildSlot, run_key: object) -> None:
+    """Bring a child up to date for a new run: one that may hold a module the
+    parent reloaded since, or that cannot follow the parent's place, is ended (the
+    call starts a new one); the directory, the environment and ``sys.path`` are
+    sent with the call, whatever was sent before (a task of the last run may have
+    moved it)."""
+    slot.run_key = run_key
+    if slot.proc is None:
+        return
+    place = current_place()
+    born = slot.inherited
+    if stale_modules(born) or not can_follow(born.outputs, born.cwd, place[0]):
+        slot.end()
+        return
+    slot.place_due = place
+    slot.sent_path = None
+
+
+def _forsake(slot: ChildSlot) -> None:
+    """In a forked process: close this copy of a child's pipes and forget the
+    child, which is the parent's to end, not this process's."""
+    reader = slot.reader
+    for fd in (slot.requests, slot.stops, slot.life, -1 if reader is None else reader.fd):
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    slot.requests = slot.stops = slot.life = -1
+    slot.reader = None
+    slot.proc = None
+
+
+def stale_modules(seen: Inherited) -> bool:
     """True if a module in ``seen`` was reloaded (or imported again) since; modules
     imported for the first time since are added to ``seen``."""
     values = list(sys.modules.values())
