@@ -42,6 +42,7 @@ import signal
 import struct
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -213,6 +214,8 @@ def _move(cwd: str | None, env: dict[bytes, bytes]) -> BaseException | None:
     directory cannot be entered (each call then fails with it, until the next PLACE)."""
     os.environb.clear()
     os.environb.update(env)
+    if hasattr(time, "tzset"):
+        time.tzset()  # localtime() follows a new TZ only when told
     if cwd is None:
         return None
     try:
@@ -230,22 +233,33 @@ def _flush() -> None:
             stream.flush()
 
 
-def _prepare(extra: tuple[list[str] | None, dict[str, tuple[str, str]]], loaded: set[str]) -> None:
+def _prepare(extra: tuple[list[str] | None, dict[str, tuple[str, ...]]], loaded: set[str]) -> None:
     """Take the parent's ``sys.path`` and load the modules it says to load (its
-    script, by name or by file; CLI graph files, by file)."""
+    script, by name or by file, with the parent's ``sys.argv`` as multiprocessing's
+    spawn gives it; CLI graph files, by file)."""
     global loading_main
     paths, modules = extra
     if paths is not None:
         sys.path[:] = paths
-    for module, (how, where) in modules.items():
+    for module, (how, where, *argv) in modules.items():
         if module in loaded:
             continue
+        if argv:
+            sys.argv[:] = argv
         loading_main = True
         try:
             if how == "name":
                 _run_main_by_name(where)
             else:
                 _load_file(module, where)
+        except SystemExit as exc:
+            # A top level that parses its command line and exits: as an error of the
+            # load, not an exit of the parent that re-raises it.
+            raise RuntimeError(
+                f"loading {where!r} in the child process called sys.exit({exc.code!r}); "
+                "put the script's top-level work (argument parsing included) under "
+                "'if __name__ == \"__main__\":' so that loading it only defines its functions"
+            ) from None
         finally:
             loading_main = False
         loaded.add(module)

@@ -26,7 +26,7 @@ __all__ = ["extra_for"]
 
 def extra_for(
     slot: ChildSlot, call: IsolatedCall, data: bytes
-) -> tuple[list[str] | None, dict[str, tuple[str, str]]] | None:
+) -> tuple[list[str] | None, dict[str, tuple[str, ...]]] | None:
     """What the child must know before it unpickles this call, if anything new:
     the parent's ``sys.path`` (when it changed) and modules to load by file."""
     paths = None
@@ -36,12 +36,13 @@ def extra_for(
     return None if paths is None and not files else (paths, files)
 
 
-def _files(loaded: set[str], call: IsolatedCall, data: bytes) -> dict[str, tuple[str, str]]:
+def _files(loaded: set[str], call: IsolatedCall, data: bytes) -> dict[str, tuple[str, ...]]:
     """Modules the child must load before it unpickles this call, each as
     ("name", module) or ("file", path): the script as it was started (``python
     -m pkg.module`` by its name, so that its relative imports work; a file by
-    its path), and graph files the CLI loaded, by their path."""
-    files: dict[str, tuple[str, str]] = {}
+    its path, each with the parent's ``sys.argv``: a top level that reads its
+    command line reads the parent's), and graph files the CLI loaded, by their path."""
+    files: dict[str, tuple[str, ...]] = {}
     wanted = [call.by_file] if call.by_file is not None else []
     if "__main__" not in wanted and b"__main__" in data:  # a value of a __main__ class
         wanted.append("__main__")
@@ -51,10 +52,11 @@ def _files(loaded: set[str], call: IsolatedCall, data: bytes) -> dict[str, tuple
         module = sys.modules.get(name)
         spec_name = getattr(getattr(module, "__spec__", None), "name", None)
         path = getattr(module, "__file__", None)
+        argv = tuple(sys.argv) if name == "__main__" else ()
         if name == "__main__" and spec_name and spec_name != "__main__":
-            files[name] = ("name", spec_name)
+            files[name] = ("name", spec_name, *argv)
         elif path:
-            files[name] = ("file", os.path.abspath(path))
+            files[name] = ("file", os.path.abspath(path), *argv)
         else:
             continue
         loaded.add(name)

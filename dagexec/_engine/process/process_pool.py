@@ -68,15 +68,15 @@ from ..._observation.capture import child_wanted, from_child
 from .lifecycle import end_group, sweep_segments
 from .loading import extra_for
 from .sharing import (
-    ModuleSpecs,
+    Inherited,
     alive,
+    bring_up_to_date,
     check_in,
     check_out,
     current_place,
     gone,
+    inherited,
     live_children,
-    module_specs,
-    stale_modules,
 )
 from .transfer import (
     CALL,
@@ -175,9 +175,9 @@ class ChildSlot:
         "busy",
         "deadline",
         "idle_since",
+        "inherited",
         "life",
         "loaded",
-        "modules",
         "place_due",
         "poller",
         "proc",
@@ -211,7 +211,7 @@ class ChildSlot:
         # The directory and environment the child has, and those to send if new.
         self.sent_place: tuple[str | None, dict[Any, Any]] | None = None
         self.place_due: tuple[str | None, dict[Any, Any]] | None = None
-        self.modules = ModuleSpecs()  # the parent's modules' specs, as it started
+        self.inherited = Inherited()  # the parent's files, directory, modules' specs
 
     def start(self) -> None:
         """Start a fresh child: a bare interpreter loading child.py (~50 ms)."""
@@ -257,7 +257,7 @@ class ChildSlot:
         self.tag = f"{SEGMENT_PREFIX}{os.getpid()}-{self.proc.pid}-"
         self.sent_path = self.sent_logs = self.place_due = None
         self.sent_place = current_place()  # it inherits them
-        self.modules = module_specs()
+        self.inherited = inherited(self.sent_place[0])
         self.loaded = set()
         alive(self)
 
@@ -271,10 +271,10 @@ class ChildSlot:
         """Send the call, wait for its answer, return the value or raise the error.
 
         ``run_key`` names the run sending it (its stop flag): the child is brought
-        up to date once per run (:meth:`sync`); None: at every call.
+        up to date once per run (:func:`.sharing.bring_up_to_date`); None: at every call.
         """
         if run_key is None or run_key is not self.run_key:
-            self.sync(run_key)
+            bring_up_to_date(self, run_key)
         try:
             data, buffers = dumps((*parts(call.call), lift(dep_values)))
         except Exception as exc:
@@ -329,19 +329,6 @@ class ChildSlot:
             send(self.requests, (PLACE, *self.place_due), b"", [], None)
             self.sent_place, self.place_due = self.place_due, None
 
-    def sync(self, run_key: object) -> None:
-        """Bring the child up to date for a new run (see :mod:`.sharing`): a child
-        that may hold a module the parent reloaded since is ended (the call starts
-        a new one); a directory or environment that changed is sent with the call."""
-        self.run_key = run_key
-        if self.proc is None:
-            return
-        if stale_modules(self.modules):
-            self.end()
-            return
-        place = current_place()
-        self.place_due = place if place != self.sent_place else None
-
     def deadline_for(self, call: IsolatedCall, cold: bool) -> float | None:
         """The attempt's one deadline (``time.monotonic()``), taken as its call is sent:
         its task's timeout, plus :data:`STARTUP_ALLOWANCE` if the call starts the
@@ -364,7 +351,7 @@ class ChildSlot:
         call: IsolatedCall,
         info: CurrentTask,
         shm: str | None,
-        extra: tuple[list[str] | None, dict[str, tuple[str, str]]] | None,
+        extra: tuple[list[str] | None, dict[str, tuple[str, ...]]] | None,
     ) -> Any:
         reader, poller = self.reader, self.poller
         assert reader is not None and poller is not None
@@ -386,7 +373,7 @@ class ChildSlot:
         reader: Reader,
         info: CurrentTask,
         shm: str | None,
-        extra: tuple[list[str] | None, dict[str, tuple[str, str]]] | None,
+        extra: tuple[list[str] | None, dict[str, tuple[str, ...]]] | None,
     ) -> Any:
         """Read one message: the call's value (raise its error), or :data:`_MORE`
         for a message kind that is not final (handled here: a log record of

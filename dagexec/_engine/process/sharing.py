@@ -13,7 +13,10 @@ children started and warm. The rules:
 * **Nothing of an earlier user carries over** that the parent can see changed.
   Once per run a child is brought up to date (:func:`stale_modules`,
   :func:`current_place`): the working directory and the environment variables
-  are sent again when they differ from what the child has (a ``PLACE`` message);
+  are sent again (a ``PLACE`` message: a task may have changed the child's, so
+  what the parent sent last says nothing), and ``sys.path`` with the next call;
+  a child that cannot follow the parent (:func:`can_follow`: its output went to
+  other files, its directory is gone or too deep) is ended, and a new one started;
   a module the parent reloaded (``importlib.reload``, a notebook's autoreload:
   its ``__spec__`` is a new object), or removed and imported again, since the
   child started ends that child, and the call starts a new one, so old code is
@@ -47,16 +50,17 @@ from .lifecycle import end_group
 
 __all__ = [
     "IDLE_TIMEOUT",
-    "ModuleSpecs",
+    "Inherited",
     "alive",
+    "bring_up_to_date",
     "check_in",
     "check_out",
     "current_place",
     "end_idle_children",
     "gone",
     "idle_children",
+    "inherited",
     "live_children",
-    "module_specs",
     "stale_modules",
 ]
 
@@ -79,7 +83,16 @@ class ChildSlot(Protocol):
     idle_since: float
     run_key: object
 
+    stops: int
+    life: int
+    reader: Any
+    inherited: Inherited
+    place_due: Any
+    sent_path: list[str] | None
+
     def kill(self) -> None: ...
+
+    def end(self) -> None: ...
 
 
 _Slot = TypeVar("_Slot", bound=ChildSlot)
@@ -121,6 +134,11 @@ def _forget_after_fork() -> None:
     process tasks start children of their own."""
     global _lock, _live, _exit_hook_installed
     _lock = threading.Lock()  # another thread may have held it at the fork
+    for slot in list(_live):
+        # Its copies of the pipes would keep the children from seeing their parent's
+        # exit or death (their request and life pipes never reach end of file).
+        with contextlib.suppress(Exception):
+            _forsake(slot)
     _idle.clear()
     _live = weakref.WeakSet()
     if _exit_hook_installed:
@@ -201,14 +219,48 @@ def _end(slots: list[ChildSlot]) -> None:
         if slot.requests >= 0:
             os.close(slot.requests)
             slot.requests = -1
+    deadline = time.monotonic() + _END_GRACE  # one grace for all, not one each
     for slot in slots:
         proc = slot.proc
         if proc is not None:
             try:
-                proc.wait(timeout=_END_GRACE)
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 end_group(proc)
         slot.kill()
+
+
+# The longest working directory ``chdir`` takes in one call (Linux's PATH_MAX): a
+# child started in a deeper one inherited it, and cannot be sent into one.
+_PATH_MAX = 4096
+
+
+def output_files() -> tuple[tuple[int, int] | None, ...]:
+    """Which files the parent's standard output and error are now (device, inode):
+    a child writes to those it inherited when it started, so one started before
+    the parent redirected them (pytest's capture, a log rotation) writes elsewhere."""
+    ids: list[tuple[int, int] | None] = []
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            ids.append(None)
+        else:
+            ids.append((st.st_dev, st.st_ino))
+    return tuple(ids)
+
+
+def can_follow(born_outputs: object, born_cwd: str | None, cwd: str | None) -> bool:
+    """Whether a child started with ``born_outputs`` in ``born_cwd`` can be brought to
+    the parent's place now: not if the parent's output went to other files since
+    (a child cannot be handed the parent's descriptors), nor if the parent's
+    directory was removed or is too deep to enter in one ``chdir`` (a new child
+    inherits it as it is)."""
+    if output_files() != born_outputs:
+        return False
+    if cwd == born_cwd:
+        return True
+    return cwd is not None and len(os.fsencode(cwd)) < _PATH_MAX
 
 
 def current_place() -> tuple[str | None, dict[Any, Any]]:
@@ -223,27 +275,63 @@ def current_place() -> tuple[str | None, dict[Any, Any]]:
     return cwd, env
 
 
-class ModuleSpecs:
-    """The parent's modules' ``__spec__`` objects as a child last saw them: by name,
-    and in ``sys.modules``' order, which a run checks in one C-level pass when no
-    module was imported or removed since (the usual case: a few hundred us less
-    per run in a program of a few thousand modules)."""
+class Inherited:
+    """What a child inherited from the parent when it started, and what it saw of
+    the parent's modules since: its output files and working directory (which
+    :func:`can_follow` compares with the parent's now), and the modules'
+    ``__spec__`` objects by name and in ``sys.modules``' order, which a run checks
+    in one C-level pass when no module was imported or removed since (the usual
+    case: a few hundred us less per run in a program of a few thousand modules)."""
 
-    __slots__ = ("by_name", "in_order")
+    __slots__ = ("by_name", "cwd", "in_order", "outputs")
 
-    def __init__(self) -> None:
+    def __init__(self, cwd: str | None = None) -> None:
         self.by_name: dict[str, Any] = {}
         self.in_order: list[Any] = []
+        self.outputs: object = None
+        self.cwd = cwd
 
 
-def module_specs() -> ModuleSpecs:
-    """Each imported module's ``__spec__`` now: a reload makes a new one."""
-    seen = ModuleSpecs()
+def inherited(cwd: str | None) -> Inherited:
+    """What a child started now in ``cwd`` inherits: a reload makes a new ``__spec__``."""
+    seen = Inherited(cwd)
+    seen.outputs = output_files()
     stale_modules(seen)
     return seen
 
 
-def stale_modules(seen: ModuleSpecs) -> bool:
+def bring_up_to_date(slot: ChildSlot, run_key: object) -> None:
+    """Bring a child up to date for a new run: one that may hold a module the
+    parent reloaded since, or that cannot follow the parent's place, is ended (the
+    call starts a new one); the directory, the environment and ``sys.path`` are
+    sent with the call, whatever was sent before (a task of the last run may have
+    moved it)."""
+    slot.run_key = run_key
+    if slot.proc is None:
+        return
+    place = current_place()
+    born = slot.inherited
+    if stale_modules(born) or not can_follow(born.outputs, born.cwd, place[0]):
+        slot.end()
+        return
+    slot.place_due = place
+    slot.sent_path = None
+
+
+def _forsake(slot: ChildSlot) -> None:
+    """In a forked process: close this copy of a child's pipes and forget the
+    child, which is the parent's to end, not this process's."""
+    reader = slot.reader
+    for fd in (slot.requests, slot.stops, slot.life, -1 if reader is None else reader.fd):
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    slot.requests = slot.stops = slot.life = -1
+    slot.reader = None
+    slot.proc = None
+
+
+def stale_modules(seen: Inherited) -> bool:
     """True if a module in ``seen`` was reloaded (or imported again) since; modules
     imported for the first time since are added to ``seen``."""
     values = list(sys.modules.values())

@@ -59,6 +59,8 @@ def estimate_bytes(value: Any) -> int:
     """Roughly how many bytes ``value`` keeps alive; never raises (0 if it cannot tell)."""
     try:
         return int(_estimate(value, _NESTING))
+    except OverflowError:  # a __sizeof__ past sys.maxsize: as large as it says
+        return sys.maxsize
     except Exception:  # a hostile __sizeof__, __len__ or nbytes: count it as small
         return 0
 
@@ -110,18 +112,21 @@ def _estimate(value: Any, nesting: int) -> int:
     # A container's own shell, by its built-in type's __sizeof__: a subclass may
     # override it to size every element (dask's ShuffleGroupResult, a dict of
     # frames, asks dask's sizeof of each: 3-4 ms a call).
+    # Its elements, likewise, through the built-in type's own methods: a subclass's
+    # __len__, __iter__ or __getitem__ may do anything (an LRU dict moves the key it
+    # is asked for to its end), and sizing must not change a value or run its code.
     size: int = how.__sizeof__(value)
-    if nesting and value:
-        n = len(value)
+    n = how.__len__(value)
+    if nesting and n:
         sample: list[Any] = []
-        if isinstance(value, dict):
-            for k in value:
-                sample += (k, value[k])
+        if how is dict:
+            for item in dict.items(value):
+                sample += item
                 if len(sample) >= 2 * ELEMENTS_SAMPLED:
                     break
             n *= 2
         else:
-            for x in value:
+            for x in how.__iter__(value):
                 sample.append(x)
                 if len(sample) >= ELEMENTS_SAMPLED:
                     break
