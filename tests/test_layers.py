@@ -27,6 +27,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import dagexec
 
 # The package imported, whether a checkout or an installed wheel (as CI tests it).
@@ -313,9 +315,16 @@ def _run_states() -> list[object]:
 def test_no_method_of_the_run_state_is_assigned_per_instance() -> None:
     # An instance attribute that shadows a class attribute is behaviour swapped
     # per instance: what a method does would depend on how the run was made.
+    # The run's fields are slots (core.RunCore): an instance has no dict to hold
+    # such an attribute, and assigning a method's name fails.
     for state in _run_states():
-        shadowed = set(vars(state)) & {n for n in dir(type(state)) if not n.startswith("__")}
+        shadowed = set(getattr(state, "__dict__", ())) & {
+            n for n in dir(type(state)) if not n.startswith("__")
+        }
         assert not shadowed, f"{type(state).__name__} instance shadows its class: {shadowed}"
+        assert not hasattr(state, "__dict__")
+        with pytest.raises(AttributeError):
+            setattr(state, "hand_out", len)  # what a swap would write
 
 
 def test_the_run_state_binds_no_function_of_another_module() -> None:

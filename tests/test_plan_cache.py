@@ -50,3 +50,22 @@ def test_plan_cache_survives_many_threads_planning_one_graph() -> None:
     assert not any(t.is_alive() for t in threads)
     assert errors == []
     assert len(compiled.plans) <= _PLAN_CACHE_SIZE
+
+
+# --- a warm graph's whole plan, read without plan_run ---------------------------
+
+
+def test_graph_plan_is_plan_runs_plan_cold_warm_and_after_a_change() -> None:
+    from dagexec._core.plan import plan_run
+
+    g = Graph()
+    g.add("a", lambda: 1)
+    g.add("b", lambda a: a, deps=["a"])
+    cold = g._plan(None)  # compiles, plans, caches
+    assert cold is plan_run(g._compile(), None)
+    assert g._plan(None) is cold  # warm: the cached plan itself
+    assert g._plan(["a"]) is plan_run(g._compile(), ["a"])  # targets: plan_run's path
+    g.add("c", lambda b: b, deps=["b"])  # a change drops the compiled graph...
+    fresh = g._plan(None)
+    assert fresh is not cold and fresh.target_names == ("c",)  # ...and its plans
+    assert fresh is plan_run(g._compile(), None)

@@ -282,6 +282,27 @@ def test_the_plain_loop_and_the_general_one_leave_the_same_run(plan: Plan, seed:
     assert plain.ran_on == general.ran_on and plain.unfinished == general.unfinished == 0
 
 
+@pytest.mark.parametrize(
+    "option",
+    [{}, {"priority": 2}, {"resources": {"cpu": 1}}, {"retries": 1}, {"run_if": "all_done"}],
+)
+@pytest.mark.parametrize("with_map", [False, True])
+def test_only_a_run_that_is_not_plain_has_parts_to_close(
+    option: dict[str, Any], with_map: bool
+) -> None:
+    # The driver skips close() for a plain run (scheduler.Run._let_go): no part
+    # of such a state may refer back to it.
+    g = Graph()
+    g.add("a", lambda: [1, 2])
+    g.add("b", lambda a: a, deps=["a"], **option)
+    if with_map:
+        g.map("m", lambda x: x, over="a")
+    state = RunState(plan_of(g), capacity={"cpu": 2})
+    parts = (state.gate, state.resources, state.fanout)
+    assert state.plain == (not option and not with_map)
+    assert not state.plain or parts == (None, None, None)
+
+
 @settings(max_examples=60, deadline=None)
 @given(plans())
 def test_a_plain_runs_roots_start_as_make_ready_would_make_them_ready(plan: Plan) -> None:

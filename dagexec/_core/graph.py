@@ -45,6 +45,7 @@ from .new_task import (
     placed_call,
 )
 from .options import check_args, check_deps, check_kwargs
+from .plan import Plan, plan_run
 from .task_options import TaskOptionArgs, TaskRecord, check_task_options, shared
 
 if TYPE_CHECKING:
@@ -242,21 +243,9 @@ class Graph:
         constants = args if type(args) is tuple else check_args(name, args)
         if kwargs is not None:
             kwargs = check_kwargs(name, kwargs, kw_deps)
-        call = fn
-        learned = 0
-        original: Task | None = None
-        if kw_deps is None and not constants and not kwargs:  # the common case: fn(*deps)
-            counts = self._plain_calls.get(id(fn), 0) | self._watched_calls.get(id(fn), 0)
-            if not counts >> len(dep_names) & 1:
-                check_plain_call(name, fn, dep_names)
-                learned = counts | 1 << len(dep_names)
-        else:
-            call, original = bound_call(name, fn, dep_names, kw_deps, constants, kwargs, is_map)
-        checked = check_task_options(name, options, caller) if options else None
-        if checked is not None and checked.policy is not None:
-            checked, call, original = placed_call(
-                name, fn, call, original, checked, dep_names, kw_deps
-            )
+        call, original, checked, learned = self._checked_call(
+            name, fn, dep_names, kw_deps, constants, kwargs, is_map, options, caller
+        )
         watched = watch(fn, self._last_watch)
         # Every check passed: from here on the task is stored, in every column and
         # side table at once (a failed add must leave nothing for the next task
@@ -289,6 +278,40 @@ class Graph:
             calls[id(fn)] = learned
         self._compiled = None
         return name
+
+    def _checked_call(
+        self,
+        name: Hashable,
+        fn: Callable[..., Any],
+        dep_names: tuple[Hashable, ...],
+        kw_deps: dict[str, Hashable] | None,
+        constants: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None,
+        is_map: bool,
+        options: Mapping[str, object],
+        caller: str,
+    ) -> tuple[Callable[..., Any], Task | None, TaskRecord | None, int]:
+        """:meth:`_add`'s checks of what the task calls and of its options, storing
+        nothing: the callable to store, the task as written when that is not
+        ``fn`` itself, the checked options (None: none), and the signature bits
+        learned for ``fn`` (0: nothing new). The common case, ``fn(*deps)``, is
+        ``fn`` itself, its signature checked once per number of dependencies."""
+        call = fn
+        learned = 0
+        original: Task | None = None
+        if kw_deps is None and not constants and not kwargs:  # the common case: fn(*deps)
+            counts = self._plain_calls.get(id(fn), 0) | self._watched_calls.get(id(fn), 0)
+            if not counts >> len(dep_names) & 1:
+                check_plain_call(name, fn, dep_names)
+                learned = counts | 1 << len(dep_names)
+        else:
+            call, original = bound_call(name, fn, dep_names, kw_deps, constants, kwargs, is_map)
+        checked = check_task_options(name, options, caller) if options else None
+        if checked is not None and checked.policy is not None:
+            checked, call, original = placed_call(
+                name, fn, call, original, checked, dep_names, kw_deps
+            )
+        return call, original, checked, learned
 
     def _inferred_from(self, name: Hashable, function: str) -> None:
         """Note that task ``name`` took its deps from ``function``'s parameters.
@@ -346,6 +369,24 @@ class Graph:
             self._index_shared = True
             self._compiled = compiled
         return compiled
+
+    def _plan(self, targets: Iterable[Hashable] | None) -> Plan:
+        """The plan for running ``targets`` (all sinks when None): ``plan_run``'s.
+
+        A warm graph's whole run reads its plan straight from the compiled
+        graph's cache, without the two calls (``_compile``, ``plan_run``): part
+        of what a small run costs (docs/performance.md). The same object either
+        way (tests/test_plan_cache.py).
+
+        Raises:
+            as :meth:`validate`, and ``plan_run``.
+        """
+        compiled = self._compiled
+        if targets is None and compiled is not None:
+            plan = compiled.plans.get(None)
+            if type(plan) is Plan:
+                return plan
+        return plan_run(self._compile(), targets)
 
     @property
     def tasks(self) -> Mapping[Hashable, Task]:

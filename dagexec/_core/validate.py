@@ -58,8 +58,9 @@ class CompiledGraph:
         self.options = options
         self.maps = maps  # g.map tasks, or None
         # Plans by their target indices: plan.plan_run's cache, which it alone
-        # reads and writes (it checks what it reads back is a Plan), typed loosely
-        # here so that this module, below plan.py, need not import it back.
+        # writes (Graph._plan reads a warm whole run's back; both check that
+        # what they read is a Plan), typed loosely here so that this module,
+        # below plan.py, need not import it back.
         self.plans: dict[tuple[int, ...] | None, object] = {}
 
     def __len__(self) -> int:

@@ -22,6 +22,8 @@ __all__ = ["Attempts"]
 class Attempts(Ending):
     """A run told of its attempts' own events: begun, or timed out."""
 
+    __slots__ = ()
+
     def started(self, task: int, worker: int) -> None:
         """``worker`` began the current attempt of ``task`` (its STARTED report).
 

@@ -24,6 +24,8 @@ __all__ = ["Growing"]
 class Growing(RunCore):
     """A run whose columns may grow: a map's items are added to them."""
 
+    __slots__ = ()
+
     def make_growable(self) -> None:
         """Give the run per-run lists for its columns, which :meth:`add_items` appends to."""
         plan = self.plan

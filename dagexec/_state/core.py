@@ -14,8 +14,6 @@ it back (tests/test_layers.py).
 from __future__ import annotations
 
 import heapq
-import random
-from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
@@ -33,103 +31,141 @@ from .resources import Resources
 __all__ = ["RunCore"]
 
 
-def _say_nothing(*_args: Any) -> None:
-    """The warning sink of a RunState that was given none."""
-
-
 class RunCore:
     """The columns and counts of one run, its ready set and its values.
 
-    Not thread-safe: one owner at a time. Made through ``RunState``, which
-    adds the resource accounts, the maps and the cleanup gate (when the plan
-    needs them) and makes the roots ready.
+    Not thread-safe: one owner at a time. Declares every field of the run,
+    once, as a slot; ``RunState.__init__`` (runstate.py) fills them all, the
+    one constructor of the layers. Slots and not an instance dict: a dict of
+    this many keys is no longer shared between instances, and filling it cost
+    ~5 us per run, half of the state's making (docs/performance.md).
     """
+
+    __slots__ = (
+        "__weakref__",
+        "attempt",
+        "chain_next",
+        "cleanup",
+        "consumers",
+        "dependents",
+        "deps",
+        "depth_first",
+        "errors",
+        "events",
+        "fanout",
+        "first_error",
+        "fns",
+        "gate",
+        "hard",
+        "in_flight",
+        "index",
+        "is_target",
+        "items",
+        "kept_args",
+        "keyed",
+        "log",
+        "names",
+        "needs",
+        "now",
+        "on_error",
+        "options",
+        "peak_in_flight",
+        "plain",
+        "plan",
+        "policy",
+        "priority",
+        "ran_on",
+        "rand",
+        "ready",
+        "remaining",
+        "resource_names",
+        "resources",
+        "retries",
+        "seq",
+        "stacked",
+        "state",
+        "stopping",
+        "tell_release",
+        "timeouts",
+        "timers",
+        "unfinished",
+        "values",
+        "warn",
+    )
 
     # The run's per-task option columns: a map's items copy their map's entry in
     # each (columns.Growing), so an option carried by the record needs nothing
     # here; one read per task gets a flat column only where that pays.
     OPTION_COLUMNS = ("options", "priority", "needs", "policy")
 
-    def __init__(
-        self,
-        plan: Plan,
-        *,
-        on_error: str,
-        workers: int,
-        observed: bool,
-        depth_first: bool,
-        log: Callable[..., None] | None,
-        warn: Callable[..., None] | None,
-    ) -> None:
-        n = len(plan)
-        self.plan = plan
-        # The pure state machine does not log: the engine hands in ``logger.info``
-        # when a run starts with INFO enabled, and None (say nothing) otherwise.
-        self.log = log
-        # Likewise for warnings (a cleanup task that stopped waiting for an ancestor):
-        # ``logger.warning`` from the engine; a thread-free test may leave it out.
-        self.warn: Callable[..., None] = warn or _say_nothing
-        self.on_error = on_error
-        # The run's tasks: the plan's, plus the items of maps once they expand
-        # (then these are lists; see columns.py).
-        self.names: Sequence[Hashable] = plan.names
-        self.index: Mapping[Hashable, int] = plan.index
-        self.fns: Sequence[Callable[..., Any]] = plan.fns
-        self.deps: Sequence[tuple[int, ...]] = plan.deps
-        self.dependents: Sequence[Sequence[int]] = plan.dependents
-        self.chain_next: Sequence[int] = plan.chain_next
-        self.items: dict[int, Any] | None = None  # a map item's element, until dispatch
-        self.state = bytearray(n)
-        self.values: list[Any] = [None] * n
-        self.remaining = list(plan.dep_counts)  # dependencies not yet DONE
-        # Users not yet handed their arguments, plus one for a target (the caller):
-        # a value is dropped when its count reaches 0, which a target's never does.
-        self.consumers = list(plan.use_counts)
-        self.is_target: bytes | bytearray = plan.target_mask
-        self.unfinished = n  # tasks not in a final state
-        self.in_flight = 0  # items handed out and not released
-        self.peak_in_flight = 0
-        self.ran_on = [0] * workers  # tasks that ran, per worker
-        self.stopping = False
-        self.first_error: BaseException | None = None
-        self.errors: dict[int, BaseException] = {}
-        self.events: list[Event] | None = [] if observed else None
-        # RELEASE events, for on_attempt_release only: one more event per task.
-        self.tell_release = False
-        # Each task's options (task_options.TaskRecord), or None when no task has
-        # any; the ones read per task also as flat columns (see OPTION_COLUMNS).
-        self.options: Sequence[TaskRecord] | None = plan.options
-        # Per-task policy (retries, timeouts, cleanup tasks); all of it None or
-        # empty when no task has one, and then never looked at.
-        self.policy: Sequence[Policy | None] | None = plan.policy
-        self.cleanup: bytearray | None = None  # 1 for run_if="all_done" tasks
-        self.hard = False  # a hard stop (a second Ctrl-C): cleanup tasks are cancelled too
-        self.attempt: dict[int, int] = {}  # task -> its current attempt, once retried
-        self.retries = 0  # retry attempts made (RunStats.retries)
-        self.timeouts = 0  # attempts that ran past their timeout= (RunStats.timeouts)
-        self.kept_args: dict[int, tuple[Any, ...]] = {}  # retryable tasks' arguments
-        self.timers: list[tuple[float, int, int]] = []  # heap of (due, seq, task) to retry
-        self.now = 0.0  # the driver's clock, for timers; the machine reads no clock
-        self.rand: Callable[[], float] = random.random  # jitter; tests may fix it
-        # What RunState adds when the plan needs it (else None, never looked at):
-        # the cleanup gate (cleanup_gate.py), resource accounts (resources.py) and
-        # the maps (fanout.py).
-        self.gate: CleanupGate | None = None
-        self.resource_names: tuple[str, ...] = ()
-        self.resources: Resources | None = None
-        self.needs: Sequence[tuple[tuple[int, float], ...]] | None = None
-        self.fanout: Fanout | None = None
-        # Ready set: when nothing ranks tasks, a list used as a stack (depth
-        # first) or a deque (first-in first-out); else a heap of (key..., task):
-        # see _order_key.
-        self.priority: Sequence[int] | None = plan.priority
-        self.seq = 0
-        self.keyed = self.priority is not None or plan.needs is not None
-        self.depth_first = depth_first
-        # A plain stack: hand_out takes a worker's batch off its top in C.
-        self.stacked = not self.keyed and self.depth_first
-        self.ready: Any = [] if self.keyed or self.stacked else deque()
-        self.plain = False  # see RunState
+    plan: Plan
+    # The pure state machine does not log: the engine hands in ``logger.info``
+    # when a run starts with INFO enabled, and None (say nothing) otherwise.
+    log: Callable[..., None] | None
+    # Likewise for warnings (a cleanup task that stopped waiting for an ancestor):
+    # ``logger.warning`` from the engine; a thread-free test may leave it out.
+    warn: Callable[..., None]
+    on_error: str
+    # The run's tasks: the plan's, plus the items of maps once they expand
+    # (then these are lists; see columns.py).
+    names: Sequence[Hashable]
+    index: Mapping[Hashable, int]
+    fns: Sequence[Callable[..., Any]]
+    deps: Sequence[tuple[int, ...]]
+    dependents: Sequence[Sequence[int]]
+    chain_next: Sequence[int]
+    items: dict[int, Any] | None  # a map item's element, until dispatch
+    state: bytearray
+    values: list[Any]
+    remaining: list[int]  # dependencies not yet DONE
+    # Users not yet handed their arguments, plus one for a target (the caller):
+    # a value is dropped when its count reaches 0, which a target's never does.
+    consumers: list[int]
+    is_target: bytes | bytearray
+    unfinished: int  # tasks not in a final state
+    in_flight: int  # items handed out and not released
+    peak_in_flight: int
+    ran_on: list[int]  # tasks that ran, per worker
+    stopping: bool
+    first_error: BaseException | None
+    errors: dict[int, BaseException]
+    events: list[Event] | None
+    # RELEASE events, for on_attempt_release only: one more event per task.
+    tell_release: bool
+    # Each task's options (task_options.TaskRecord), or None when no task has
+    # any; the ones read per task also as flat columns (see OPTION_COLUMNS).
+    options: Sequence[TaskRecord] | None
+    # Per-task policy (retries, timeouts, cleanup tasks); all of it None or
+    # empty when no task has one, and then never looked at.
+    policy: Sequence[Policy | None] | None
+    cleanup: bytearray | None  # 1 for run_if="all_done" tasks
+    hard: bool  # a hard stop (a second Ctrl-C): cleanup tasks are cancelled too
+    attempt: dict[int, int]  # task -> its current attempt, once retried
+    retries: int  # retry attempts made (RunStats.retries)
+    timeouts: int  # attempts that ran past their timeout= (RunStats.timeouts)
+    kept_args: dict[int, tuple[Any, ...]]  # retryable tasks' arguments
+    timers: list[tuple[float, int, int]]  # heap of (due, seq, task) to retry
+    now: float  # the driver's clock, for timers; the machine reads no clock
+    rand: Callable[[], float]  # jitter; tests may fix it
+    # What the plan may need (else None, never looked at): the cleanup gate
+    # (cleanup_gate.py), resource accounts (resources.py) and the maps (fanout.py).
+    gate: CleanupGate | None
+    resource_names: tuple[str, ...]
+    resources: Resources | None
+    needs: Sequence[tuple[tuple[int, float], ...]] | None
+    fanout: Fanout | None
+    # Ready set: when nothing ranks tasks, a list used as a stack (depth
+    # first) or a deque (first-in first-out); else a heap of (key..., task):
+    # see _order_key.
+    priority: Sequence[int] | None
+    seq: int
+    keyed: bool
+    depth_first: bool
+    # A plain stack: hand_out takes a worker's batch off its top in C.
+    stacked: bool
+    ready: Any
+    # Nothing to rank, expand, tell or retry: ended() takes its plain path (see RunState).
+    plain: bool
 
     # ---------------------------------------------------------------- readiness
     def make_ready(self, task: int) -> None:

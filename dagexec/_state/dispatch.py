@@ -24,6 +24,8 @@ __all__ = ["Dispatching"]
 class Dispatching(Ending):
     """A run whose tasks are handed out, and whose items come back off their workers."""
 
+    __slots__ = ()
+
     def dispatch(self, task: int, worker: int) -> tuple[Any, ...]:
         """Mark ``task`` (and its chain, if it heads one) handed out; return its arguments.
 
@@ -98,7 +100,7 @@ class Dispatching(Ending):
                 consumers[d] = left
                 if not left:
                     values[d] = None
-            else:
+            elif task_deps:
                 if len(task_deps) == 2:
                     out.append((values[task_deps[0]], values[task_deps[1]]))
                 else:
@@ -108,17 +110,16 @@ class Dispatching(Ending):
                     consumers[d] = left
                     if not left:
                         values[d] = None
-        # Map items and retries, in a pass of their own: tested in the loop above,
-        # they cost ~6 bytecodes per task of every run (~0.5% of the instructions
-        # per task of the speed gate's workloads, which have neither).
+            else:  # a root: no comprehension's frame for nothing
+                out.append(())
+        # Map items, retries and cleanup tasks, in a pass of their own: tested in
+        # the loop above, they cost ~6 bytecodes per task of every run (~0.5% of
+        # the instructions per task of the speed gate's workloads, which have none).
         if self.items is not None or self.policy is not None:
-            self._add_elements_and_keep(tasks, out)
+            self._items_and_policies(tasks, out)
         self.in_flight += len(tasks)
         if self.in_flight > self.peak_in_flight:
             self.peak_in_flight = self.in_flight
-        if self.gate is not None:
-            for task in tasks:
-                self.gate.attempt_began(task)
         if self.events is not None:
             attempt = self.attempt.get
             self.events.extend(
@@ -126,11 +127,12 @@ class Dispatching(Ending):
             )
         return out
 
-    def _add_elements_and_keep(self, tasks: list[int], out: list[tuple[Any, ...]]) -> None:
-        """:func:`dispatch_all`'s last step in a run with maps or task policies: a
-        map item's element goes first in its arguments, and a task that may be
-        retried keeps its arguments (``out[i]`` is ``tasks[i]``'s)."""
-        items, policy, kept = self.items, self.policy, self.kept_args
+    def _items_and_policies(self, tasks: list[int], out: list[tuple[Any, ...]]) -> None:
+        """:func:`dispatch_all`'s step for a run with maps or task policies: a map
+        item's element goes first in its arguments, a task that may be retried
+        keeps its arguments (``out[i]`` is ``tasks[i]``'s), and the cleanup gate
+        (made only for a plan with policies) hears that each attempt began."""
+        items, policy, kept, gate = self.items, self.policy, self.kept_args, self.gate
         for i, task in enumerate(tasks):
             if items is not None and task in items:
                 out[i] = (items.pop(task), *out[i])
@@ -138,6 +140,8 @@ class Dispatching(Ending):
                 task_policy = policy[task]
                 if task_policy is not None and task_policy.retries:
                     kept[task] = out[i]  # a retry needs them again (a retry's own: the same)
+            if gate is not None:
+                gate.attempt_began(task)
 
     def release(self, task: int, attempt: int = 0, how: int = RETURNED) -> None:
         """The item headed by ``task`` is off its worker: free its slot and resources.

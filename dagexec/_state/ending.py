@@ -35,6 +35,8 @@ __all__ = ["Ending"]
 class Ending(Retrying):
     """A run whose tasks end: one at a time, in batches, or all at once in a stop."""
 
+    __slots__ = ()
+
     # Over ruff's complexity limit on purpose: the per-task hot path: a split adds
     # a call per task (docs/performance.md, "The speed gate").
     def ended(  # noqa: C901

@@ -25,6 +25,8 @@ __all__ = ["Retrying"]
 class Retrying(RunCore):
     """A run whose failed attempts may wait on a timer for their retry."""
 
+    __slots__ = ()
+
     def retry(
         self, task: int, exc: BaseException, worker: int, started: float, ended: float
     ) -> bool:

@@ -59,7 +59,10 @@ Policies, each written once:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import random
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .._core.plan import Plan
 from .._core.result import HELD, READY
@@ -81,6 +84,10 @@ __all__ = ["HELD", "RunState"]
 DEPTH_FIRST = True
 
 
+def _say_nothing(*_args: Any) -> None:
+    """The warning sink of a RunState that was given none."""
+
+
 class RunState(Dispatching, Attempts, Growing):
     """Everything one run knows about its tasks. Not thread-safe: one owner at a time.
 
@@ -93,6 +100,8 @@ class RunState(Dispatching, Attempts, Growing):
             by the caller before the run (see ``_plan.check_resources``).
     """
 
+    __slots__ = ()
+
     def __init__(
         self,
         plan: Plan,
@@ -104,37 +113,54 @@ class RunState(Dispatching, Attempts, Growing):
         log: Callable[..., None] | None = None,
         warn: Callable[..., None] | None = None,
     ) -> None:
-        super().__init__(
-            plan,
-            on_error=on_error,
-            workers=workers,
-            observed=observed,
-            depth_first=DEPTH_FIRST,
-            log=log,
-            warn=warn,
-        )
-        # Holds due cleanup tasks until their ancestors have settled (cleanup_gate.py).
-        if plan.policy is not None and any(p is not None and p.cleanup for p in plan.policy):
-            self.cleanup = bytearray(p is not None and p.cleanup for p in plan.policy)
-            self.gate = CleanupGate(self)
-        # Resource accounting (resources.py), only when some task needs any: the
-        # needs column in resource ids, the names in id order.
-        if plan.needs is not None:
-            self.resource_names, self.needs = resource_ids(plan.needs)
-            self.resources = Resources(self, self.resource_names, capacity or {})
-        if plan.maps is not None:
-            self.make_growable()
-            self.fanout = Fanout(self, plan.maps)
+        # The one constructor of the layers: every field RunCore declares, set
+        # here (what each means is written beside its declaration in core.py).
+        n = len(plan.names)
+        self.plan = plan
+        self.log = log
+        self.warn = warn or _say_nothing
+        self.on_error = on_error
+        self.names = plan.names
+        self.index = plan.index
+        self.fns = plan.fns
+        self.deps = plan.deps
+        self.dependents = plan.dependents
+        self.chain_next = plan.chain_next
+        self.items = None
+        self.state = bytearray(n)
+        self.values = [None] * n
+        self.remaining = list(plan.dep_counts)
+        self.consumers = list(plan.use_counts)
+        self.is_target = plan.target_mask
+        self.unfinished = n
+        self.in_flight = self.peak_in_flight = 0
+        self.ran_on = [0] * workers
+        self.stopping = self.hard = self.tell_release = False
+        self.first_error = None
+        self.errors = {}
+        self.events = [] if observed else None
+        self.options = plan.options
+        self.policy = policy = plan.policy
+        self.cleanup = None
+        self.attempt = {}
+        self.retries = self.timeouts = self.seq = 0
+        self.kept_args = {}
+        self.timers = []
+        self.now = 0.0
+        self.rand = random.random
+        self.gate = self.resources = self.needs = self.fanout = None
+        self.resource_names = ()
+        self.priority = plan.priority
+        self.keyed = keyed = plan.priority is not None or plan.needs is not None
+        self.depth_first = DEPTH_FIRST
+        self.stacked = stacked = not keyed and DEPTH_FIRST
+        self.ready = [] if keyed or stacked else deque()
         # With nothing to rank, expand, tell or retry, ended() takes its plain
         # path: a task that became ready is only pushed, inline.
-        self.plain = (
-            self.fanout is None and not self.keyed and self.events is None and self.policy is None
-        )
-        self._ready_roots(plan.roots)
-
-    def _ready_roots(self, roots: Sequence[int]) -> None:
-        """The run's first step: its roots become ready, to be taken in their order."""
-        roots = self.push_order(roots)
+        self.plain = not keyed and not observed and policy is None and plan.maps is None
+        # The roots become ready, to be taken in their order: reversed under
+        # depth-first order (push_order's rule, inline: a warm run's first step).
+        roots = plan.roots[::-1] if DEPTH_FIRST else plan.roots
         if self.plain:
             # make_ready's steps for a plain run, which has no cleanup gate and
             # tells nobody, without two calls per root: measured ~3% of the
@@ -146,15 +172,37 @@ class RunState(Dispatching, Attempts, Growing):
                 state[r] = READY
             self.ready.extend(roots)
         else:
-            for r in roots:
-                self.make_ready(r)
+            self._start_general(plan, capacity or {}, roots)
+
+    def _start_general(
+        self, plan: Plan, capacity: Mapping[str, float], roots: tuple[int, ...]
+    ) -> None:
+        """The rest of ``__init__`` for a run that is not plain: the parts only some
+        plans need, then the roots made ready by ``make_ready``."""
+        policy = plan.policy
+        # The cleanup gate (cleanup_gate.py), for a plan with cleanup tasks.
+        if policy is not None and any(p is not None and p.cleanup for p in policy):
+            self.cleanup = bytearray(p is not None and p.cleanup for p in policy)
+            self.gate = CleanupGate(self)
+        # Resource accounts (resources.py), only when some task needs any: the
+        # needs column in resource ids, the names in id order.
+        if plan.needs is not None:
+            self.resource_names, self.needs = resource_ids(plan.needs)
+            self.resources = Resources(self, self.resource_names, capacity)
+        if plan.maps is not None:
+            self.make_growable()
+            self.fanout = Fanout(self, plan.maps)
+        for r in roots:
+            self.make_ready(r)
 
     def close(self) -> None:
         """The run is over: drop what refers back to this state (a map's Fanout,
         the cleanup gate, the resource accounts), so that the state, and any value
         still in its columns, goes when its last user lets go of it, not at the
         next cyclic collection (tests/test_run_garbage.py). Nothing may be asked
-        of it afterwards but its columns and counts."""
+        of it afterwards but its columns and counts. A ``plain`` run has none of
+        these parts, and its driver may leave this out (one call fewer per run;
+        tests/test_runstate_world.py)."""
         self.fanout = None
         self.gate = None
         if self.resources is not None:

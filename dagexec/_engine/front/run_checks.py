@@ -17,7 +17,7 @@ from typing import Literal, NamedTuple
 from ..._core.graph import Graph
 from ..._core.hooks import Hooks, callback_list
 from ..._core.options import check_checkpoint_path
-from ..._core.plan import Plan, plan_run
+from ..._core.plan import Plan
 
 OnError = Literal["raise", "continue"]
 
@@ -207,7 +207,7 @@ def prepare(graph: object, targets: Iterable[Hashable] | None, options: RunOptio
             callback_objects.append(ProgressBar())
         if callback_objects:
             hooks = Hooks(callback_objects)
-    plan = plan_run(graph._compile(), targets)
+    plan = graph._plan(targets)
     identities = None
     if path is not None:
         from ..._persist.resume import checkpoint_identities

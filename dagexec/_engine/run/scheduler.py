@@ -305,7 +305,8 @@ class Run:
         # The run is over: no part of it refers back to another any more (its
         # state and all it holds then go with the last reference, not at the
         # next cyclic collection: tests/test_run_garbage.py).
-        self.state.close()
+        if not self.state.plain:  # a plain run's state holds no part that refers back
+            self.state.close()
         if self.capturing:
             self.capturing = False
             release_capture(self.lingering)
@@ -393,7 +394,8 @@ class Run:
     def _end(self) -> None:
         """After the loop: end what is left, publish the outcome."""
         state = self.state
-        state.stop(hard=True)  # a no-op unless the loop above broke out early
+        if state.unfinished:  # the loop above broke out early: end what is left
+            state.stop(hard=True)
         if self.timers is not None:
             left = self.timers.abandon()
             self.abandoned = len(left)
