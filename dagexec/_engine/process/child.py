@@ -228,9 +228,13 @@ def _move(cwd: str | None, env: dict[bytes, bytes]) -> BaseException | None:
 def _flush() -> None:
     """Write out what the call printed before its answer goes (nothing to do, and no
     system call, if it printed nothing): a shared child outlives its executor."""
+    # try/except rather than contextlib.suppress: this runs on every call, and the
+    # two context managers cost ~1.8 us a call against ~0.3 us (docs/processes.md).
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
+        try:  # noqa: SIM105 - see above
             stream.flush()
+        except Exception:  # a closed or broken stream must not fail the call
+            pass
 
 
 def _prepare(extra: tuple[list[str] | None, dict[str, tuple[str, ...]]], loaded: set[str]) -> None:
