@@ -154,8 +154,13 @@ class Run:
         if plan.policy is not None:
             depth = inbox_depth(plan.policy, queue_cap)
         cap = min(self.bound, len(inboxes) * (depth + 1))
-        # No bound given: the cap follows the size of the values made (_engine/run/depth.py).
-        memory_aware = Depth(len(inboxes), cap, plan) if adaptive else None
+        # No bound given: the cap follows the size of the values made (_engine/run/depth.py);
+        # but not in a plan no bigger than one task per worker and without maps, whose
+        # tasks all go out at once whatever the depth (it never starts below that): a
+        # small run then sizes nothing (benchmarks/small_runs.py, "1-task").
+        memory_aware = None
+        if adaptive and (len(plan.names) > len(inboxes) or plan.maps is not None):
+            memory_aware = Depth(len(inboxes), cap, plan)
         if memory_aware is not None:
             cap = memory_aware.start
         self.capacity = dict(capacity or {})
