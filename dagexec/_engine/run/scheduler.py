@@ -66,7 +66,7 @@ from ..._core.safe import add_note, task_for_message
 from ..._observation.capture import Capture
 from ..._observation.capture import release as release_capture
 from ..._observation.capture import start as start_capture
-from ..._observation.observer import OWN_FILES, Observer, release_frames
+from ..._observation.observer import OWN_FILES, SILENT, Observer, release_frames
 from ..._observation.trace import Recorder
 from ..._state.runstate import RunState
 from ..workers.crew import Crew
@@ -195,7 +195,9 @@ class Run:
         )
         state.tell_release = bool(hooks.attempt_release)
         self.trace = trace
-        self.observer = Observer(hooks, state.names, None, state.fail)
+        self.observer = SILENT  # shared: nothing to record, nobody to tell
+        if trace or hooks.any:
+            self.observer = Observer(hooks, state.names, None, state.fail)
         flags = (TIMED if trace or hooks.task_end else 0) | (NOTIFY_START if hooks.starts else 0)
         # Hung threads of earlier runs' timed-out attempts get no work.
         dead = frozenset() if crew is None or not crew.blocked else crew.blocked_slots()
