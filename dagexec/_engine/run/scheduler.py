@@ -24,7 +24,7 @@ Data flow::
           ^
       the "scheduler thread" is whichever thread drives the run: the caller's
       own for a plain Executor.run (Ctrl-C then becomes ``abort()``, see
-      _engine/front/sigint.py), else the executor's scheduler thread, with the caller
+      _engine/front/caller_drives.py), else the executor's scheduler thread, with the caller
       waiting for ``finished`` and putting ABORT on ``results`` on Ctrl-C
 
 Ownership: nothing here relies on the GIL; every shared thing is either owned
