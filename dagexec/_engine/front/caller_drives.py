@@ -62,12 +62,6 @@ _ESCAPED_NOTE = (
 )
 
 
-def _plain(job: Job) -> bool:
-    """Whether the caller may drive this run itself, as far as its options go
-    (:func:`run_here` also asks about the thread and its SIGINT handler)."""
-    return job.timeout is None and job.checkpoint is None and not job.hooks.any
-
-
 class SigintToAbort:
     """From its making until :meth:`put_back`, a SIGINT calls ``abort`` instead of
     raising (see the module's docstring).
