@@ -98,7 +98,7 @@ from .balance import Balance
 from .depth import Depth
 from .driver import Driver
 from .flag import Flag
-from .outcome import Outcome, announce, conclude
+from .outcome import Outcome, announce, build_result, conclude
 from .timers import AttemptTimers
 
 __all__ = ["ABORT", "Outcome", "Run"]
@@ -408,7 +408,10 @@ class Run(Driver):
         if self.aborted:
             log.info("interrupted run: its last running tasks have finished")
             return  # the caller has gone; nobody reads an outcome
-        self.outcome = conclude(self, perf_counter() - self.started_at)
+        result = build_result(self, perf_counter() - self.started_at)
+        if self.info or self.hooks.run_end:
+            conclude(self, result)
+        self.outcome = Outcome(result, self.state.first_error)
 
     def _borrow(self) -> None:
         """Start the run owing what abandoned attempts of earlier runs still hold.
