@@ -115,13 +115,17 @@ def test_a_run_is_one_record_in_layers_set_in_one_place() -> None:
     """Issue 29 (step 2, item 1): the stop, the driver and the run are one record, not
     three objects each handed the same references. The stop and the driver are
     layers of the run (each a subclass of the one below, as RunState's are); only
-    the run's constructor sets fields, and it sets every field a layer declares."""
+    the run's constructor sets fields, and it sets every field a layer declares
+    and every slot."""
     assert Run.__mro__[:4] == (Run, Driver, RunStop, object)
     assert "__init__" not in vars(Driver) and "__init__" not in vars(RunStop)
     run = _run()
     declared = {name for layer in (RunStop, Driver) for name in layer.__annotations__}
-    unset = sorted(name for name in declared if not hasattr(run, name))
-    assert not unset, f"declared by a layer of the run, never set by Run.__init__: {unset}"
+    slots = {name for layer in (RunStop, Driver, Run) for name in layer.__slots__}
+    assert declared <= slots and not hasattr(run, "__dict__")  # every field a slot
+    slots -= {"__weakref__", "control"}  # control: an explored run's (explore_driver.py)
+    unset = sorted(name for name in slots if not hasattr(run, name))
+    assert not unset, f"fields of the run never set by Run.__init__: {unset}"
     # Nothing besides the run holds what the whole run shares: no part was handed
     # its results queue or its stop flags (no item is out yet to carry them).
     for field in ("results", "stop", "hard_stop", "cancelled"):

@@ -52,6 +52,19 @@ class Driver(RunStop):
     stop's; the item builders (:mod:`dagexec._engine.run.items`) read what every job
     carries."""
 
+    __slots__ = (
+        "cap",
+        "context",
+        "debug",
+        "depth",
+        "flags",
+        "inboxes",
+        "now",
+        "plan",
+        "started_at",
+        "wake_every",
+    )
+
     plan: Plan
     inboxes: list[Inbox[Item | None]]
     depth: Depth | None  # the memory-aware cap, when no bound was given

@@ -180,7 +180,10 @@ def _pick(state: RunState, task: int, worker: int) -> tuple[Any, ...] | None:
 
 
 class ExploringRun(Run):
-    """A run whose every dispatch is one step the controller chose."""
+    """A run whose every dispatch is one step the controller chose (a run's class
+    is swapped for this one: no slot of its own, its controller in Run's)."""
+
+    __slots__ = ()
 
     control: Controller
 

@@ -38,8 +38,27 @@ class RunStop:
 
     The bottom layer of the run's one record (:class:`~dagexec._engine.run.driver.Driver`
     over it, :class:`~dagexec._engine.run.scheduler.Run` on top, which sets every
-    field): the fields below are the ones read here.
+    field): the fields below are the ones read here. Every field of the run is a
+    slot: it has too many for an instance dict whose keys are shared (30 in
+    CPython), so each run would build a dict of its own, key by key.
     """
+
+    __slots__ = (
+        "abort_requested",
+        "aborted",
+        "balance",
+        "cancelled",
+        "detachable",
+        "hard_aborted",
+        "hard_requested",
+        "hard_stop",
+        "lent",
+        "observer",
+        "results",
+        "state",
+        "stop",
+        "timers",
+    )
 
     state: RunState
     observer: Observer

@@ -126,6 +126,32 @@ class Run(Driver):
     ``finished`` is set.
     """
 
+    __slots__ = (
+        "__weakref__",  # the executor's last run is held weakly
+        "abandoned",
+        "abandoned_attempts",
+        "begun",
+        "book",
+        "bound",
+        "capacity",
+        "capture",
+        "capturing",
+        "control",  # an explored run's controller (explore_driver.py); unset otherwise
+        "crew",
+        "detached",
+        "escaped",
+        "expired",
+        "finished",
+        "hooks",
+        "info",
+        "lingering",
+        "max_in_flight",
+        "outcome",
+        "queue_cap",
+        "subscribed",
+        "trace",
+    )
+
     def __init__(
         self,
         plan: Plan,
