@@ -31,11 +31,12 @@ import dagexec
 # _ready_roots, push_order), Graph._plan (no _compile, plan_run), no
 # check_resources without needs, no stop or close after a plain run's clean end,
 # no comprehension for a root's arguments.
-# 36 in 16 on the second ctx branch (issue 29 step 2 item 1): no memory-aware Depth (depth.py, sizing.py) for a
-# plan no bigger than one task per worker; the stop and the driver layers of the
-# run's one record (no RunStop.__init__, Driver.__init__); a shared SILENT
-# Observer; SigintToAbort in caller_drives.py, one constructor and put_back;
-# share's one-task round inline; no _plain, _capacity or conclude in a plain run.
+# 36 in 16 on the second ctx branch (issue 29 step 2 item 1): no memory-aware
+# Depth (depth.py, sizing.py) for a plan no bigger than one task per worker; the
+# stop and the driver layers of the run's one record (no RunStop.__init__,
+# Driver.__init__); a shared SILENT Observer; SigintToAbort in caller_drives.py,
+# one constructor and put_back; share's one-task round inline; no _plain,
+# _capacity or conclude in a plain run.
 MAX_FUNCTIONS = 36
 MAX_MODULES = 16
 
