@@ -46,6 +46,8 @@ _STALL_FACTOR = 4.0
 # interval (5 ms), so a worker that is only waiting for the GIL is not "stalled".
 _STALL_FLOOR = 0.010
 
+_NOBODY: frozenset[int] = frozenset()
+
 
 class Balance:
     """Per-worker load as the scheduler sees it. Scheduler thread only."""
@@ -74,7 +76,7 @@ class Balance:
         self.queue_cap = queue_cap
         self.held = [0] * len(inboxes)  # tasks queued or running, per worker
         self.last_seen = [0.0] * len(inboxes)  # last report, or handed work while idle
-        self.avoid: frozenset[int] = frozenset()  # stalled workers: no new work
+        self.avoid = _NOBODY  # stalled workers: no new work
         # Workers whose thread hangs in a timed-out attempt that could not be
         # replaced (see _crew.py): no work at all. Earlier runs' come in here.
         self.dead = dead
@@ -219,6 +221,11 @@ class Balance:
         worker, which says how long a silence is too long.
         """
         held, queues, last_seen = self.held, self.queues, self.last_seen
+        if now - min(last_seen) <= _STALL_FLOOR:
+            # No worker has been silent for as long as the least patience: none is
+            # stalled. The usual round, and it was a generator's frame each.
+            self.avoid = _NOBODY
+            return
         mean = (now - started) * len(held) / finished if finished else 0.0
         patience = max(_STALL_FLOOR, _STALL_FACTOR * mean)
         stalled = frozenset(w for w in self.workers if held[w] and now - last_seen[w] > patience)

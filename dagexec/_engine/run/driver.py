@@ -123,7 +123,7 @@ class Driver(RunStop):
             wait = self.wake_every  # None: until a report comes
         results = self.results
         try:
-            batch = [results.get(timeout=wait)]
+            batch = [results.get(True, wait)]  # positional: no keyword parsing
         except queue.Empty:
             batch = []
         self.now = perf_counter()
