@@ -61,8 +61,8 @@ def test_share_equals_one_task_at_a_time(data: st.DataObject) -> None:
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_one_task_fast_path_equals_the_level_loop(data: st.DataObject) -> None:
-    """share(1) with nothing stalled or lost takes its own path (_share_one): it must
-    give what the general level loop gives, and what one-at-a-time gives."""
+    """share(1) with nothing stalled or lost takes its own path (in share itself): it
+    must give what the general level loop gives, and what one-at-a-time gives."""
     workers = data.draw(st.integers(1, 6), label="workers")
     cap = data.draw(st.integers(1, 4), label="queue_cap")
     depth = data.draw(st.lists(st.integers(0, cap), min_size=workers, max_size=workers))

@@ -4,29 +4,57 @@ A plain run (no callbacks, no ``timeout``, no checkpoint, nothing queued before
 it) is driven by the calling thread itself: handing the run to another thread
 and waiting for it cost two thread hand-offs, about a third of a small run.
 Ctrl-C must not raise inside the driver, so on the main thread SIGINT is turned
-into a stop request meanwhile (:mod:`dagexec._engine.front.sigint`); after one, the
-caller raises ``KeyboardInterrupt`` at once (once the run's cleanup tasks have
-run, if it has any: a second Ctrl-C abandons them) and a thread of the run's
-own waits for the tasks still running.
+into a stop request meanwhile (:class:`SigintToAbort`); after one, the caller
+raises ``KeyboardInterrupt`` at once (once the run's cleanup tasks have run, if
+it has any: a second Ctrl-C abandons them) and a thread of the run's own waits
+for the tasks still running.
+
+**Ctrl-C as a message.** Python raises ``KeyboardInterrupt`` in the main thread
+between any two bytecodes. Inside the driver that could leave the run state, or
+a worker's inbox, half updated (an inbox whose sleeping worker is never woken).
+So while the main thread drives a run, SIGINT goes to a handler that only asks
+the run to stop (``Run.request_abort``: a flag and a message on the results
+queue, both safe from a signal handler); the driver handles that at its next
+step, leaves the running tasks to another thread, and the caller raises
+``KeyboardInterrupt`` itself, at once. The previous handler is put back
+afterwards. Only Python's own handler is swapped. A program that installed its
+own SIGINT handler keeps it: :attr:`SigintToAbort.stops_runs` is then False and
+its runs go to the executor's scheduler thread, as every run did before, where
+no signal handler ever runs.
 """
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stubs
 import contextvars
+import signal
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from operator import methodcaller
+from types import FrameType
 
 from ..._core.result import RunResult
 from ..._core.safe import add_note
 from ..run.scheduler import Run
 from .host import Host
 from .run_checks import Job
-from .sigint import SigintToAbort
 from .submission import _INTERRUPT_POLL_SECONDS
 
 _DONE = methodcaller("done")
+
+# The C module under ``signal``: its ``signal`` and ``getsignal`` are the same
+# calls without ``signal``'s enum conversions, which cost ~4-6 us a call here
+# (they raise and catch a ValueError for a handler that is a function), against
+# ~0.7 and ~0.2 us; a run swaps the handler twice. Same on 3.11 to 3.13t.
+_getsignal: Callable[[int], object] = _signal.getsignal
+_setsignal: Callable[[int, object], object] = _signal.signal
+
+# How long the driver may block before it looks for an interrupt. A real SIGINT
+# wakes its wait at once; ``_thread.interrupt_main()`` wakes nothing, so its
+# handler runs only when the wait times out. The same as Executor.run's
+# waiting caller (submission._INTERRUPT_POLL_SECONDS).
+_WAKE_EVERY_SECONDS = 0.05
 
 _ESCAPED_NOTE = (
     "dagexec: raised while this thread drove a run, which was stopped: queued tasks "
@@ -34,10 +62,55 @@ _ESCAPED_NOTE = (
 )
 
 
-def _plain(job: Job) -> bool:
-    """Whether the caller may drive this run itself, as far as its options go
-    (:func:`run_here` also asks about the thread and its SIGINT handler)."""
-    return job.timeout is None and job.checkpoint is None and not job.hooks.any
+class SigintToAbort:
+    """From its making until :meth:`put_back`, a SIGINT calls ``abort`` instead of
+    raising (see the module's docstring).
+
+    ``stops_runs``: whether a Ctrl-C can be turned into a stop while this thread
+    drives a run (``on_main``: this is the main thread; the caller knows, and asks
+    once). Threads other than the main thread never see a SIGINT. In the main
+    thread it raises only through Python's default handler, which is swapped
+    here; a SIGINT that is ignored or kills the process needs nothing. If False,
+    nothing was swapped and the run goes to the scheduler thread.
+
+    ``fired`` says whether a SIGINT came. ``wake_every`` is how long the driver may
+    block (None: forever, off the main thread, where no handler runs).
+    """
+
+    __slots__ = ("abort", "fired", "previous", "stops_runs", "wake_every")
+
+    def __init__(self, on_main: bool) -> None:
+        # Set once the run exists; a Ctrl-C before that is only ``fired``.
+        # ``Run.request_abort`` (signal-safe); its argument: a second Ctrl-C.
+        self.abort: Callable[[bool], None] | None = None
+        self.fired = False
+        self.previous: object = None
+        self.wake_every: float | None = None
+        self.stops_runs = True
+        if on_main:
+            handler = _getsignal(signal.SIGINT)
+            if handler is signal.default_int_handler:  # Python's own: ours to swap
+                self.wake_every = _WAKE_EVERY_SECONDS
+                self.previous = _setsignal(signal.SIGINT, self._handle)
+            else:
+                self.stops_runs = handler in (signal.SIG_IGN, signal.SIG_DFL)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        again = self.fired  # a second Ctrl-C abandons the run's cleanup tasks too
+        self.fired = True
+        if self.abort is not None:
+            self.abort(again)
+
+    def put_back(self) -> None:
+        """Put the handler that was there before back; drop the run."""
+        if self.previous is not None:
+            # A SIGINT still pending now runs the handler put back: it raises
+            # KeyboardInterrupt, as it would have without us.
+            _setsignal(signal.SIGINT, self.previous)
+            self.previous = None
+        # A bound Run.request_abort would keep the run (its values) alive from the
+        # caller's frame, which a task error's traceback holds.
+        self.abort = None
 
 
 def _take_over(run: Run, slot: threading.Lock) -> None:
@@ -59,7 +132,7 @@ def run_here(
     The caller may drive its own run only where nothing can raise inside
     the driver: not on the main thread, or on it with Python's own SIGINT
     handler, which is swapped meanwhile for one that asks the run to stop
-    (:mod:`dagexec._engine.front.sigint`); and without callbacks, so that no user code
+    (:class:`SigintToAbort`); and without callbacks, so that no user code
     runs on the caller's thread and delays its Ctrl-C. After Ctrl-C the run
     is left to a thread of its own, which waits for the running tasks, and
     KeyboardInterrupt is raised here at once, as on the queued path (after
@@ -71,13 +144,12 @@ def run_here(
     is made and recorded as ``_last`` under ``_run_lock``, as a queued run
     is, so that a shutdown or a submit from another thread sees it.
     """
-    on_main = here is threading.main_thread()
-    sigint = SigintToAbort(on_main)
+    sigint = SigintToAbort(here is threading.main_thread())
     if not sigint.stops_runs:
         return None
     run: Run | None = None
     interrupted, escaped = False, None
-    with sigint:  # from here on Ctrl-C only asks runs to stop
+    try:  # from here on Ctrl-C only asks runs to stop
         # Polled, so that a Ctrl-C while another thread holds the lock still raises.
         while not executor._run_lock.acquire(True, _INTERRUPT_POLL_SECONDS):
             if sigint.fired:
@@ -95,6 +167,8 @@ def run_here(
                     interrupted = True
             finally:
                 _let_slot_go(executor, run)
+    finally:
+        sigint.put_back()
     if run is None:
         if sigint.fired:  # while waiting for the lock
             raise KeyboardInterrupt

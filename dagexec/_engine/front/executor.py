@@ -29,7 +29,7 @@ from ..._core.result import RunResult
 from ..run.attempts import AttemptBook
 from ..run.scheduler import Run
 from ..workers.crew import Crew
-from .caller_drives import _plain, run_here
+from .caller_drives import run_here
 from .future import RunFuture
 from .queued import enqueue, run_queued
 from .run_checks import (
@@ -233,7 +233,9 @@ class Executor:
             on_error, callbacks, trace, progress, resources, timeout, checkpoint, logs
         )
         job = prepare(graph, targets, options)
-        capacity = self._capacity(job.plan, options.resources)
+        capacity = self.resources  # the usual run: nothing to add or check, no call
+        if resources is not None or job.plan.needs is not None:
+            capacity = self._capacity(job.plan, resources)
         return self._run_prepared(job, capacity)
 
     def submit(
@@ -280,7 +282,7 @@ class Executor:
         capacity = self.resources
         if resources is not None:
             capacity = {**capacity, **check_capacity("resources", resources)}
-        if plan.needs is not None:  # else nothing to check: no call in a small run
+        if plan.needs is not None:  # else nothing to check
             check_resources(plan, capacity)
         return capacity
 
@@ -317,7 +319,10 @@ class Executor:
                 "Executor.run called from one of this executor's own tasks or callbacks, "
                 "which would wait for itself forever; use another Executor for nested runs"
             )
-        if _plain(job):
+        # A plain run's caller may drive it, as far as its options go: no timeout, no
+        # checkpoint, no callbacks (run_here also asks about the thread and its SIGINT
+        # handler).
+        if job.timeout is None and job.checkpoint is None and not job.hooks.any:
             result = run_here(self, job, capacity, here)
             if result is not None:
                 return result

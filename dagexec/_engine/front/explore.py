@@ -97,7 +97,7 @@ class _ExploringExecutor(Executor):
             plan = replace(plan, chain_next=(-1,) * len(plan.names))  # no chains
         run = super()._new_run(job, plan, capacity, context)
         if self.control is not None:
-            take_control(run.driver, self.control)
+            take_control(run, self.control)
         return run
 
 

@@ -46,6 +46,8 @@ _STALL_FACTOR = 4.0
 # interval (5 ms), so a worker that is only waiting for the GIL is not "stalled".
 _STALL_FLOOR = 0.010
 
+_NOBODY: frozenset[int] = frozenset()
+
 
 class Balance:
     """Per-worker load as the scheduler sees it. Scheduler thread only."""
@@ -74,7 +76,7 @@ class Balance:
         self.queue_cap = queue_cap
         self.held = [0] * len(inboxes)  # tasks queued or running, per worker
         self.last_seen = [0.0] * len(inboxes)  # last report, or handed work while idle
-        self.avoid: frozenset[int] = frozenset()  # stalled workers: no new work
+        self.avoid = _NOBODY  # stalled workers: no new work
         # Workers whose thread hangs in a timed-out attempt that could not be
         # replaced (see _crew.py): no work at all. Earlier runs' come in here.
         self.dead = dead
@@ -88,23 +90,14 @@ class Balance:
         and to a stalled worker only once no other has room. Fewer than ``n`` in all
         if the inboxes cannot take them.
 
-        Computed level by level (water filling), not task by task: the workers
-        holding the fewest are raised together to the next level up, so a round
-        costs a few steps per worker however many tasks it hands out.
+        One task with no worker stalled or lost (the commonest round: a chain's next
+        task, a root, a sink, the wide graph's mostly one-task batches) is handed
+        here, without the level loop's dict and lists: ~5% of a 10-task run's
+        Python work (``benchmarks/small_runs.py``); ``tests/test_balance.py``
+        compares the two. Any other round is :meth:`_share_levels`'s.
         """
-        if n == 1 and not self.avoid and not self.dead:
-            return self._share_one()
-        return self._share_levels(n)
-
-    def _share_one(self) -> list[int]:
-        """:meth:`share` of one task with no worker stalled or lost: the worker
-        holding the fewest, among those with room (lowest index on a tie).
-
-        The commonest round (a chain's next task, a root, a sink, the wide graph's
-        mostly one-task batches) without the level loop's dict and lists:
-        ~5% of a 10-task run's Python work (``benchmarks/small_runs.py``).
-        ``tests/test_balance.py`` compares it with :meth:`_share_levels`.
-        """
+        if n != 1 or self.avoid or self.dead:
+            return self._share_levels(n)
         held, cap = self.held, self.queue_cap
         counts = [0] * len(held)
         best = -1
@@ -116,7 +109,9 @@ class Balance:
         return counts
 
     def _share_levels(self, n: int) -> list[int]:
-        """:meth:`share` in general: level by level, see there."""
+        """:meth:`share` in general, level by level (water filling), not task by task:
+        the workers holding the fewest are raised together to the next level up, so
+        a round costs a few steps per worker however many tasks it hands out."""
         # Plain loops, no comprehensions: each of those is a frame of its own (3.11),
         # and this runs once per dispatch round (it was ~2% of a no-op run's time).
         held, avoid = self.held, self.avoid
@@ -125,41 +120,46 @@ class Balance:
         room = list(map(self.queue_cap.__sub__, map(len, self.queues)))
         for w in self.dead:
             room[w] = 0
-        groups: tuple[Sequence[int], ...] = (self.workers,)
-        if avoid:  # stalled workers last
-            groups = ([w for w in self.workers if w not in avoid], sorted(avoid))
-        for group in groups:
-            load: dict[int, int] = {}
-            for w in group:
-                if room[w] > 0:
-                    load[w] = held[w]
-            while n and load:
-                low = min(load.values())
-                # The workers at the lowest level (in index order), and how far they
-                # all rise together: to the next level up, until one is full, or by
-                # all that is left.
-                lowest: list[int] = []
-                step = n
-                for w, h in load.items():
-                    if h == low:
-                        lowest.append(w)
-                        if room[w] < step:
-                            step = room[w]
-                    elif h - low < step:
-                        step = h - low
-                if step * len(lowest) > n:  # the last level: split what is left
-                    step, extra = divmod(n, len(lowest))
-                    for i, w in enumerate(lowest):
-                        counts[w] += step + (i < extra)
-                    return counts
-                for w in lowest:
-                    counts[w] += step
-                    room[w] -= step
-                    load[w] += step
-                    if not room[w]:
-                        del load[w]
-                n -= step * len(lowest)
+        # The level of each worker with room, in index order (a tie goes to the
+        # lowest index); a stalled worker's is put above any other's can reach, so
+        # that it gets tasks only once no other has room.
+        above = max(held) + self.queue_cap + 1 if avoid else 0
+        level: dict[int, int] = {}
+        for w in self.workers:
+            if room[w] > 0:
+                level[w] = held[w] + above if w in avoid else held[w]
+        while n and level:
+            n -= self._raise_lowest(level, room, counts, n)
         return counts
+
+    @staticmethod
+    def _raise_lowest(level: dict[int, int], room: list[int], counts: list[int], n: int) -> int:
+        """One step of :meth:`_share_levels`: the workers at the lowest ``level`` rise
+        together, to the next level up, until one is full, or by all of the ``n``
+        tasks left (split in index order); ``level``, ``room`` and ``counts`` are
+        updated in place. Returns how many tasks it handed out."""
+        low = min(level.values())
+        lowest: list[int] = []
+        step = n
+        for w, h in level.items():
+            if h == low:
+                lowest.append(w)
+                if room[w] < step:
+                    step = room[w]
+            elif h - low < step:
+                step = h - low
+        if step * len(lowest) > n:  # the last level: split what is left
+            step, extra = divmod(n, len(lowest))
+            for i, w in enumerate(lowest):
+                counts[w] += step + (i < extra)
+            return n
+        for w in lowest:
+            counts[w] += step
+            room[w] -= step
+            level[w] += step
+            if not room[w]:
+                del level[w]
+        return step * len(lowest)
 
     def dispatched(self, worker: int, now: float, count: int = 1) -> None:
         """Note ``count`` tasks just put into ``worker``'s inbox."""
@@ -221,6 +221,11 @@ class Balance:
         worker, which says how long a silence is too long.
         """
         held, queues, last_seen = self.held, self.queues, self.last_seen
+        if now - min(last_seen) <= _STALL_FLOOR:
+            # No worker has been silent for as long as the least patience: none is
+            # stalled. The usual round, and it was a generator's frame each.
+            self.avoid = _NOBODY
+            return
         mean = (now - started) * len(held) / finished if finished else 0.0
         patience = max(_STALL_FLOOR, _STALL_FACTOR * mean)
         stalled = frozenset(w for w in self.workers if held[w] and now - last_seen[w] > patience)

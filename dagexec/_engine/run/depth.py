@@ -28,6 +28,11 @@ graph of tiny tasks): dask's ``x.cumsum(axis=0)`` makes a small row first and
 threaded's memory. A rerun of the same plan starts at the lowest depth its
 last run's first samples asked for.
 
+A run whose plan has no more tasks than workers and no maps makes no
+:class:`Depth`: all its tasks go out at once, since the cap never starts below
+one task per worker, so a value sized there could deepen no dispatch (its
+reruns start there too, so there is nothing to remember for them either).
+
 Owned by the thread that drives the run, like everything of the driver's.
 """
 

@@ -9,31 +9,27 @@ stalled, :mod:`dagexec._engine.run.balance`; what a job looks like,
 :mod:`dagexec._engine.run.items`; what a report means, :mod:`dagexec._engine.run.reports`;
 stopping, aborting, detaching and a stuck run, :mod:`dagexec._engine.run.run_stop`;
 attempt timeouts, :mod:`dagexec._engine.run.timers`; how deep the inboxes go,
-:mod:`dagexec._engine.run.depth`. The run (:mod:`dagexec._engine.run.scheduler`) makes
-all of these, holds the driver, and starts and ends it. Everything here runs on
-the one thread that drives the run.
+:mod:`dagexec._engine.run.depth`. The run (:mod:`dagexec._engine.run.scheduler`) is
+one record of all of these, made once: :class:`Driver` is a layer of it, as the
+stop (:mod:`dagexec._engine.run.run_stop`) is the layer below, and the run starts
+and ends the loop. Everything here runs on the one thread that drives the run.
 """
 
 from __future__ import annotations
 
 import contextvars
 import queue
-import threading
 from itertools import repeat
 from time import perf_counter
 
 from ..._core.plan import Plan
-from ..._observation.observer import Observer
-from ..._state.runstate import RunState
 from ..workers.inbox import Inbox
 from ..workers.wire import Item, Message
 from . import clock
-from .balance import Balance
 from .depth import Depth
 from .items import chained_jobs, log_dispatch, plain_jobs, special_items, take_back
 from .reports import handle
 from .run_stop import RunStop
-from .timers import AttemptTimers
 
 __all__ = ["Driver"]
 
@@ -49,48 +45,45 @@ _PICKUP_RETRY_SECONDS = 0.001
 _TIMER_POLL_SECONDS = 0.05
 
 
-class Driver:
-    """The message loop of one run. The fields the item builders read
-    (:mod:`dagexec._engine.run.items`) are what every job carries."""
+class Driver(RunStop):
+    """The message loop of one run: the middle layer of the run's one record, over
+    its stop (:class:`RunStop`) and under :class:`~dagexec._engine.run.scheduler.Run`,
+    which sets every field. The fields below are the ones read here besides the
+    stop's; the item builders (:mod:`dagexec._engine.run.items`) read what every job
+    carries."""
 
-    def __init__(
-        self,
-        plan: Plan,
-        inboxes: list[Inbox[Item | None]],
-        results: queue.SimpleQueue[Message],
-        state: RunState,
-        observer: Observer,
-        *,
-        balance: Balance,
-        stops: RunStop,
-        timers: AttemptTimers | None,
-        depth: Depth | None,
-        cap: int,
-        flags: int,
-        context: contextvars.Context | None,
-    ) -> None:
-        self.plan, self.inboxes, self.results, self.state = plan, inboxes, results, state
-        self.observer, self.balance, self.stops = observer, balance, stops
-        self.lent = stops.lent  # resources of attempts of earlier runs (see Run._borrow)
-        self.timers = timers  # only in runs whose plan has a task policy
-        self.depth = depth  # the memory-aware cap, when no bound was given
-        self.cap = cap  # the current limit on items in flight
-        self.flags = flags
-        self.context = context  # the caller's contextvars, copied per task (None: empty)
-        self.stop: threading.Event = stops.stop  # no item carrying it starts once set
-        self.hard_stop: threading.Event = stops.hard_stop  # what cleanup tasks' items carry
-        self.wake_every: float | None = None  # the longest wait for a report (see Run.main)
-        self.started_at = self.now = 0.0  # now: when the current batch of reports arrived
-        self.debug = False  # log each dispatch
+    __slots__ = (
+        "cap",
+        "context",
+        "debug",
+        "depth",
+        "flags",
+        "inboxes",
+        "now",
+        "plan",
+        "started_at",
+        "wake_every",
+    )
+
+    plan: Plan
+    inboxes: list[Inbox[Item | None]]
+    depth: Depth | None  # the memory-aware cap, when no bound was given
+    cap: int  # the current limit on items in flight
+    flags: int
+    context: contextvars.Context | None  # the caller's contextvars, copied per task
+    wake_every: float | None  # the longest wait for a report (see Run.main)
+    started_at: float
+    now: float  # when the current batch of reports arrived
+    debug: bool  # log each dispatch
 
     def loop(self) -> bool:
         """Dispatch and take reports until the run is over; True if it returned
         early instead, aborted and detachable (see :meth:`RunStop.settle`)."""
         state, balance, events, timers = self.state, self.balance, self.state.events, self.timers
-        stops, depth, apply = self.stops, self.depth, handle
+        depth, apply = self.depth, handle
         wait: float | None = None
         while state.unfinished:
-            if (state.stopping or stops.abort_requested) and stops.settle():
+            if (state.stopping or self.abort_requested) and self.settle():
                 return True  # aborted, and nothing queued can start: the caller may go
             if events:
                 self.observer.drain(events)
@@ -105,7 +98,7 @@ class Driver:
             if not state.stopping and state.in_flight > 1:
                 balance.feed_idle(self.now)
             if state.in_flight == 0 and not pickup and wait is None:
-                over = stops.at_rest()
+                over = self.at_rest()
                 if over:
                     break  # nothing can report any more
                 if over is not None:  # a stuck run failed: report the cancels; then end
@@ -130,7 +123,7 @@ class Driver:
             wait = self.wake_every  # None: until a report comes
         results = self.results
         try:
-            batch = [results.get(timeout=wait)]
+            batch = [results.get(True, wait)]  # positional: no keyword parsing
         except queue.Empty:
             batch = []
         self.now = perf_counter()

@@ -1,8 +1,9 @@
 """A run whose schedule a controller chooses: the engine's side of ``dagexec.testing.explore``.
 
-A plain run never meets this module: an exploring executor swaps the driver and
-the balancer of each run it makes for the subclasses here (:func:`take_control`),
-so the ordinary run's path has no extra test at all (the speed gate holds).
+A plain run never meets this module: an exploring executor swaps the class of
+each run it makes, and of its balancer, for the subclasses here
+(:func:`take_control`), so the ordinary run's path has no extra test at all (the
+speed gate holds).
 
 The explored run goes in *steps*. A step starts only when nothing is in flight;
 its :class:`Controller` picks one ready task, or a few that overlap, and which
@@ -16,7 +17,7 @@ every task of this one has reported, so a step's order is exact on replay.
 Chaining and the memory-aware depth are off (the exploring executor gives plans
 without chains and a fixed bound); balancing never moves a task between inboxes.
 
-Owned by the thread that drives the run, like the driver it replaces; the
+Owned by the thread that drives the run, like the run whose class it replaces; the
 barriers are the only thing shared with the workers.
 """
 
@@ -45,10 +46,10 @@ from ..workers.wire import (
     Reporter,
 )
 from .balance import Balance
-from .driver import Driver
 from .items import special_items, take_back
+from .scheduler import Run
 
-__all__ = ["Chooser", "Controller", "ExploringDriver", "ready_in_order", "take_control"]
+__all__ = ["Chooser", "Controller", "ExploringRun", "ready_in_order", "take_control"]
 
 # The longest a held task waits for the others of its step to reach their
 # barrier. They are all in flight on idle workers when it starts, so they arrive
@@ -178,8 +179,11 @@ def _pick(state: RunState, task: int, worker: int) -> tuple[Any, ...] | None:
     return state.dispatch_all([task], worker)[0]
 
 
-class ExploringDriver(Driver):
-    """A driver whose every dispatch is one step the controller chose."""
+class ExploringRun(Run):
+    """A run whose every dispatch is one step the controller chose (a run's class
+    is swapped for this one: no slot of its own, its controller in Run's)."""
+
+    __slots__ = ()
 
     control: Controller
 
@@ -284,10 +288,10 @@ class _StillBalance(Balance):
         return None
 
 
-def take_control(driver: Driver, control: Controller) -> None:
-    """Make ``driver`` (a run's, before it starts) an :class:`ExploringDriver`."""
-    driver.__class__ = ExploringDriver
-    assert isinstance(driver, ExploringDriver)
-    driver.control = control
-    control.errors = driver.state.errors
-    driver.balance.__class__ = _StillBalance
+def take_control(run: Run, control: Controller) -> None:
+    """Make ``run`` (before it starts) an :class:`ExploringRun` under ``control``."""
+    run.__class__ = ExploringRun
+    assert isinstance(run, ExploringRun)
+    run.control = control
+    control.errors = run.state.errors
+    run.balance.__class__ = _StillBalance

@@ -103,9 +103,9 @@ def log_interrupted(cancelled: int, running: int) -> None:
     )
 
 
-def conclude(run: Run, wall: float) -> Outcome:
-    """The outcome of a finished run; logs its end and calls ``on_run_end``."""
-    result = build_result(run, wall)
+def conclude(run: Run, result: RunResult) -> None:
+    """Log the run's end and call ``on_run_end`` (called only where either is asked
+    for, as :func:`announce` is at the start)."""
     if run.info:
         counts = Counter(s.name.lower() for s in result.status.values())
         log.info(
@@ -117,7 +117,6 @@ def conclude(run: Run, wall: float) -> Outcome:
         )
     if run.hooks.run_end:
         run.observer.call(run.hooks.run_end, result)
-    return Outcome(result, run.state.first_error)
 
 
 def build_result(run: Run, wall: float) -> RunResult:

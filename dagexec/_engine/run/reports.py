@@ -6,21 +6,19 @@ stopped); an abandoned attempt's thread reports that it returned (FREED); the
 caller puts ABORT. :func:`handle` turns each into what the run state, the
 balancer and the attempt timers must hear. The driver
 (:mod:`dagexec._engine.run.driver`) only hands it the batches. It keeps nothing
-of its own, so it is a function of the driver, the record of the run's parts
-it reads (:class:`Parts`). Driving thread only.
+of its own, so it is a function of the run's one record, of which it reads the
+stop's layer (:class:`~dagexec._engine.run.run_stop.RunStop`). Driving thread only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
 
 from ..._core.errors import Cancelled, TaskTimeout
 from ..._core.result import CANCELLED as S_CANCELLED
 from ..._core.result import DONE as S_DONE
 from ..._core.result import FAILED as S_FAILED
 from ..._state.events import KILLED
-from ..._state.runstate import RunState
 from ..workers.wire import (
     ABORT,
     CHAIN,
@@ -32,34 +30,15 @@ from ..workers.wire import (
     STARTED,
     Message,
 )
-from .attempts import LiveAttempt, Overran
-from .balance import Balance
+from .attempts import Overran
 from .run_stop import RunStop
-from .timers import AttemptTimers
 
-__all__ = ["Parts", "handle"]
-
-
-class Parts(Protocol):
-    """The run's parts a report reaches, as the driver holds them (named here by
-    what is read: the driver imports this module)."""
-
-    @property
-    def state(self) -> RunState: ...
-    @property
-    def balance(self) -> Balance: ...
-    @property
-    def timers(self) -> AttemptTimers | None: ...
-    @property
-    def stops(self) -> RunStop: ...
-    @property
-    def lent(self) -> dict[LiveAttempt, tuple[tuple[int, Any], ...]]:
-        """Resources of attempts of earlier runs (see Run._borrow)."""
+__all__ = ["handle"]
 
 
 # Over ruff's complexity limit on purpose: one branch per report kind, for every report: a split
 # adds a call per report.
-def handle(run: Parts, batch: list[Message], now: float) -> None:  # noqa: C901
+def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C901
     """Apply what arrived on the results queue by ``now``, in order, and let go of it.
 
     Jobs that returned a value (the bulk, on a graph of small tasks) go to the
@@ -81,11 +60,11 @@ def handle(run: Parts, batch: list[Message], now: float) -> None:  # noqa: C901
         start = i + 1
         msg = batch[i]
         if msg is ABORT:
-            run.stops.apply_abort()
+            run.apply_abort()
             continue
         worker, task, kind, payload, started, ended = msg
         if kind == NOT_STARTED:  # refused by its worker: the run had stopped
-            run.stops.refused()
+            run.refused()
             run.balance.off(worker, now)
             if timers is not None:
                 timers.forget(task)

@@ -18,7 +18,6 @@ belongs to the thread that drives the run.
 from __future__ import annotations
 
 import queue
-import threading
 from typing import Any
 
 from ..._observation.observer import Observer
@@ -26,6 +25,7 @@ from ..._state.runstate import RunState
 from ..workers.wire import ABORT, J_ARGS, STOP, Message
 from .attempts import LiveAttempt
 from .balance import Balance
+from .flag import Flag
 from .items import head
 from .outcome import log_interrupted
 from .timers import AttemptTimers
@@ -34,7 +34,14 @@ __all__ = ["RunStop"]
 
 
 class RunStop:
-    """The stop of one run: its requests and what the driver does about them."""
+    """The stop of one run: its requests and what the driver does about them.
+
+    The bottom layer of the run's one record (:class:`~dagexec._engine.run.driver.Driver`
+    over it, :class:`~dagexec._engine.run.scheduler.Run` on top, which sets every
+    field): the fields below are the ones read here. Every field of the run is a
+    slot: it has too many for an instance dict whose keys are shared (30 in
+    CPython), so each run would build a dict of its own, key by key.
+    """
 
     __slots__ = (
         "abort_requested",
@@ -53,28 +60,20 @@ class RunStop:
         "timers",
     )
 
-    def __init__(
-        self,
-        state: RunState,
-        observer: Observer,
-        balance: Balance,
-        timers: AttemptTimers | None,
-        results: queue.SimpleQueue[Message],
-        lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]],
-        stop: threading.Event,
-        hard_stop: threading.Event,
-        cancelled: threading.Event,
-    ) -> None:
-        self.state, self.observer, self.balance, self.timers = state, observer, balance, timers
-        self.results = results
-        self.lent = lent  # resources of attempts of earlier runs (see Run._borrow)
-        self.stop = stop  # no item carrying it starts once it is set (see abort)
-        self.hard_stop = hard_stop  # what cleanup tasks' items carry instead
-        self.cancelled = cancelled  # nothing queued will start any more
-        self.abort_requested = False  # written by abort(), on any thread
-        self.hard_requested = False  # likewise: a second Ctrl-C
-        self.aborted = self.hard_aborted = False  # the driving thread only, like all below
-        self.detachable = False  # see Run.main
+    state: RunState
+    observer: Observer
+    balance: Balance
+    timers: AttemptTimers | None  # only in runs whose plan has a task policy
+    results: queue.SimpleQueue[Message]
+    lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]]  # see Run._borrow
+    stop: Flag  # no item carrying it starts once it is set (see abort)
+    hard_stop: Flag  # what cleanup tasks' items carry instead
+    cancelled: Flag  # nothing queued will start any more
+    abort_requested: bool  # written by abort(), on any thread
+    hard_requested: bool  # likewise: a second Ctrl-C
+    aborted: bool  # the driving thread only, like all below
+    hard_aborted: bool
+    detachable: bool  # see Run.main
 
     def abort(self, hard: bool = False) -> None:
         """Stop the run (a cancel, the run's timeout); safe from any thread but

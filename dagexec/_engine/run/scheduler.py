@@ -1,6 +1,12 @@
-"""One run: its parts, its start and end, and surviving its own errors. It holds
-its driver (the message loop, :mod:`dagexec._engine.run.driver`), which moves the
-run's messages; the parts that decide are made here and handed to it.
+"""One run: its one record, its start and end, and surviving its own errors.
+
+A run is one record, made once here (:class:`Run`), in three layers, a module
+each, each a subclass of the one below and importing nothing above it: the
+stop (:mod:`dagexec._engine.run.run_stop`), the driver, the message loop
+(:mod:`dagexec._engine.run.driver`), and the run itself, which sets every field
+the layers read. The parts that keep state of their own (the run state, the
+balancer, the depth, the attempt timers) are made here and held by it; a part
+that keeps nothing is a function of it (:func:`~dagexec._engine.run.reports.handle`).
 
 Data flow::
 
@@ -18,7 +24,7 @@ Data flow::
           ^
       the "scheduler thread" is whichever thread drives the run: the caller's
       own for a plain Executor.run (Ctrl-C then becomes ``abort()``, see
-      _engine/front/sigint.py), else the executor's scheduler thread, with the caller
+      _engine/front/caller_drives.py), else the executor's scheduler thread, with the caller
       waiting for ``finished`` and putting ABORT on ``results`` on Ctrl-C
 
 Ownership: nothing here relies on the GIL; every shared thing is either owned
@@ -66,7 +72,7 @@ from ..._core.safe import add_note, task_for_message
 from ..._observation.capture import Capture
 from ..._observation.capture import release as release_capture
 from ..._observation.capture import start as start_capture
-from ..._observation.observer import OWN_FILES, Observer, release_frames
+from ..._observation.observer import OWN_FILES, SILENT, Observer, release_frames
 from ..._observation.trace import Recorder
 from ..._state.runstate import RunState
 from ..workers.crew import Crew
@@ -92,8 +98,7 @@ from .balance import Balance
 from .depth import Depth
 from .driver import Driver
 from .flag import Flag
-from .outcome import Outcome, announce, conclude
-from .run_stop import RunStop
+from .outcome import Outcome, announce, build_result, conclude
 from .timers import AttemptTimers
 
 __all__ = ["ABORT", "Outcome", "Run"]
@@ -113,12 +118,39 @@ def _name_of(state: weakref.ref[RunState], task: int) -> Hashable:
     return task if alive is None else alive.names[task]
 
 
-class Run:
+class Run(Driver):
     """One run of a plan on a set of worker inboxes. :meth:`main` drives it.
 
-    ``abort`` may be called from any thread; everything else belongs to the
-    thread that drives the run until ``finished`` is set.
+    ``abort`` and ``request_abort`` (those of the stop's layer) may be called from any
+    thread; everything else belongs to the thread that drives the run until
+    ``finished`` is set.
     """
+
+    __slots__ = (
+        "__weakref__",  # the executor's last run is held weakly
+        "abandoned",
+        "abandoned_attempts",
+        "begun",
+        "book",
+        "bound",
+        "capacity",
+        "capture",
+        "capturing",
+        "control",  # an explored run's controller (explore_driver.py); unset otherwise
+        "crew",
+        "detached",
+        "escaped",
+        "expired",
+        "finished",
+        "hooks",
+        "info",
+        "lingering",
+        "max_in_flight",
+        "outcome",
+        "queue_cap",
+        "subscribed",
+        "trace",
+    )
 
     def __init__(
         self,
@@ -148,16 +180,6 @@ class Run:
         # The most ever in flight (RunStats.effective_cap); the driver's ``cap`` is
         # the current limit, below it while the memory-aware depth says so.
         self.bound = min(max_in_flight, len(inboxes) * (queue_cap + 1))
-        # A run with process tasks fills inboxes one deep, and its cap says so: else
-        # the driver takes full inboxes for a moment's and re-checks every 1 ms.
-        depth = queue_cap
-        if plan.policy is not None:
-            depth = inbox_depth(plan.policy, queue_cap)
-        cap = min(self.bound, len(inboxes) * (depth + 1))
-        # No bound given: the cap follows the size of the values made (_engine/run/depth.py).
-        memory_aware = Depth(len(inboxes), cap, plan) if adaptive else None
-        if memory_aware is not None:
-            cap = memory_aware.start
         self.capacity = dict(capacity or {})
         self.results: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.finished = Flag()  # outcome is ready
@@ -175,68 +197,66 @@ class Run:
         self.expired: float | None = None  # its timeout= passed (set before abort())
         self.begun = self.detached = False  # the driving thread only, like all below
         self.escaped: BaseException | None = None  # see main()
-        observed = trace or hooks.per_task
         # Asked when the run is made for the state's log, and again when it starts
         # (a queued run starts later) for its start, end and dispatch logs.
         self.info = log.isEnabledFor(logging.INFO)
-        self.state = state = RunState(
+        self.state = RunState(
             plan,
             on_error=on_error,
             workers=len(inboxes),
-            observed=observed,
+            observed=trace or hooks.per_task,
             capacity=capacity,
             log=log.info if self.info else None,
             warn=log.warning,
         )
-        state.tell_release = bool(hooks.attempt_release)
         self.trace = trace
-        self.observer = Observer(hooks, state.names, None, state.fail)
-        flags = (TIMED if trace or hooks.task_end else 0) | (NOTIFY_START if hooks.starts else 0)
+        # What only some runs need is made by a method that a plain run never
+        # enters: the observer and the items' flags of a watched run (_watch); the
+        # attempt timers of a plan with task policies (_timers), whose process tasks
+        # fill inboxes one deep (else the driver takes full inboxes for a moment's and
+        # re-checks every 1 ms).
+        self.observer, self.flags = SILENT, 0  # SILENT: shared; nothing to record or tell
+        if trace or hooks.any:
+            self._watch()
+        depth, self.timers = queue_cap, None
+        if plan.policy is not None:
+            depth = inbox_depth(plan.policy, queue_cap)
+            self.timers = self._timers()
         # Hung threads of earlier runs' timed-out attempts get no work.
         dead = frozenset() if crew is None or not crew.blocked else crew.blocked_slots()
-        self.balance = balance = Balance(inboxes, depth, dead)
-        self.timers = timers = None if plan.policy is None else self._timers()
-        self.stops = stops = RunStop(
-            state,
-            self.observer,
-            balance,
-            timers,
-            self.results,
-            self.lent,
-            self.stop,
-            self.hard_stop,
-            self.cancelled,
-        )
-        self.driver = Driver(
-            plan,
-            inboxes,
-            self.results,
-            state,
-            self.observer,
-            balance=balance,
-            stops=stops,
-            timers=timers,
-            depth=memory_aware,
-            cap=cap,
-            flags=flags,
-            context=context,
-        )
+        self.balance = Balance(inboxes, depth, dead)
+        # The stop's fields (run_stop.py).
+        self.abort_requested = self.hard_requested = False  # written by abort(), any thread
+        self.aborted = self.hard_aborted = self.detachable = False
+        # The driver's (driver.py). No bound given: the cap follows the size of the
+        # values made (depth.py); but not in a plan no bigger than one task per worker
+        # and without maps, whose tasks all go out at once whatever the depth (it
+        # never starts below that): a small run then sizes nothing.
+        self.cap = min(self.bound, len(inboxes) * (depth + 1))
+        self.depth = None
+        if adaptive and (len(plan.names) > len(inboxes) or plan.maps is not None):
+            self.depth = Depth(len(inboxes), self.cap, plan)
+            self.cap = self.depth.start
+        self.context = context  # the caller's contextvars, copied per task (None: empty)
+        self.wake_every = None
+        self.started_at = self.now = 0.0
+        self.debug = False
+
+    def _watch(self) -> None:
+        """The observer of a run with a trace or callbacks, and what its items ask of
+        their workers: times for the trace and ``on_task_end``, a STARTED report for
+        the start hooks."""
+        hooks, state = self.hooks, self.state
+        self.observer = Observer(hooks, state.names, None, state.fail)
+        state.tell_release = bool(hooks.attempt_release)
+        timed = self.trace or hooks.task_end
+        self.flags = (TIMED if timed else 0) | (NOTIFY_START if hooks.starts else 0)
 
     def _timers(self) -> AttemptTimers:
         """The attempt timers of a run whose plan has a task policy."""
         timers = AttemptTimers(self.state, self.book, self._replace_worker)
         timers.lend = self._lend
         return timers
-
-    def abort(self, hard: bool = False) -> None:
-        """Stop the run (a cancel, the run's timeout); safe from any thread but not
-        from a signal handler. See :meth:`RunStop.abort`."""
-        self.stops.abort(hard)
-
-    def request_abort(self, hard: bool = False) -> None:
-        """Ask the driver to stop the run; safe from a signal handler on any thread.
-        See :meth:`RunStop.request_abort`."""
-        self.stops.request_abort(hard)
 
     def main(self, *, detachable: bool = False, wake_every: float | None = None) -> None:
         """Drive the run to its end. Never raises: errors go into ``outcome``. A second
@@ -260,7 +280,7 @@ class Run:
         if self.begun:
             return
         self.begun = True
-        self.stops.detachable, self.driver.wake_every = detachable, wake_every
+        self.detachable, self.wake_every = detachable, wake_every
         try:
             self._run()
         except BaseException as exc:  # a bug here must still release the caller...
@@ -278,14 +298,14 @@ class Run:
     def take_over(self) -> None:
         """Finish a detached run on this thread: wait for its running tasks. Never raises."""
         assert self.detached
-        self.stops.detachable = self.detached = False
-        self.driver.wake_every = None
+        self.detachable = self.detached = False
+        self.wake_every = None
         try:
             if self.escaped is not None:  # the state may be half updated: trust none of it
                 self.escaped = None
                 self._drain_after_error()
             else:
-                self.driver.loop()
+                self.loop()
                 self._end()
         except BaseException as exc:
             self._failed(exc)
@@ -342,7 +362,7 @@ class Run:
                 while sum(balance.held) > 0:
                     msg = results.get()
                     if msg is not ABORT and msg[R_KIND] in (DONE, FAILED, CHAIN, NOT_STARTED):
-                        balance.off(msg[R_WORKER], self.driver.now)
+                        balance.off(msg[R_WORKER], self.now)
                 return
             for inbox in self.inboxes:
                 while True:
@@ -363,14 +383,14 @@ class Run:
             log.exception("stopping the run after an internal error failed")
 
     def _run(self) -> None:
-        state, driver = self.state, self.driver
-        driver.started_at = driver.now = perf_counter()
+        state = self.state
+        self.started_at = self.now = perf_counter()
         if self.trace:
-            self.observer.recorder = Recorder(state, driver.started_at)
+            self.observer.recorder = Recorder(state, self.started_at)
         # Once per run, for its start and end logs (see __init__); dispatch then
         # pays one falsy test. DEBUG is off whenever INFO is.
         self.info = log.isEnabledFor(logging.INFO)
-        driver.debug = self.info and log.isEnabledFor(logging.DEBUG)
+        self.debug = self.info and log.isEnabledFor(logging.DEBUG)
         # current_task() in a plain task names it through this: the names grow as
         # maps expand, and were written before the task was handed out. Weakly:
         # a task may keep its token (this flag) after the run, and the run's values
@@ -387,7 +407,7 @@ class Run:
             self.book.runs += 1  # numbered all the same; one run drives at a time
         if self.info or self.hooks.run_start:
             announce(self)
-        self.detached = driver.loop()
+        self.detached = self.loop()
         if not self.detached:
             self._end()
 
@@ -411,10 +431,13 @@ class Run:
                 )
         if state.events:
             self.observer.drain(state.events)
-        if self.stops.aborted:
+        if self.aborted:
             log.info("interrupted run: its last running tasks have finished")
             return  # the caller has gone; nobody reads an outcome
-        self.outcome = conclude(self, perf_counter() - self.driver.started_at)
+        result = build_result(self, perf_counter() - self.started_at)
+        if self.info or self.hooks.run_end:
+            conclude(self, result)
+        self.outcome = Outcome(result, self.state.first_error)
 
     def _borrow(self) -> None:
         """Start the run owing what abandoned attempts of earlier runs still hold.
@@ -452,7 +475,7 @@ class Run:
         if self.crew is None:
             return False
         if not self.crew.replace(slot, why, done):
-            self.balance.lost(slot, self.crew.blocked_slots(), self.driver.now)
+            self.balance.lost(slot, self.crew.blocked_slots(), self.now)
             return False
         self.balance.replaced(slot)
         return True
