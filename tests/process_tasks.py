@@ -135,6 +135,14 @@ def fail(*values: Any) -> None:
     raise ValueError("failed in the child")
 
 
+def fail_with_notes(notes: Any, *values: Any) -> None:
+    """Raise a ValueError whose ``__notes__`` the task set itself (perhaps to what
+    ``add_note`` refuses: a tuple, a string)."""
+    exc = ValueError("noted")
+    exc.__notes__ = notes
+    raise exc
+
+
 def exit_hard(*values: Any) -> None:
     os._exit(3)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import pickle
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -363,6 +364,20 @@ def test_a_killed_childs_last_lines_are_kept() -> None:
     assert isinstance(result.errors["hangs"], dagexec.TaskTimeout)
     assert messages(result.logs["dies"]) == ["about to die", "last words"]
     assert messages(result.logs["hangs"]) == ["hanging now"]
+
+
+def test_a_process_task_logging_without_pause_still_hears_the_runs_stop() -> None:
+    """Its records arrive faster than the worker's look at the stop token: the
+    worker looks all the same every tick, kills the child and ends the run (it
+    used to run the task to its end, HOLD_SECONDS, first)."""
+    import process_tasks
+
+    g = Graph()
+    g.add("chatty", process_tasks.log_without_pause, isolate="process")
+    began = time.monotonic()
+    with pytest.raises(TimeoutError):
+        dagexec.run(g, workers=1, logs=True, timeout=0.5)
+    assert time.monotonic() - began < process_tasks.HOLD_SECONDS / 2
 
 
 def test_a_run_stopped_by_its_timeout_unwraps_logging_once_its_tasks_end() -> None:
