@@ -355,6 +355,19 @@ def log_lines(n: int, *values: Any) -> int:
     return n
 
 
+def log_without_pause(*values: Any) -> int:
+    """Log as fast as it can for HOLD_SECONDS: its records keep the parent's pipe
+    busy, and a stop must still reach it (the parent kills the child)."""
+    import logging
+
+    log = logging.getLogger("child.task")
+    end, count = time.monotonic() + HOLD_SECONDS, 0
+    while time.monotonic() < end:
+        log.info("line %d", count)
+        count += 1
+    return count
+
+
 def log_then_die(*values: Any) -> None:
     """Log two lines, then kill this child process: they must reach the parent first."""
     import logging

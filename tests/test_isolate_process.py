@@ -113,6 +113,23 @@ def test_a_task_error_reaches_the_caller_as_itself(ex: dagexec.Executor) -> None
     assert "raised by task 'bad'" in notes and "in the child process" in notes
 
 
+@pytest.mark.parametrize("theirs", [("theirs",), "theirs"], ids=["tuple", "str"])
+def test_a_task_error_with_notes_add_note_refuses_still_reaches_the_caller(
+    ex: dagexec.Executor, theirs: object
+) -> None:
+    """``add_note`` refuses ``__notes__`` that is not a list: the child's traceback
+    note is added the way the thread path adds its own (the child used to die on it,
+    reported as WorkerCrashed)."""
+    g = dagexec.Graph()
+    g.add("bad", pt.fail_with_notes, args=(theirs,), isolate="process")
+    with pytest.raises(ValueError, match="noted") as info:
+        ex.run(g)
+    notes = info.value.__notes__
+    assert notes[0] == "theirs" and notes[-1] == "dagexec: raised by task 'bad'"
+    assert notes[1].startswith("dagexec: in the child process (pid ")
+    assert len(notes) == 3
+
+
 def test_sys_path_added_after_the_children_started(
     ex: dagexec.Executor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -285,7 +285,7 @@ def _reply_value(replies: int, value: Any, name: Any, out_path: str | None) -> N
 
 
 def _reply_error(replies: int, exc: BaseException, name: Any, out_path: str | None) -> None:
-    """Send ``exc`` back with the child's traceback as a note, and what it is (its
+    """Send ``exc`` back with the child's traceback for a note, and what it is (its
     class's module and name, its message), from which the parent rebuilds it when
     it does not pickle, here or there."""
     text = "".join(traceback.format_exception(exc)).rstrip()
@@ -296,8 +296,8 @@ def _reply_error(replies: int, exc: BaseException, name: Any, out_path: str | No
     except Exception:
         message = object.__repr__(exc)
     note = f"dagexec: in the child process (pid {os.getpid()}):\n{text}"
+    # The parent adds the note (a task may have set __notes__ to what add_note refuses).
     what = (kind.__module__, kind.__qualname__, message, note)
-    exc.add_note(note)
     why = None
     try:
         data, buffers = dumps(exc)

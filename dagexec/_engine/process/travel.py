@@ -20,6 +20,7 @@ from typing import Any
 from ..._core.bind import BoundCall, KeywordCall
 from ..._core.errors import describe
 from ..._core.isolate import IsolatedCall
+from ..._core.safe import add_note
 from .transfer import lift
 
 __all__ = ["parts", "rebuilt_error", "travelling_name", "unpicklable"]
@@ -59,6 +60,7 @@ def rebuilt_error(
             why = f"it cannot be unpickled here: {type(error).__name__}: {error}"
         else:
             if isinstance(exc, BaseException):
+                add_note(exc, what[3])  # the child's traceback
                 return exc
             why = f"it unpickled as a {type(exc).__name__}"
     else:
