@@ -130,6 +130,20 @@ def test_a_task_error_with_notes_add_note_refuses_still_reaches_the_caller(
     assert len(notes) == 3
 
 
+def test_a_forked_copy_that_returns_never_answers() -> None:
+    """A task forks and its copy returns from the task as well: only the child
+    answers, the copy ends without reading or answering, and the child's next calls
+    get their own answers (each answer used to shift by one: silent wrong values)."""
+    g = dagexec.Graph()
+    g.add("forks", pt.fork_and_return, isolate="process")
+    g.add("pid", pt.pid, deps=["forks"], isolate="process")
+    with dagexec.Executor(workers=1) as one:  # one child: every call goes to it
+        first = one.run(g, ["forks", "pid"])
+        assert first["forks"] == "from the child"
+        again = one.run(g, ["forks", "pid"])
+    assert again["forks"] == "from the child" and again["pid"] == first["pid"]
+
+
 def test_sys_path_added_after_the_children_started(
     ex: dagexec.Executor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 try:
     from .transfer import (
@@ -88,6 +88,10 @@ calling: tuple[Any, int, threading.Event] | None = None
 # dagexec.run or Executor started then is that script's unguarded pipeline, and
 # refuses to start (dagexec._core.isolate.refuse_in_a_loading_child looks here).
 loading_main = False
+# The pid of the process serving calls: a copy a task forks (os.fork) that returns
+# instead of ending with os._exit finds a different pid, and must neither answer
+# (its answer would be taken for the next call's) nor read the next call.
+_serving = 0
 
 
 def main(requests: int, replies: int, stops: int, life: int, parent: int) -> None:
@@ -146,7 +150,8 @@ def _end_group(leader: int | None = None) -> None:
 
 
 def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
-    global calling
+    global calling, _serving
+    _serving = os.getpid()
     stop = threading.Event()
     running = [0]  # seq of the call running now (0: none)
     threading.Thread(
@@ -194,6 +199,8 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
             else:
                 value = fn(*deps, *args, **kwargs)
         except BaseException as exc:
+            if os.getpid() != _serving:
+                _end_forked_copy(name)
             del fn, deps, args, kwargs
             calling = None
             running[0] = 0
@@ -201,12 +208,28 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
             _reply_error(replies, exc, name, out_path)
             del exc
             continue
+        if os.getpid() != _serving:
+            _end_forked_copy(name)
         del fn, deps, args, kwargs
         calling = None
         running[0] = 0
         _flush()
         _reply_value(replies, value, name, out_path)
         del value
+
+
+def _end_forked_copy(name: Any) -> NoReturn:
+    """A process the task forked returned here, as if it were the call: end it
+    without answering, running no ``atexit`` (they belong to the child)."""
+    _flush()
+    with contextlib.suppress(Exception):
+        os.write(
+            2,
+            f"dagexec: a process forked by task {name!r} (pid {os.getpid()}) returned "
+            "from the task instead of exiting; it ends here without answering. End a "
+            "forked process with os._exit().\n".encode(errors="replace"),
+        )
+    os._exit(0)
 
 
 def _move(cwd: str | None, env: dict[bytes, bytes]) -> BaseException | None:
@@ -377,8 +400,8 @@ def _stream_logs(wanted: tuple[int, str | None] | None, replies: int) -> None:
 
     def wants(name: str, level: int) -> bool:
         w = _wanted
-        if w is None or calling is None or level < w[0]:
-            return False
+        if w is None or calling is None or level < w[0] or os.getpid() != _serving:
+            return False  # (a process the task forked never writes to the replies)
         if threading.current_thread() is not threading.main_thread():
             return False  # the call's own thread only, the one writing the replies
         return w[1] is None or name == w[1] or name.startswith(w[1] + ".")
