@@ -144,7 +144,10 @@ class Driver(RunStop):
         a worker does not wake to contend for the GIL while its batch is built.
         """
         state = self.state
-        wanted = min(len(state.ready), self.cap - state.in_flight)
+        wanted = self.cap - state.in_flight
+        ready = len(state.ready)
+        if ready < wanted:  # not min(): a call, and its keywords parsed in C
+            wanted = ready
         if wanted <= 0:
             return False
         counts = self.balance.share(wanted)
