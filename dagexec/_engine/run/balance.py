@@ -229,18 +229,20 @@ class Balance:
         self.dead = dead
         self.evacuate(worker, now)
 
-    def steer(self, now: float, started: float, finished: int) -> None:
+    def steer(self, now: float, started: float, ran_on: list[int]) -> None:
         """Mark stalled workers (no new work) and move their waiting tasks elsewhere.
 
-        ``finished`` tasks since ``started`` give the mean time of a task on one
-        worker, which says how long a silence is too long.
+        The tasks finished since ``started`` (``ran_on``: per worker) give the mean
+        time of a task on one worker, which says how long a silence is too long.
         """
         held, queues, last_seen = self.held, self.queues, self.last_seen
         if now - min(last_seen) <= _STALL_FLOOR:
             # No worker has been silent for as long as the least patience: none is
-            # stalled. The usual round, and it was a generator's frame each.
+            # stalled. The usual round, and it was a generator's frame each (and
+            # then a sum of ran_on, which only the rest reads).
             self.avoid = _NOBODY
             return
+        finished = sum(ran_on)
         mean = (now - started) * len(held) / finished if finished else 0.0
         patience = max(_STALL_FLOOR, _STALL_FACTOR * mean)
         stalled = frozenset(w for w in self.workers if held[w] and now - last_seen[w] > patience)

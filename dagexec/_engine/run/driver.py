@@ -92,7 +92,7 @@ class Driver(RunStop):
                 if not state.unfinished:  # the last task timed out: its attempt is
                     continue  # not waited for (see attempts.py)
             if not state.stopping and state.in_flight > 1:
-                balance.steer(self.now, self.started_at, sum(state.ran_on))
+                balance.steer(self.now, self.started_at, state.ran_on)
             # Cleanup tasks (run_if="all_done") are dispatched during a stop too.
             pickup = bool(state.ready) and self._dispatch()
             if not state.stopping and state.in_flight > 1:
