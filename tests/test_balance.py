@@ -81,3 +81,18 @@ def test_one_task_skips_a_lost_worker() -> None:
     balance.held[:] = [0, 2, 1]
     assert balance.share(1) == [0, 0, 1]
     assert balance.share(3) == [0, 1, 2]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_even_split_fast_path_equals_the_level_loop(data: st.DataObject) -> None:
+    """share(n > 1) to workers all alike (inboxes empty, each holding as many) takes
+    its own path: it must give what the level loop and one-at-a-time give."""
+    workers = data.draw(st.integers(1, 6), label="workers")
+    cap = data.draw(st.integers(1, 10), label="queue_cap")
+    running = data.draw(st.integers(0, 3), label="held")
+    n = data.draw(st.integers(2, 3 * workers * (cap + 1)), label="n")
+    balance = loaded(workers, cap, [0] * workers, [running] * workers)
+    fast = balance.share(n)
+    assert fast == balance._share_levels(n)
+    assert fast == one_at_a_time(balance.held, [0] * workers, cap, set(), n)

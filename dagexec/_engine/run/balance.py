@@ -93,12 +93,27 @@ class Balance:
         One task with no worker stalled or lost (the commonest round: a chain's next
         task, a root, a sink, the wide graph's mostly one-task batches) is handed
         here, without the level loop's dict and lists: ~5% of a 10-task run's
-        Python work (``benchmarks/small_runs.py``); ``tests/test_balance.py``
-        compares the two. Any other round is :meth:`_share_levels`'s.
+        Python work (``benchmarks/small_runs.py``); so are many tasks to workers all
+        alike. ``tests/test_balance.py`` compares the two. Any other round is
+        :meth:`_share_levels`'s.
         """
-        if n != 1 or self.avoid or self.dead:
+        if self.avoid or self.dead:
             return self._share_levels(n)
         held, cap = self.held, self.queue_cap
+        if n != 1:
+            # Every worker alike (inboxes empty, each holding as many: the start of a
+            # level of the graph, all idle): an even split, lowest indices first, up
+            # to a full inbox each, which is where the level loop ends up, without
+            # its two calls and dict (~2% of a 10-task run); compared with it in
+            # tests/test_balance.py. Inboxes looked at first: one C call, in the
+            # rounds of a busy run that fall through to the loop.
+            workers = len(held)
+            if any(self.queues) or held.count(held[0]) != workers:
+                return self._share_levels(n)
+            each, extra = divmod(n, workers)
+            if each + (extra > 0) > cap:  # more than they can all take: each fills up
+                return [cap] * workers
+            return [each + 1] * extra + [each] * (workers - extra)
         counts = [0] * len(held)
         best = -1
         for w, waiting in enumerate(self.queues):
@@ -214,18 +229,20 @@ class Balance:
         self.dead = dead
         self.evacuate(worker, now)
 
-    def steer(self, now: float, started: float, finished: int) -> None:
+    def steer(self, now: float, started: float, ran_on: list[int]) -> None:
         """Mark stalled workers (no new work) and move their waiting tasks elsewhere.
 
-        ``finished`` tasks since ``started`` give the mean time of a task on one
-        worker, which says how long a silence is too long.
+        The tasks finished since ``started`` (``ran_on``: per worker) give the mean
+        time of a task on one worker, which says how long a silence is too long.
         """
         held, queues, last_seen = self.held, self.queues, self.last_seen
         if now - min(last_seen) <= _STALL_FLOOR:
             # No worker has been silent for as long as the least patience: none is
-            # stalled. The usual round, and it was a generator's frame each.
+            # stalled. The usual round, and it was a generator's frame each (and
+            # then a sum of ran_on, which only the rest reads).
             self.avoid = _NOBODY
             return
+        finished = sum(ran_on)
         mean = (now - started) * len(held) / finished if finished else 0.0
         patience = max(_STALL_FLOOR, _STALL_FACTOR * mean)
         stalled = frozenset(w for w in self.workers if held[w] and now - last_seen[w] > patience)

@@ -39,11 +39,12 @@ Owned by the thread that drives the run, like everything of the driver's.
 from __future__ import annotations
 
 import weakref
+from sys import getsizeof
 from time import thread_time
 from typing import Any
 
 from ..workers.wire import CHAIN, DONE, R_KIND, R_PAYLOAD, Message
-from .sizing import estimate_bytes, looks_inside
+from .sizing import FLAT, estimate_bytes, looks_inside
 
 __all__ = ["BUDGET_BYTES", "Depth", "estimate_bytes"]
 
@@ -202,7 +203,9 @@ class Depth:
                     self.elapsed += later
                     return self.current
             self.batches += self.elapsed
-            size = self.size(value)
+            # A number, a string, None: sized from its header as estimate_bytes
+            # would, without its four calls (a small run's one sample).
+            size = getsizeof(value) if type(value) in FLAT else self.size(value)
             self.note(size, self.elapsed)
             wanted = self.cap()
             # Deeper at most twice as deep per sample: a few small values first

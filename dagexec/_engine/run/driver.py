@@ -92,7 +92,7 @@ class Driver(RunStop):
                 if not state.unfinished:  # the last task timed out: its attempt is
                     continue  # not waited for (see attempts.py)
             if not state.stopping and state.in_flight > 1:
-                balance.steer(self.now, self.started_at, sum(state.ran_on))
+                balance.steer(self.now, self.started_at, state.ran_on)
             # Cleanup tasks (run_if="all_done") are dispatched during a stop too.
             pickup = bool(state.ready) and self._dispatch()
             if not state.stopping and state.in_flight > 1:
@@ -144,7 +144,10 @@ class Driver(RunStop):
         a worker does not wake to contend for the GIL while its batch is built.
         """
         state = self.state
-        wanted = min(len(state.ready), self.cap - state.in_flight)
+        wanted = self.cap - state.in_flight
+        ready = len(state.ready)
+        if ready < wanted:  # not min(): a call, and its keywords parsed in C
+            wanted = ready
         if wanted <= 0:
             return False
         counts = self.balance.share(wanted)

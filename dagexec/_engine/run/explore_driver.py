@@ -281,7 +281,7 @@ class _StillBalance(Balance):
 
     __slots__ = ()
 
-    def steer(self, now: float, started: float, finished: int) -> None:
+    def steer(self, now: float, started: float, ran_on: list[int]) -> None:
         return None
 
     def feed_idle(self, now: float) -> None:

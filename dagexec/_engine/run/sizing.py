@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["ELEMENTS_SAMPLED", "estimate_bytes", "looks_inside"]
+__all__ = ["ELEMENTS_SAMPLED", "FLAT", "estimate_bytes", "looks_inside"]
 
 # How many elements of a list, tuple, set, dict or object array are looked at to
 # estimate what they hold: more is closer, but costs time per sample.
@@ -49,9 +49,10 @@ _BASE_HOPS = 4
 # made again per value.
 _FLAT, _PANDAS, _OTHER = "flat", "pandas", "other"
 _CONTAINERS = (list, tuple, set, frozenset, dict)
-_HOW: dict[type, Any] = dict.fromkeys(
-    (int, float, bool, str, bytes, bytearray, complex, type(None)), _FLAT
-)
+# The types whose values are sized from their own header (sys.getsizeof, which
+# cannot raise for them): exactly these, not their subclasses, which _how decides.
+FLAT: frozenset[type] = frozenset((int, float, bool, str, bytes, bytearray, complex, type(None)))
+_HOW: dict[type, Any] = dict.fromkeys(FLAT, _FLAT)
 _HOW_MOST = 1024  # types remembered; forgotten all at once past this (types made on the fly)
 
 

@@ -115,11 +115,12 @@ class Inbox(queue.Queue[T]):
         items, mutex = self.queue, self.mutex
         deadline = None if timeout is None else monotonic() + timeout
         while True:
-            try:
-                item: T = items.popleft()  # atomic on its own, like a thief's (get_nowait)
-                return item
-            except IndexError:
-                pass
+            if items:  # looked at first: a raised IndexError costs more than the test
+                try:
+                    item: T = items.popleft()  # atomic on its own, like a thief's (get_nowait)
+                    return item
+                except IndexError:
+                    pass
             with mutex:
                 if items:  # a put came in meanwhile
                     continue
