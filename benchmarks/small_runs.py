@@ -34,14 +34,17 @@ VM (a thread that just went to sleep is slow to wake), so the floor reads
 about twice what it reads in short rotating blocks: the two modes disagree on
 the floor, not on the order of the executors (docs/performance.md).
 
-``--count`` prints what noise cannot move: Python calls per run on the calling
-thread (cProfile; a plain ``Executor.run`` is driven on it, so that is all the
-run's own work but the workers') and, with valgrind on PATH, instructions per
-run of the whole process (cachegrind ``--cache-sim=no``, a process with more
-runs minus one with fewer, so start-up cancels out; workers included), and of
-``Executor.run``'s calling thread alone (callgrind, a count per thread); and
-the instructions of a one-task ``Executor.run`` (``1-task Executor.run``),
-which is nothing but the per-run ceremony and one hand-off.
+``--count`` prints what the machine's load cannot move (with two workers the
+count still moves by tens of thousands of instructions from one process to the
+next, as the workers batch by timing; one worker repeats within 1k): Python
+calls per run on the calling thread (cProfile; a plain ``Executor.run`` is
+driven on it, so that is all the run's own work but the workers') and, with
+valgrind on PATH, instructions per run of the whole process (cachegrind
+``--cache-sim=no``, a process with more runs minus one with fewer, so start-up
+cancels out; workers included), and of ``Executor.run``'s calling thread alone
+(callgrind, a count per thread); and the instructions of a one-task
+``Executor.run`` (``1-task Executor.run``), which is nothing but the per-run
+ceremony and one hand-off.
 
     python benchmarks/small_runs.py [--rounds 300] [--block 10] [--workers 2]
     python benchmarks/small_runs.py --back-to-back [--rounds 5] [--block 2000]
