@@ -98,6 +98,12 @@ def held(gate_dir: str, *values: Any) -> int:
         os.close(release)
 
 
+def held_then_exit(gate_dir: str) -> None:
+    """Arrive at the gate, wait to be let through, then end this child at once."""
+    held(gate_dir)
+    os._exit(7)
+
+
 def pid(*values: Any) -> int:
     return os.getpid()
 
