@@ -104,6 +104,25 @@ def held_then_exit(gate_dir: str) -> None:
     os._exit(7)
 
 
+def die_before_next_began(gate_dir: str, *values: Any) -> int:
+    """Wait at the gate; return this pid, and make this child die instead of saying
+    BEGAN of the next call sent early (so that call never began): patches the
+    child's reply writer."""
+    import sys
+
+    held(gate_dir)
+    child = sys.modules["_dagexec_child"]
+    send_reply = child._send_reply
+
+    def dying(replies: int, meta: Any, *rest: Any) -> None:
+        if meta[0] == "began":
+            os._exit(9)
+        send_reply(replies, meta, *rest)
+
+    child._send_reply = dying
+    return os.getpid()
+
+
 def pid(*values: Any) -> int:
     return os.getpid()
 

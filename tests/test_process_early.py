@@ -303,6 +303,29 @@ def test_a_crash_while_a_call_waits_early_runs_it_on_a_new_child(
     assert result.stats.retries == 0 and result.stats.tasks_run == 2
 
 
+def test_a_child_that_dies_before_the_early_call_began_sends_it_again(
+    watch: Watch, gate: pt.ProcessGate
+) -> None:
+    """'first' answers, then its child dies as it would say BEGAN of 'b': b never began,
+    so its wait's crash is not b's, and b goes to a new child."""
+    g = dagexec.Graph()
+    g.add("held", pt.held, args=(gate.directory,), isolate="process", priority=10)
+    g.add("first", pt.die_before_next_began, args=(gate.directory,), isolate="process", priority=5)
+    g.add("b", pt.pid, isolate="process")
+    with dagexec.Executor(workers=1, max_in_flight=2) as ex:
+        future = ex.submit(g)
+        gate.wait_for_arrivals(1)
+        gate.open(1)
+        gate.wait_for_arrivals(2)  # 'first' is held too, with b sent early behind it
+        assert watch.sent.wait(WAIT)
+        gate.open()
+        result = future.result(timeout=WAIT)
+    assert watch.names == ["first", "b"]
+    assert result.status["b"] is TaskState.DONE and not result.errors
+    assert result["b"] != result["first"] and result.stats.tasks_run == 3
+    assert not pt.alive(result["first"])
+
+
 # -- bounds -----------------------------------------------------------------------
 
 
