@@ -104,8 +104,8 @@ def held_then_exit(gate_dir: str) -> None:
     os._exit(7)
 
 
-def die_before_next_began(gate_dir: str, *values: Any) -> int:
-    """Wait at the gate; return this pid, and make this child die instead of saying
+def die_before_next_began(value: Any, gate_dir: str) -> int:
+    """(After a task of value ``value``) wait at the gate; return this pid, and make this child die instead of saying
     BEGAN of the next call sent early (so that call never began): patches the
     child's reply writer."""
     import sys

@@ -307,11 +307,16 @@ def test_a_child_that_dies_before_the_early_call_began_sends_it_again(
     watch: Watch, gate: pt.ProcessGate
 ) -> None:
     """'first' answers, then its child dies as it would say BEGAN of 'b': b never began,
-    so its wait's crash is not b's, and b goes to a new child."""
+    so that crash is not b's, and b goes to a new child::
+
+        held --> first (held at the gate too; patches its child to die)
+        held --> b     (lower priority: sent early behind first)
+    """
     g = dagexec.Graph()
-    g.add("held", pt.held, args=(gate.directory,), isolate="process", priority=10)
-    g.add("first", pt.die_before_next_began, args=(gate.directory,), isolate="process", priority=5)
-    g.add("b", pt.pid, isolate="process")
+    g.add("held", pt.held, args=(gate.directory,), isolate="process")
+    g.add("first", pt.die_before_next_began, args=(gate.directory,), deps=["held"],
+          isolate="process", priority=5)  # fmt: skip
+    g.add("b", pt.pid, deps=["held"], isolate="process")
     with dagexec.Executor(workers=1, max_in_flight=2) as ex:
         future = ex.submit(g)
         gate.wait_for_arrivals(1)
@@ -320,7 +325,7 @@ def test_a_child_that_dies_before_the_early_call_began_sends_it_again(
         assert watch.sent.wait(WAIT)
         gate.open()
         result = future.result(timeout=WAIT)
-    assert watch.names == ["first", "b"]
+    assert watch.names == ["b"]
     assert result.status["b"] is TaskState.DONE and not result.errors
     assert result["b"] != result["first"] and result.stats.tasks_run == 3
     assert not pt.alive(result["first"])

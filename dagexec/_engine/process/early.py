@@ -221,7 +221,10 @@ def eligible(item: Any, slot: ChildSlot) -> bool:
         return False
     # The run the child is up to date for: a cleanup task's item carries the hard
     # stop, whose mate is its run's stop.
-    return stop is key or getattr(key, "mate", None) is stop
+    if stop is key:
+        return True
+    mate = getattr(key, "mate", None)
+    return mate is not None and mate() is stop
 
 
 def send_early(slot: ChildSlot, item: Any) -> EarlyCall | None:

@@ -28,8 +28,9 @@ together with a pipe):
 * the task has a ``timeout``: the attempt has one deadline (:meth:`ChildSlot.deadline`),
   counted from when the call is sent (a call sent early, :mod:`.early`: from
   the child's BEGAN), so that the child's loading of the task's module and
-  arguments counts, plus :data:`STARTUP_ALLOWANCE` if the call starts the child. Past it the child and its process group are killed and the task
-  fails with :class:`~dagexec.TaskTimeout` at once (:meth:`ChildSlot.time_out`);
+  arguments counts, plus :data:`STARTUP_ALLOWANCE` if the call starts the
+  child. Past it the child and its process group are killed and the task fails
+  with :class:`~dagexec.TaskTimeout` at once (:meth:`ChildSlot.time_out`);
   an answer read after it is never used, so a value that came back is one that
   came in time (which the checkpoint's save rule relies on). The worker is free
   straight away: nothing is abandoned.
