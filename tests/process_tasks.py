@@ -105,9 +105,9 @@ def held_then_exit(gate_dir: str) -> None:
 
 
 def die_before_next_began(value: Any, gate_dir: str) -> int:
-    """(After a task of value ``value``) wait at the gate; return this pid, and make this child die instead of saying
-    BEGAN of the next call sent early (so that call never began): patches the
-    child's reply writer."""
+    """Wait at the gate (after a task of value ``value``); return this pid, and make
+    this child die instead of saying BEGAN of the next call sent early (so that call
+    never began): patches the child's reply writer."""
     import sys
 
     held(gate_dir)
