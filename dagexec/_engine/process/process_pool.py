@@ -430,6 +430,7 @@ class ChildSlot:
         (:func:`.sharing.check_in`), any other ends (:meth:`end`)."""
         if self.early is not None:  # cannot happen: a worker runs its next item first
             early.clear(self)
+        self.sender = None  # its worker's (which holds the worker's inbox): not pooled
         if self.shared:
             check_in(self)
         else:
