@@ -30,6 +30,14 @@ Parts, each printed as a table:
    ~2 ms) by ``dagexec.run`` (a new executor, children shared from the program's
    pool) and by ``ex.run`` on a reused executor, in >= 10 alternating pairs.
    Target: the median ``dagexec.run`` <= 1.1x the median reused run.
+8. **the next call sent early** (issue 36, part 2; ``EARLY_SEND`` in
+   ``dagexec/_engine/process/early.py``): part 2's graph (8 x 25 tasks of ~0.2 ms)
+   and 8 x 10 tasks of ~2 ms on one reused executor, early send switched on and
+   off in >= 10 alternating pairs: the median of each, on / off, and the share of
+   process calls that went early. Reported, not a target.
+
+``--early on|off`` sets ``EARLY_SEND`` for parts 1-7 (default: the module's, off);
+part 8 switches it itself.
 
 Every implementation's values are checked against the serial loop's. Beside wall
 times, parts 1, 2 and 4 print CPU time per task, in this process and in the
@@ -68,7 +76,7 @@ sys.path[:0] = [os.environ.get("DAGEXEC_SRC", str(HERE.parent)), str(HERE)]
 from workloads import crunch  # noqa: E402
 
 import dagexec  # noqa: E402
-from dagexec._engine.process import transfer  # noqa: E402
+from dagexec._engine.process import early, transfer  # noqa: E402
 from dagexec._engine.process.process_pool import ChildSlot, live_children  # noqa: E402
 
 WORKERS = 2
@@ -632,6 +640,56 @@ def part_second_run(ex: dagexec.Executor, repeat: int) -> None:
     print(f"  ({load()})")
 
 
+def part_early(ex: dagexec.Executor, repeat: int) -> None:
+    pairs = max(10, repeat)
+    print(f"\n== 8. the next call sent early, on vs off: {pairs} alternating pairs; {load()}")
+    default = early.EARLY_SEND
+    sent: list[int] = [0]
+    send = early.send_early
+
+    def counting(slot: Any, item: Any) -> Any:
+        got = send(slot, item)
+        sent[0] += got is not None
+        return got
+
+    early.send_early = counting
+    try:
+        for chains, length, ms in ((8, 25, 0.2), (8, 10, 2.0)):
+            _early_pairs(ex, chains, length, ms, pairs, sent)
+    finally:
+        early.send_early = send
+        early.EARLY_SEND = default
+    print(f"  ({load()})")
+
+
+def _early_pairs(
+    ex: dagexec.Executor, chains: int, length: int, ms: float, pairs: int, sent: list[int]
+) -> None:
+    tasks = chains_graph(chains, length, calibrate(ms))
+    n = chains * length
+    expected = serial(tasks)
+    procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
+    targets = list(tasks)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for on in (True, False):  # warm-up
+        early.EARLY_SEND = on
+        assert dict(ex.run(procs, targets=targets).items())["fold"] == expected["fold"]
+    sent[0] = 0
+    for i in range(pairs):
+        for on in (True, False) if i % 2 == 0 else (False, True):
+            early.EARLY_SEND = on
+            times[on].append(_time(ex.run, procs, targets))
+    on_s, off_s = statistics.median(times[True]), statistics.median(times[False])
+    share = sent[0] / (pairs * n)
+    print(
+        f"  {n} tasks of ~{ms} ms: on {on_s / n * 1e6:7.0f} us/task, off {off_s / n * 1e6:7.0f} "
+        f"us/task (medians), on/off {on_s / off_s:.3f}x; calls sent early {share:.0%}"
+    )
+    RESULTS.append(
+        ("8", f"early send on / off, {n} tasks of ~{ms} ms", f"{on_s / off_s:.3f}x", "INFO")
+    )
+
+
 def _gil() -> bool:
     return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
@@ -641,12 +699,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small graphs, 3 rounds")
     parser.add_argument("--repeat", type=int, default=None)
     parser.add_argument("--only", default="1,2,3,4,5,6,7", help="parts to run, e.g. 1,2")
+    parser.add_argument(
+        "--early", choices=("on", "off"), default=None, help="EARLY_SEND for parts 1-7"
+    )
     args = parser.parse_args()
+    if args.early is not None:
+        early.EARLY_SEND = args.early == "on"
     repeat = args.repeat or (3 if args.quick else 5)
     parts = set(args.only.split(","))
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {load()}; "
-        f"GIL {'on' if _gil() else 'off'}; python benchmarks/processes.py {' '.join(sys.argv[1:])}"
+        f"GIL {'on' if _gil() else 'off'}; EARLY_SEND {early.EARLY_SEND}; "
+        f"python benchmarks/processes.py {' '.join(sys.argv[1:])}"
     )
     with dagexec.Executor(workers=WORKERS) as ex, ProcessPoolExecutor(WORKERS) as pool:
         warm = dagexec.Graph()
@@ -673,6 +737,8 @@ def main() -> None:
             part_sweep(ex, repeat)
         if "7" in parts:
             part_second_run(ex, repeat)
+        if "8" in parts:
+            part_early(ex, repeat)
     if "5" in parts:
         part_startup(repeat)
     if RESULTS:

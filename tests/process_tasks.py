@@ -98,6 +98,31 @@ def held(gate_dir: str, *values: Any) -> int:
         os.close(release)
 
 
+def held_then_exit(gate_dir: str) -> None:
+    """Arrive at the gate, wait to be let through, then end this child at once."""
+    held(gate_dir)
+    os._exit(7)
+
+
+def die_before_next_began(value: Any, gate_dir: str) -> int:
+    """Wait at the gate (after a task of value ``value``); return this pid, and make
+    this child die instead of saying BEGAN of the next call sent early (so that call
+    never began): patches the child's reply writer."""
+    import sys
+
+    held(gate_dir)
+    child = sys.modules["_dagexec_child"]
+    send_reply = child._send_reply
+
+    def dying(replies: int, meta: Any, *rest: Any) -> None:
+        if meta[0] == "began":
+            os._exit(9)
+        send_reply(replies, meta, *rest)
+
+    child._send_reply = dying
+    return os.getpid()
+
+
 def pid(*values: Any) -> int:
     return os.getpid()
 

@@ -22,7 +22,7 @@ class Running:
     only by code running on that same worker thread: no lock is needed.
     """
 
-    __slots__ = ("child", "stop", "task")
+    __slots__ = ("child", "early", "inbox", "next", "refuse", "stop", "task")
 
     def __init__(self) -> None:
         self.task = -1
@@ -31,6 +31,13 @@ class Running:
         # first of them (dagexec._engine.process.process_pool.ChildSlot); closed when the
         # worker exits, so children go with their executor's workers.
         self.child: Any = None
+        # For a call sent early (dagexec._engine.process.early): its inbox, how to
+        # report an item it took but will not start (NOT_STARTED), and that
+        # module's Sender, made by the first process task while it is on.
+        self.inbox: Any = None
+        self.refuse: Callable[[Any], None] | None = None
+        self.early: Any = None
+        self.next: Any = None  # an item taken off the inbox early: run before the rest
 
 
 # Each worker thread's Running, by thread ident: set when the worker starts and

@@ -15,6 +15,6 @@ __all__ = ["register"]
 def register() -> None:
     """Make ``isolate="process"`` runnable: load the pool and enter its runner."""
     from ..._core.isolate import RUNNERS
-    from .process_pool import call_in_child
+    from .calls import call_in_child
 
     RUNNERS["process"] = call_in_child

@@ -8,12 +8,20 @@ in about the time of a bare interpreter. It talks over three pipes::
 
     parent worker thread --requests--> main loop here --replies--> parent
     parent worker thread --stops (task seq)--> stop listener thread here
+    (a seq with WITHDRAW set: drop that early call if it has not begun)
 
 The main loop reads one request (the call and its arguments, see
 :mod:`dagexec._engine.process.transfer`; one ``read`` for a small one), loads
 the task's module and arguments, runs the call and replies with the value or the
 exception (one ``writev``). The parent times all of that (see ``docs/processes.md``).
 The stop listener sleeps in a ``read`` of its own pipe: it costs a call nothing.
+A call the parent sent *early* (while the one before it ran; see
+:mod:`dagexec._engine.process.early`) waits in the request pipe. When the main loop
+reaches it, it says BEGAN (with the time, from which the parent counts its
+deadline) before loading it, unless the parent withdrew it first: the stop
+listener then answers DROPPED and the main loop skips it. Which of the two
+happens is decided under one lock (``transfer.EarlyCalls``), so exactly one is said.
+Replies are written by both threads, whole, under ``_replying``.
 SIGINT is ignored: Ctrl-C is the parent's to handle, which kills the children
 whose tasks must stop.
 
@@ -48,12 +56,16 @@ from typing import Any, NoReturn
 
 try:
     from .transfer import (
+        BEGAN,
+        DROPPED,
         ERROR,
         LOG,
         LOGS,
         PLACE,
         SEGMENT_PREFIX,
         VALUE,
+        WITHDRAW,
+        EarlyCalls,
         Reader,
         dumps,
         lift,
@@ -63,12 +75,16 @@ try:
     )
 except ImportError:  # loaded by file as _dagexec_child, beside _dagexec_transfer
     from _dagexec_transfer import (  # type: ignore[import-not-found,no-redef]
+        BEGAN,
+        DROPPED,
         ERROR,
         LOG,
         LOGS,
         PLACE,
         SEGMENT_PREFIX,
         VALUE,
+        WITHDRAW,
+        EarlyCalls,
         Reader,
         dumps,
         lift,
@@ -92,6 +108,14 @@ loading_main = False
 # instead of ending with os._exit finds a different pid, and must neither answer
 # (its answer would be taken for the next call's) nor read the next call.
 _serving = 0
+# Held while a message is written to the reply pipe: the main loop and the stop
+# listener (DROPPED) both write there, and a message must not be cut by another.
+_replying = threading.Lock()
+
+
+def _send_reply(replies: int, meta: Any, data: bytes, buffers: list[Any], path: str | None) -> None:
+    with _replying:
+        send(replies, meta, data, buffers, path)
 
 
 def main(requests: int, replies: int, stops: int, life: int, parent: int) -> None:
@@ -154,8 +178,12 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
     _serving = os.getpid()
     stop = threading.Event()
     running = [0]  # seq of the call running now (0: none)
+    early = EarlyCalls()
     threading.Thread(
-        target=_listen_for_stops, args=(stops, stop, running, tag), daemon=True, name="stops"
+        target=_listen_for_stops,
+        args=(stops, stop, running, tag, early, replies),
+        daemon=True,
+        name="stops",
     ).start()
     loaded: set[str] = set()
     misplaced: BaseException | None = None  # why the last PLACE could not be taken
@@ -171,7 +199,9 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
         if meta[0] == PLACE:  # a new user of this child: its directory, its environment
             misplaced = _move(meta[1], meta[2])
             continue
-        _, seq, name, attempt, shm, extra = meta
+        _, seq, name, attempt, shm, extra, sent_early = meta
+        if not _begins(early, seq, sent_early, replies):
+            continue  # withdrawn: the stop listener said DROPPED
         # Where a reply with large buffers goes: a file the parent names the same way.
         out_path = f"{shm}/{tag}{seq}-out" if shm else None
         if stop.is_set():
@@ -216,6 +246,16 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
         _flush()
         _reply_value(replies, value, name, out_path)
         del value
+
+
+def _begins(early: EarlyCalls, seq: int, sent_early: bool, replies: int) -> bool:
+    """Whether call ``seq`` runs (False: withdrawn); one sent early says BEGAN first,
+    with the time its deadline counts from."""
+    if not early.begin(seq):
+        return False
+    if sent_early:
+        _send_reply(replies, (BEGAN, seq, time.monotonic()), b"", [], None)
+    return True
 
 
 def _end_forked_copy(name: Any) -> NoReturn:
@@ -304,7 +344,7 @@ def _reply_value(replies: int, value: Any, name: Any, out_path: str | None) -> N
         )
         _reply_error(replies, error, name, out_path)
         return
-    send(replies, (VALUE,), data, buffers, out_path)
+    _send_reply(replies, (VALUE,), data, buffers, out_path)
 
 
 def _reply_error(replies: int, exc: BaseException, name: Any, out_path: str | None) -> None:
@@ -327,12 +367,15 @@ def _reply_error(replies: int, exc: BaseException, name: Any, out_path: str | No
     except Exception as error:
         why = f"{type(error).__name__}: {error}"
         data, buffers = b"", []
-    send(replies, (ERROR, what, why), data, buffers, out_path)
+    _send_reply(replies, (ERROR, what, why), data, buffers, out_path)
 
 
-def _listen_for_stops(stops: int, stop: threading.Event, running: list[int], tag: str) -> None:
-    """Set ``stop`` when the parent forwards a stop for the call running now; at end
-    of file (the parent died) unlink this child's segments and end its group."""
+def _listen_for_stops(
+    stops: int, stop: threading.Event, running: list[int], tag: str, early: EarlyCalls, replies: int
+) -> None:
+    """Set ``stop`` when the parent forwards a stop for the call running now, withdraw
+    an early call it withdraws; at end of file (the parent died) unlink this child's
+    segments and end its group."""
     while True:
         try:
             raw = os.read(stops, _SEQ.size)
@@ -340,7 +383,12 @@ def _listen_for_stops(stops: int, stop: threading.Event, running: list[int], tag
             raw = b""
         if len(raw) < _SEQ.size:
             break
-        if _SEQ.unpack(raw)[0] == running[0]:
+        seq = _SEQ.unpack(raw)[0]
+        if seq & WITHDRAW:
+            if early.withdraw(seq & ~WITHDRAW):
+                with contextlib.suppress(OSError):  # the parent is gone: nobody to tell
+                    _send_reply(replies, (DROPPED, seq & ~WITHDRAW), b"", [], None)
+        elif seq == running[0]:
             stop.set()
     unlink_segments(lambda name: name.startswith(tag))
     _end_group()
@@ -438,4 +486,4 @@ def _send_record(record: Any) -> None:
     # Plain data only: an extra= value may not pickle, or not unpickle in the parent.
     plain = (str, int, float, bool, type(None))
     data = pickle.dumps({k: v if isinstance(v, plain) else repr(v) for k, v in fields.items()})
-    send(_log_out, (LOG,), data, [], None)
+    _send_reply(_log_out, (LOG,), data, [], None)

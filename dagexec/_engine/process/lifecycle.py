@@ -35,13 +35,57 @@ import os
 import re
 import signal
 import subprocess
+import sys
 
 from .transfer import SEGMENT_PREFIX, unlink_segments
 
-__all__ = ["end_group", "sweep_segments"]
+__all__ = ["end_group", "spawn", "sweep_segments"]
+
+# The directory of child.py and transfer.py, which the child loads by path.
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 _swept = False  # sweep_segments ran in this program
+
+
+def spawn(boot: str) -> tuple[subprocess.Popen[bytes], int, int, int, int]:
+    """Start a child running ``boot`` (``python -c``) with its four pipes: the child,
+    and the parent's ends of the request, reply, stop and life pipes."""
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    stop_r, stop_w = os.pipe()
+    life_r, life_w = os.pipe()  # never written: its end of file says the parent died
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                # -O, -X, -W and the like, as multiprocessing passes them on
+                *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
+                "-c",
+                boot,
+                str(req_r),
+                str(rep_w),
+                str(stop_r),
+                str(life_r),
+                str(os.getpid()),
+                os.path.join(_HERE, "transfer.py"),
+                os.path.join(_HERE, "child.py"),
+            ],
+            pass_fds=(req_r, rep_w, stop_r, life_r),
+            stdin=subprocess.DEVNULL,
+            # Its own process group: a terminal's Ctrl-C goes to the parent only
+            # (the child also ignores SIGINT), which decides what to kill; and
+            # what its tasks start can be killed with it, as one.
+            process_group=0,
+        )
+    except BaseException:
+        for fd in (req_w, rep_r, stop_w, life_w):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (req_r, rep_w, stop_r, life_r):
+            os.close(fd)
+    return proc, req_w, rep_r, stop_w, life_w
 
 
 def end_group(proc: subprocess.Popen[bytes]) -> None:

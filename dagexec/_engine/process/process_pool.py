@@ -26,10 +26,11 @@ together with a pipe):
   finishes; any other task's child is killed and the task fails with
   :class:`~dagexec.Cancelled`;
 * the task has a ``timeout``: the attempt has one deadline (:meth:`ChildSlot.deadline`),
-  counted from when the call is sent, so that the child's loading of the task's
-  module and arguments counts, plus :data:`STARTUP_ALLOWANCE` if the call starts
-  the child. Past it the child and its process group are killed and the task
-  fails with :class:`~dagexec.TaskTimeout` at once (:meth:`ChildSlot.time_out`);
+  counted from when the call is sent (a call sent early, :mod:`.early`: from
+  the child's BEGAN), so that the child's loading of the task's module and
+  arguments counts, plus :data:`STARTUP_ALLOWANCE` if the call starts the
+  child. Past it the child and its process group are killed and the task fails
+  with :class:`~dagexec.TaskTimeout` at once (:meth:`ChildSlot.time_out`);
   an answer read after it is never used, so a value that came back is one that
   came in time (which the checkpoint's save rule relies on). The worker is free
   straight away: nothing is abandoned.
@@ -54,32 +55,30 @@ import select
 import signal
 import struct
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Hashable
 from typing import Any, NoReturn
 
-from ..._core.current import running_by_thread, running_here
 from ..._core.errors import Cancelled, TaskTimeout, WorkerCrashed, describe
 from ..._core.isolate import IsolatedCall
-from ..._core.policy import CurrentTask, _local
+from ..._core.policy import CurrentTask
 from ..._observation.capture import child_wanted, from_child
-from .lifecycle import end_group, sweep_segments
+from . import early
+from .lifecycle import end_group, spawn, sweep_segments
 from .loading import extra_for
 from .sharing import (
     Inherited,
     alive,
     bring_up_to_date,
     check_in,
-    check_out,
     current_place,
     gone,
     inherited,
     live_children,
 )
 from .transfer import (
+    BEGAN,
     CALL,
+    DROPPED,
     LOG,
     LOGS,
     PLACE,
@@ -95,7 +94,7 @@ from .transfer import (
 )
 from .travel import parts, rebuilt_error, travelling_name, unpicklable
 
-__all__ = ["STARTUP_ALLOWANCE", "ChildSlot", "call_in_child", "live_children"]
+__all__ = ["STARTUP_ALLOWANCE", "ChildSlot", "live_children"]
 
 # How often a waiting worker thread looks at its task's cancellation token. Lower
 # notices Ctrl-C and cancel() sooner, for more wake-ups while a long task runs
@@ -112,9 +111,6 @@ STARTUP_ALLOWANCE = 2.0
 
 _SEQ = struct.Struct("<Q")
 _MORE: Any = object()  # ChildSlot._answer: a message that is not the call's answer
-# The directory dagexec is imported from, put first on the child's path so that
-# the child's bootstrap finds this same dagexec.
-_HERE = os.path.dirname(os.path.abspath(__file__))
 # The child loads child.py and transfer.py by path: importing the dagexec package
 # would cost it ~3x a bare interpreter's start-up (measured 215 ms vs 55 ms, loaded).
 _BOOT = (
@@ -127,37 +123,6 @@ _BOOT = (
     "load('_dagexec_transfer', sys.argv[6])\n"
     "load('_dagexec_child', sys.argv[7]).main(*map(int, sys.argv[1:6]))\n"
 )
-
-_other_threads = threading.local()  # slots of threads that are not dagexec workers
-
-
-def call_in_child(call: IsolatedCall, dep_values: tuple[Any, ...]) -> Any:
-    """Run ``call`` on ``dep_values`` in this worker thread's child; its value or error.
-
-    Called on the worker thread, by the task's function.
-    """
-    info = _current(call.name)
-    here = running_by_thread.get(threading.get_ident())
-    if here is not None:
-        slot = here.child
-        if slot is None:
-            slot = here.child = check_out(ChildSlot)
-        return slot.run(call, dep_values, info, here.stop)
-    else:  # not a dagexec worker (a caller running tasks itself): one per thread
-        slot = getattr(_other_threads, "slot", None)
-        if slot is None:
-            slot = _other_threads.slot = ChildSlot()
-    return slot.run(call, dep_values, info)
-
-
-def _current(default_name: Hashable) -> CurrentTask:
-    info: CurrentTask | None = getattr(_local, "task", None)
-    if info is not None:
-        return info
-    running = running_here()
-    if running is not None:
-        return CurrentTask(running[0], 1, running[1])
-    return CurrentTask(default_name, 1, threading.Event())
 
 
 class ChildSlot:
@@ -174,6 +139,7 @@ class ChildSlot:
         "__weakref__",
         "busy",
         "deadline",
+        "early",
         "idle_since",
         "inherited",
         "life",
@@ -184,6 +150,7 @@ class ChildSlot:
         "reader",
         "requests",
         "run_key",
+        "sender",
         "sent_logs",
         "sent_path",
         "sent_place",
@@ -191,6 +158,8 @@ class ChildSlot:
         "shared",
         "stops",
         "tag",
+        "turn",
+        "waiting",
     )
 
     def __init__(self) -> None:
@@ -198,7 +167,11 @@ class ChildSlot:
         self.requests = self.stops = self.life = -1
         self.reader: Reader | None = None
         self.poller: select.poll | None = None
-        self.seq = 0
+        self.seq = 0  # the last call sent
+        self.waiting = 0  # the call whose answer is awaited (seq - 1 if one went early)
+        self.early: early.EarlyCall | None = None  # a call sent before its turn
+        self.turn: early.EarlyCall | None = None  # one sent early, waited for now
+        self.sender: early.Sender | None = None  # its worker's, while EARLY_SEND is on
         self.busy = False  # a call was sent and its answer not read yet
         self.deadline: float | None = None  # the call's, if its task has a timeout
         self.tag = ""  # shared-memory file names of this child's calls start so
@@ -216,40 +189,7 @@ class ChildSlot:
     def start(self) -> None:
         """Start a fresh child: a bare interpreter loading child.py (~50 ms)."""
         sweep_segments()  # the first child of this program: those of dead parents go
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        stop_r, stop_w = os.pipe()
-        life_r, life_w = os.pipe()  # never written: its end of file says the parent died
-        try:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    # -O, -X, -W and the like, as multiprocessing passes them on
-                    *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
-                    "-c",
-                    _BOOT,
-                    str(req_r),
-                    str(rep_w),
-                    str(stop_r),
-                    str(life_r),
-                    str(os.getpid()),
-                    os.path.join(_HERE, "transfer.py"),
-                    os.path.join(_HERE, "child.py"),
-                ],
-                pass_fds=(req_r, rep_w, stop_r, life_r),
-                stdin=subprocess.DEVNULL,
-                # Its own process group: a terminal's Ctrl-C goes to the parent only
-                # (the child also ignores SIGINT), which decides what to kill; and
-                # what its tasks start can be killed with it, as one.
-                process_group=0,
-            )
-        except BaseException:
-            for fd in (req_w, rep_r, stop_w, life_w):
-                os.close(fd)
-            raise
-        finally:
-            for fd in (req_r, rep_w, stop_r, life_r):
-                os.close(fd)
+        self.proc, req_w, rep_r, stop_w, life_w = spawn(_BOOT)
         self.requests, self.stops, self.life = req_w, stop_w, life_w
         self.reader = Reader(rep_r)
         self.poller = select.poll()
@@ -273,6 +213,8 @@ class ChildSlot:
         ``run_key`` names the run sending it (its stop flag): the child is brought
         up to date once per run (:func:`.sharing.bring_up_to_date`); None: at every call.
         """
+        if self.early is not None:  # sent early, and not this call: it must not run
+            early.clear(self)
         if run_key is None or run_key is not self.run_key:
             bring_up_to_date(self, run_key)
         try:
@@ -289,13 +231,13 @@ class ChildSlot:
             if cold:
                 self.start()
             extra = extra_for(self, call, data)
-            meta = (CALL, self.seq, name, info.attempt, shm, extra)
+            meta = (CALL, self.seq, name, info.attempt, shm, extra, False)
             in_path = f"{shm}/{self.tag}{self.seq}-in" if shm and buffers else None
             self.deadline = self.deadline_for(call, cold)
             try:
                 self._tell(logs)
                 shared = send(self.requests, meta, data, buffers, in_path)
-                self.busy = True
+                self.busy, self.waiting = True, self.seq
                 break
             except OSError:  # the pipe broke: the child died since its last call
                 unlink_quietly(in_path)
@@ -306,6 +248,20 @@ class ChildSlot:
                 # reached it, so a new child takes it.
                 self.kill()
         del data, buffers
+        return self.finish(call, info, shm, extra, in_path if shared else None)
+
+    def finish(
+        self,
+        call: IsolatedCall,
+        info: CurrentTask,
+        shm: str | None,
+        extra: tuple[list[str] | None, dict[str, tuple[str, ...]]] | None,
+        in_path: str | None = None,
+    ) -> Any:
+        """Wait for the answer to the call sent (unlinking its ``in_path`` after)."""
+        sender = self.sender
+        if sender is not None:
+            sender.begin(self)  # the next process task may go early, while this one runs
         try:
             return self._wait(call, info, shm, extra)
         except BaseException:
@@ -315,9 +271,10 @@ class ChildSlot:
             if self.proc is not None and self.busy:
                 self.kill(shm)
             raise
-        finally:
-            if shared:  # read by now, or the child is gone: unlinked either way
-                unlink_quietly(in_path)
+        finally:  # read by now, or the child is gone: unlinked either way
+            if sender is not None:
+                sender.end(self)
+            unlink_quietly(in_path)
 
     def _tell(self, logs: tuple[int, str | None] | None) -> None:
         """Send what the child must know before the call, if it changed: the log
@@ -355,12 +312,12 @@ class ChildSlot:
     ) -> Any:
         reader, poller = self.reader, self.poller
         assert reader is not None and poller is not None
-        deadline = self.deadline
         told = False
         next_tick = time.monotonic() + _TICK
         while True:
+            deadline = self.deadline  # an early call's is set when it began
             wait = _TICK if deadline is None else min(_TICK, max(0.0, deadline - time.monotonic()))
-            if reader.has_frame() or poller.poll(wait * 1000.0):
+            if reader.has_frame() or self._ready(poller.poll(wait * 1000.0)):
                 if deadline is not None and time.monotonic() >= deadline:
                     self.time_out(call, info, shm)  # an answer past it is never used
                 value = self._answer(reader, info, shm, extra)
@@ -372,6 +329,14 @@ class ChildSlot:
                     continue
             told = self._tick(call, info, shm, told)
             next_tick = time.monotonic() + _TICK
+
+    def _ready(self, events: list[tuple[int, int]]) -> bool:
+        """Whether the reply pipe has something to read; the inbox's wake-up, which
+        shares the poll while a call may go early, is the sender's to handle."""
+        sender = self.sender
+        if sender is None or not events:
+            return bool(events)
+        return sender.woken(self, events)
 
     def _answer(
         self,
@@ -389,6 +354,9 @@ class ChildSlot:
             self._crashed(info, shm)
         if meta[0] == LOG:
             from_child(data)
+            return _MORE
+        if meta[0] == BEGAN or meta[0] == DROPPED:  # of a call sent early
+            early.note(self, meta)
             return _MORE
         self.busy = False
         if meta[0] == VALUE:
@@ -426,9 +394,11 @@ class ChildSlot:
             if not told:  # let it see current_task().cancelled, and finish
                 told = True
                 with contextlib.suppress(OSError):  # died: the next poll sees EOF
-                    os.write(self.stops, _SEQ.pack(self.seq))
+                    os.write(self.stops, _SEQ.pack(self.waiting))
         if self.deadline is not None and time.monotonic() >= self.deadline:
             self.time_out(call, info, shm)
+        if self.sender is not None:
+            self.sender.tick(self)
         return told
 
     def _crashed(self, info: CurrentTask, shm: str | None) -> NoReturn:
@@ -452,12 +422,15 @@ class ChildSlot:
             return
         end_group(proc)
         if shm:
-            unlink_quietly(f"{shm}/{self.tag}{self.seq}-out")
+            unlink_quietly(f"{shm}/{self.tag}{self.waiting}-out")
         self._discard()
 
     def close(self) -> None:
         """Done with the child: a shared one goes back to the pool of idle children
         (:func:`.sharing.check_in`), any other ends (:meth:`end`)."""
+        if self.early is not None:  # cannot happen: a worker runs its next item first
+            early.clear(self)
+        self.sender = None  # its worker's (which holds the worker's inbox): not pooled
         if self.shared:
             check_in(self)
         else:
@@ -486,6 +459,7 @@ class ChildSlot:
         self.requests = self.stops = self.life = -1
         self.reader = None
         self.busy = False
+        self.early = None  # sent early, never begun (no BEGAN came): its worker still has it
         self.proc = None
         self.poller = None
         gone(self)

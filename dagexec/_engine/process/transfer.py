@@ -47,17 +47,22 @@ import contextlib
 import os
 import pickle
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "BEGAN",
     "CALL",
+    "DROPPED",
     "ERROR",
     "LOG",
     "LOGS",
     "PLACE",
     "SEGMENT_PREFIX",
     "VALUE",
+    "WITHDRAW",
+    "EarlyCalls",
     "Reader",
     "dumps",
     "lift",
@@ -69,7 +74,19 @@ __all__ = [
 ]
 
 # Message kinds, each ``meta[0]`` (see the module doc).
-CALL = "call"  # parent -> child: (CALL, seq, name, attempt, shm dir or None, extra)
+# parent -> child: (CALL, seq, name, attempt, shm dir or None, extra, early); a call
+# sent ``early`` (before the one running ends: dagexec._engine.process.early) is
+# answered first with BEGAN or DROPPED, then, if it began, as any call.
+CALL = "call"
+# child -> parent, not final: (BEGAN, seq, time.monotonic() there): the early call
+# ``seq`` begins loading now; its deadline counts from that stamp.
+BEGAN = "began"
+# child -> parent, not final: (DROPPED, seq): the early call ``seq`` was withdrawn
+# before it began; it is never run, and no other answer comes for it.
+DROPPED = "dropped"
+# Or-ed into a seq written on the stops pipe: withdraw that early call if it has not
+# begun (the child answers DROPPED), rather than forward a stop to the call running.
+WITHDRAW = 1 << 63
 VALUE = "value"  # child -> parent, final: (VALUE,); data is (value,) pickled
 # child -> parent, final: (ERROR, (module, qualname, message, traceback note), why
 # it did not pickle or None); data is the exception pickled, or empty if it did not
@@ -169,6 +186,38 @@ def send(fd: int, meta: Any, data: bytes, buffers: list[memoryview], shm_path: s
         for b in buffers:
             _write_parts(fd, _LEN.pack(b.nbytes), b)
     return where is not None
+
+
+class EarlyCalls:
+    """Which early calls a child begins, as its two threads see them: the main loop
+    decides for each call it reads (:meth:`begin`), the stop listener withdraws one
+    not read yet (:meth:`withdraw`), both under one lock, so that the parent hears
+    exactly one of BEGAN and DROPPED for each early call."""
+
+    __slots__ = ("decided", "dropped", "guard")
+
+    def __init__(self) -> None:
+        self.guard = threading.Lock()
+        self.decided = 0  # the last seq the main loop read (seqs only grow)
+        self.dropped: set[int] = set()  # withdrawn before the main loop read them
+
+    def begin(self, seq: int) -> bool:
+        """The main loop read call ``seq``: False if it was withdrawn (skip it)."""
+        with self.guard:
+            self.decided = seq
+            if seq in self.dropped:
+                self.dropped.discard(seq)
+                return False
+        return True
+
+    def withdraw(self, seq: int) -> bool:
+        """The parent withdraws early call ``seq``: True if it had not begun (say
+        DROPPED); False if it had (it said BEGAN, and runs as any call)."""
+        with self.guard:
+            if seq <= self.decided:
+                return False
+            self.dropped.add(seq)
+        return True
 
 
 class Reader:

@@ -63,6 +63,10 @@ class Flag(threading.Event):
     # A run with logs= hangs its Capture here too, on stop and hard_stop: what a
     # logging call on a task's thread reads to find its run (_observation/capture.py).
     capture: Any = None
+    # The hard stop's mate is a weak reference to its run's stop (the run's one key,
+    # for a child sent calls of both; dagexec._engine.process.early); None on every
+    # other flag.
+    mate: Callable[[], Any] | None = None
 
     # Never set, nobody waiting: class-level, so that a new flag stores only its
     # lock and its state (set() and wait() write their own, under _guard). Not

@@ -185,6 +185,7 @@ class Run(Driver):
         self.finished = Flag()  # outcome is ready
         self.stop = Flag()  # no item carrying it starts once set; see abort
         self.hard_stop = Flag()  # the same for cleanup tasks' items
+        self.hard_stop.mate = weakref.ref(self.stop)  # weak: the run alone holds its stop
         self.cancelled = Flag()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
         # logs=: the run's capture rides on the flags every item carries, which a

@@ -25,6 +25,7 @@ the only producer, never puts into a full inbox), at most one thread may
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -54,6 +55,7 @@ class Inbox(queue.Queue[T]):
         self._wake.acquire()
         self._sleeping = False  # a consumer is about to wait, or waits, on _wake
         self._start: Callable[[], None] | None = None  # see start_on_put
+        self._watch = -1  # a pipe's write end the next put writes to (see watch)
 
     def start_on_put(self, start: Callable[[], None]) -> None:
         """Have the first put call ``start`` (which starts the consumer) instead of
@@ -82,20 +84,23 @@ class Inbox(queue.Queue[T]):
                 raise queue.Full
             self.queue.extend(items)
             if self._sleeping:
-                # Release first: an exception raised between the two (a signal
-                # handler's, on a main thread that drives its own run) must not
-                # leave the worker asleep with items in its deque. A release
-                # then repeated by the next put is a spurious wake-up, which
-                # get() takes in its stride.
-                try:  # noqa: SIM105 (no contextlib.suppress object on the hot path)
-                    self._wake.release()
-                except RuntimeError:  # released already
-                    pass
-                self._sleeping = False
-                # No consumer yet (see start_on_put): start it. The release above
-                # is then a spurious wake-up for its first sleep; it wakes a
-                # consumer that a start cut short by an exception did make.
-                start = self._start
+                if self._watch < 0:
+                    # Release first: an exception raised between the two (a signal
+                    # handler's, on a main thread that drives its own run) must not
+                    # leave the worker asleep with items in its deque. A release
+                    # then repeated by the next put is a spurious wake-up, which
+                    # get() takes in its stride.
+                    try:  # noqa: SIM105 (no contextlib.suppress object on the hot path)
+                        self._wake.release()
+                    except RuntimeError:  # released already
+                        pass
+                    self._sleeping = False
+                    # No consumer yet (see start_on_put): start it. The release
+                    # above is then a spurious wake-up for its first sleep; it
+                    # wakes a consumer that a start cut short by an exception did make.
+                    start = self._start
+                else:  # watched, not asleep in get(): see watch
+                    self._tell_watcher()
         if start is not None:  # outside the lock: the new consumer may take it at once
             try:
                 start()
@@ -104,6 +109,12 @@ class Inbox(queue.Queue[T]):
                     self._sleeping = True  # the next put tries again
                 raise
             self._start = None  # the producer's only: no consumer reads it
+
+    def _tell_watcher(self) -> None:
+        """Write the byte a watching consumer waits for (the mutex held)."""
+        self._sleeping = False
+        watch, self._watch = self._watch, -1
+        os.write(watch, b"\0")  # one byte per watch: never fills the pipe
 
     def put(self, item: T, block: bool = True, timeout: float | None = None) -> None:
         """Append ``item`` or raise ``queue.Full``: an inbox never makes its producer
@@ -136,6 +147,41 @@ class Inbox(queue.Queue[T]):
                         raise queue.Empty
                 # A put woke us just as we gave up: take its release, then the item.
                 self._wake.acquire()
+
+    def watch(self, fd: int) -> bool:
+        """Have the next put write a byte to ``fd`` (a pipe's write end), for a
+        consumer that waits on something else (its child: a call sent early, see
+        dagexec._engine.process.early); True, and nothing watched, if an item is
+        here already. The consumer's thread only, not while it blocks in get;
+        :meth:`unwatch` when done. A put pays for it only while watched."""
+        with self.mutex:
+            if self.queue:
+                return True
+            self._watch = fd
+            self._sleeping = True  # the put takes its wake-up branch, and writes
+        return False
+
+    def unwatch(self) -> None:
+        """Undo :meth:`watch` if no put has written yet."""
+        with self.mutex:
+            if self._watch >= 0:
+                self._watch = -1
+                self._sleeping = False
+
+    def take_first(self, wanted: Callable[[T], bool]) -> T | None:
+        """Remove and return the oldest item if ``wanted(item)`` (called under the
+        mutex: it must be quick and take no lock), else None; never blocks. A thief
+        (``get_nowait``, which pops without the mutex) may take that item in
+        between: the next one is then returned, which the caller checks again."""
+        with self.mutex:
+            items = self.queue
+            if not items or not wanted(items[0]):
+                return None
+            try:
+                item: T = items.popleft()
+            except IndexError:
+                return None
+            return item
 
     def get_nowait(self) -> T:
         """Remove and return the oldest item, or raise ``queue.Empty``."""

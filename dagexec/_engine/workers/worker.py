@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from contextvars import Context
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -27,6 +28,8 @@ from .wire import (
     CHAIN,
     DONE,
     FAILED,
+    J_REPORT,
+    J_TASK,
     MEMBER,
     NOT_STARTED,
     NOTIFY_START,
@@ -35,6 +38,7 @@ from .wire import (
     TIMED,
     Chain,
     Item,
+    Job,
 )
 
 __all__ = ["worker_loop"]
@@ -56,12 +60,16 @@ def worker_loop(worker_id: int, inbox: Inbox[Item | None]) -> None:
     (the drain's probe) is called directly.
     """
     here = running_by_thread[threading.get_ident()] = Running()
+    here.inbox = inbox
+    here.refuse = partial(_refuse, worker_id)
     try:
         _loop(worker_id, inbox, here)
     finally:
         del running_by_thread[threading.get_ident()]
         if here.child is not None:
             here.child.close()
+        if here.early is not None:
+            here.early.close()
 
 
 def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
@@ -72,7 +80,12 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
     waiting = inbox.queue
     pop, wait = waiting.popleft, inbox.get
     while True:
-        if waiting:
+        # A process task taken off the inbox early, perhaps sent to the child already
+        # (dagexec._engine.process.early): it comes before anything still queued.
+        item = here.next
+        if item is not None:
+            here.next = None
+        elif waiting:
             try:
                 item = pop()
             except IndexError:  # the driver took it back meanwhile (Balance._move)
@@ -96,7 +109,7 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
         # The run stopped since this was queued: it never starts. ``stop`` is the
         # run's Flag, read as an attribute: ``is_set()`` returns the same field
         # behind a call, a Python frame per task (see flag.py).
-        if stop._flag:
+        if stop._flag and not _began_early(here, fn):
             del fn, args, context
             report((worker_id, task, NOT_STARTED, None, 0.0, 0.0))
             del report, stop
@@ -120,6 +133,17 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
             del value
         here.stop = None
         del report, fn, stop, context
+
+
+def _began_early(here: Running, fn: object) -> bool:
+    """The run stopped before this item started: False (report it NOT_STARTED) unless
+    it was sent to the child early and the child had begun it (see Sender.began)."""
+    return here.early is not None and bool(here.early.began(fn))
+
+
+def _refuse(worker_id: int, item: Job) -> None:
+    """Report ``item`` NOT_STARTED: taken off the inbox early, it will never start."""
+    item[J_REPORT]((worker_id, item[J_TASK], NOT_STARTED, None, 0.0, 0.0))
 
 
 def _drop_own_frame(exc: BaseException) -> None:
