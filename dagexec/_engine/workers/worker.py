@@ -123,14 +123,14 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
         except BaseException as exc:  # reported, re-raised in the caller
             del args
             _drop_own_frame(exc)
-            ended = perf_counter() if flags & TIMED else 0.0
-            report((worker_id, task, FAILED, exc, started, ended))
-            del exc  # the traceback would keep the task's frames alive
+            state, value = FAILED, exc
+            del exc
         else:
             del args
-            ended = perf_counter() if flags & TIMED else 0.0
-            report((worker_id, task, DONE, value, started, ended))
-            del value
+            state = DONE
+        ended = perf_counter() if flags & TIMED else 0.0
+        report((worker_id, task, state, value, started, ended))
+        del value  # a failure's traceback would keep the task's frames alive
         here.stop = None
         del report, fn, stop, context
 
