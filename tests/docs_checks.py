@@ -39,7 +39,7 @@ import dagexec
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = Path(dagexec.__file__).resolve().parent  # a checkout's, or the installed wheel's
-MEASURED_PAGES = {"docs/performance.md", "docs/dask.md", "docs/processes.md"}
+MEASURED_PAGES = {"docs/performance.md", "docs/dask.md"}
 README_FIGURE_TABLES = 2
 
 RECEIVERS: dict[str, Any] = {
