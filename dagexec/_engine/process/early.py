@@ -2,7 +2,7 @@
 the current one runs, so that the child need not wait for the parent between calls.
 
 Off by default (:data:`EARLY_SEND`): measured on this project's 2-CPU machine it
-did not pay (docs/processes.md, "The next call sent early"). How it goes, on the
+did not pay (docs/performance.md, "The next call sent early"). How it goes, on the
 worker thread alone::
 
     worker thread, waiting for call A     its inbox           its child

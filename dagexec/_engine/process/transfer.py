@@ -190,7 +190,7 @@ def send(fd: int, meta: Any, data: bytes, buffers: list[memoryview], shm_path: s
 
 class EarlyCalls:
     """Which early calls a child begins, as its two threads see them: the main loop
-    decides for each call it reads (:meth:`begin`), the stop listener withdraws one
+    decides for each early call it reads (:meth:`begin`), the stop listener withdraws one
     not read yet (:meth:`withdraw`), both under one lock, so that the parent hears
     exactly one of BEGAN and DROPPED for each early call."""
 
@@ -198,7 +198,7 @@ class EarlyCalls:
 
     def __init__(self) -> None:
         self.guard = threading.Lock()
-        self.decided = 0  # the last seq the main loop read (seqs only grow)
+        self.decided = 0  # the last early seq the main loop read (seqs only grow)
         self.dropped: set[int] = set()  # withdrawn before the main loop read them
 
     def begin(self, seq: int) -> bool:

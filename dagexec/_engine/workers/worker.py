@@ -124,7 +124,6 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
             del args
             _drop_own_frame(exc)
             state, value = FAILED, exc
-            del exc
         else:
             del args
             state = DONE
