@@ -24,10 +24,11 @@ from ..._core.errors import TaskTimeout
 from ..._core.policy import Attempt, CurrentTask, Policy
 from ..._core.result import IN_FLIGHT
 from ..._core.safe import task_for_message
-from ..._state.events import ABANDONED, LET_GO
+from ..._state.events import ABANDONED, LET_GO, R_TASK, Report
 from ..._state.runstate import RunState
 from . import clock
 from .attempts import TIMED_OUT, AttemptBook, LiveAttempt, Overran, TimedAttempt
+from .flag import Flag
 
 __all__ = ["AttemptTimers"]
 
@@ -96,7 +97,10 @@ class AttemptTimers:
         """The function of ``task``'s next attempt, wrapped so that it can see
         itself (``current_task()``), and the extra flags its job needs."""
         state = self.state
-        token = threading.Event()  # a cleanup task sent out during a stop starts clear
+        # A cleanup task sent out during a stop starts clear. A Flag, not an Event: an
+        # Event builds its Condition, ~4 us a task of a process task's scheduler CPU
+        # (of ~27: benchmarks/processes.py part 2; flag.py says why it is the same).
+        token = Flag()
         self.tokens[task] = token
         number = state.attempt.get(task, 1)
         info = CurrentTask(state.names[task], number, token)
@@ -147,6 +151,15 @@ class AttemptTimers:
         self.tokens.pop(task, None)
         self.live.pop(task, None)
         self.running_on.pop(task, None)
+
+    def ended_all(self, reports: list[Report]) -> None:
+        """:meth:`ended` for each of ``reports`` (values returned, in a batch)."""
+        tokens, live, running_on = self.tokens, self.live, self.running_on
+        for report in reports:
+            task = report[R_TASK]
+            tokens.pop(task, None)
+            live.pop(task, None)
+            running_on.pop(task, None)
 
     def overran(self, task: int, late: Overran, worker: int, started: float, ended: float) -> bool:
         """A report of an attempt that returned after its deadline: its value is never
