@@ -18,7 +18,8 @@ from ..._core.errors import Cancelled, TaskTimeout
 from ..._core.result import CANCELLED as S_CANCELLED
 from ..._core.result import DONE as S_DONE
 from ..._core.result import FAILED as S_FAILED
-from ..._state.events import KILLED
+from ..._state.events import KILLED, Report
+from ..._state.runstate import RunState
 from ..workers.wire import (
     ABORT,
     CHAIN,
@@ -32,6 +33,7 @@ from ..workers.wire import (
 )
 from .attempts import Overran
 from .run_stop import RunStop
+from .timers import AttemptTimers
 
 __all__ = ["handle"]
 
@@ -43,20 +45,21 @@ def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C90
 
     Jobs that returned a value (the bulk, on a graph of small tasks) go to the
     state machine together, in runs between the other messages, which alone
-    are looked at one by one (in a run with a task policy, every message is).
+    are looked at one by one. In a run with a task policy (process tasks have
+    one), the attempt timers hear of each such end first (:func:`_returned`):
+    one by one, through ``finish`` and ``release``, they cost the driving thread
+    ~5 us more per process task (``benchmarks/processes.py``, part 2).
     """
     state, timers = run.state, run.timers
     others: Sequence[int] = run.balance.off_workers(batch, now)
-    if timers is not None:
-        others = range(len(batch))  # each attempt's end is the timers' to hear of
-    elif not others:  # the usual batch: every job returned a value
-        state.ended(batch)  # type: ignore[arg-type]  # only DONE reports, as others says
+    if not others:  # the usual batch: every job returned a value
+        _returned(state, timers, batch)  # type: ignore[arg-type]  # DONE reports only
         batch.clear()
         return
     start = 0  # the first returned value not yet applied
     for i in others:
         if start < i:  # the returned values before this message come first
-            state.ended(batch[start:i])  # type: ignore[arg-type]  # DONE reports only
+            _returned(state, timers, batch[start:i])  # type: ignore[arg-type]  # DONE only
         start = i + 1
         msg = batch[i]
         if msg is ABORT:
@@ -105,5 +108,15 @@ def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C90
             state.finish(task, outcome, payload, worker, started, ended)
             state.release(task, number)
     if start < len(batch):
-        state.ended(batch[start:])  # type: ignore[arg-type]  # DONE reports only
+        _returned(state, timers, batch[start:])  # type: ignore[arg-type]  # DONE reports only
     batch.clear()
+
+
+def _returned(state: RunState, timers: AttemptTimers | None, reports: list[Report]) -> None:
+    """Jobs that returned a value, in a row of the batch: the state machine's in one
+    call (each is off its worker: released there, see ``Ending.ended``), after the
+    timers have heard that each attempt ended in time (an attempt past its deadline
+    reports FAILED with an :class:`Overran`, never DONE)."""
+    if timers is not None:
+        timers.ended_all(reports)
+    state.ended(reports)
