@@ -286,6 +286,18 @@ def test_a_timeout_kills_the_child_and_fails_at_once(
     assert not _segments()
 
 
+def test_a_returned_timeout_object_is_a_value_not_a_timeout(ex: dagexec.Executor) -> None:
+    # A value is a value, whatever its type: a process task that returns the
+    # exception its worker reports a killed child with did not time out.
+    g = dagexec.Graph()
+    g.add("made", pt.a_timeout_object, timeout=30.0, isolate="process")
+    g.add("after", pt.square, args=(3,), isolate="process")
+    result = ex.run(g)
+    assert isinstance(result["made"], dagexec.TaskTimeout)
+    assert result["made"].timeout == 1.0 and result["after"] == 9
+    assert not result.errors
+
+
 def test_a_timeout_counts_once_per_attempt_with_retries(
     ex: dagexec.Executor, gate: pt.ProcessGate
 ) -> None:
