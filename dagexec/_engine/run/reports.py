@@ -13,6 +13,7 @@ stop's layer (:class:`~dagexec._engine.run.run_stop.RunStop`). Driving thread on
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from ..._core.errors import Cancelled, TaskTimeout
 from ..._core.result import CANCELLED as S_CANCELLED
@@ -48,18 +49,21 @@ def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C90
     are looked at one by one. In a run with a task policy (process tasks have
     one), the attempt timers hear of each such end first (:func:`_returned`):
     one by one, through ``finish`` and ``release``, they cost the driving thread
-    ~5 us more per process task (``benchmarks/processes.py``, part 2).
+    ~5 us more per process task (docs/performance.md, "Process tasks").
     """
     state, timers = run.state, run.timers
+    # A plain run calls the state machine itself: no call more per batch (the speed
+    # gate counts them, and the wide graph's batches are mostly of one report).
+    returned = state.ended if timers is None else partial(_returned, state, timers)
     others: Sequence[int] = run.balance.off_workers(batch, now)
     if not others:  # the usual batch: every job returned a value
-        _returned(state, timers, batch)  # type: ignore[arg-type]  # DONE reports only
+        returned(batch)  # type: ignore[arg-type]  # only DONE reports, as others says
         batch.clear()
         return
     start = 0  # the first returned value not yet applied
     for i in others:
         if start < i:  # the returned values before this message come first
-            _returned(state, timers, batch[start:i])  # type: ignore[arg-type]  # DONE only
+            returned(batch[start:i])  # type: ignore[arg-type]  # DONE reports only
         start = i + 1
         msg = batch[i]
         if msg is ABORT:
@@ -108,15 +112,14 @@ def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C90
             state.finish(task, outcome, payload, worker, started, ended)
             state.release(task, number)
     if start < len(batch):
-        _returned(state, timers, batch[start:])  # type: ignore[arg-type]  # DONE reports only
+        returned(batch[start:])  # type: ignore[arg-type]  # DONE reports only
     batch.clear()
 
 
-def _returned(state: RunState, timers: AttemptTimers | None, reports: list[Report]) -> None:
+def _returned(state: RunState, timers: AttemptTimers, reports: list[Report]) -> None:
     """Jobs that returned a value, in a row of the batch: the state machine's in one
     call (each is off its worker: released there, see ``Ending.ended``), after the
     timers have heard that each attempt ended in time (an attempt past its deadline
     reports FAILED with an :class:`Overran`, never DONE)."""
-    if timers is not None:
-        timers.ended_all(reports)
+    timers.ended_all(reports)
     state.ended(reports)
