@@ -24,7 +24,6 @@ from ..._state.runstate import RunState
 from ..workers.wire import (
     ABORT,
     CHAIN,
-    DONE,
     FAILED,
     FREED,
     MEMBER,
@@ -95,13 +94,12 @@ def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C90
                 run.balance.off(worker, now)
         elif kind == CHAIN:  # off its worker already (Balance.off_workers)
             state.chain_ended(task, payload, worker)
-        else:  # a job is off its worker (noted already if it returned a value)
-            if kind != DONE:
-                run.balance.off(worker, now)
+        else:  # a job failed, and is off its worker (values returned go in runs, above)
+            run.balance.off(worker, now)
             if timers is not None:
                 timers.ended(task)
-            outcome = S_DONE if kind == DONE else S_FAILED
-            if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
+            outcome = S_FAILED
+            if state.stopping and isinstance(payload, Cancelled):
                 outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
             number = state.attempt.get(task, 1)  # before a retry counts on
             if timers is not None and type(payload) is TaskTimeout and timers.isolated(task):
