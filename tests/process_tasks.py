@@ -140,6 +140,11 @@ def a_timeout_object(*values: Any) -> dagexec.TaskTimeout:
     return dagexec.TaskTimeout("someone", 1.0, 1)
 
 
+def raise_a_timeout(*values: Any) -> None:
+    """Raises what a timed-out process task fails with, with no timeout of its own."""
+    raise dagexec.TaskTimeout("someone", 1.0, 1)
+
+
 def square(x: int) -> int:
     return x * x
 

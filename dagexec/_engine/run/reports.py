@@ -102,7 +102,7 @@ def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C90
             if state.stopping and isinstance(payload, Cancelled):
                 outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
             number = state.attempt.get(task, 1)  # before a retry counts on
-            if timers is not None and type(payload) is TaskTimeout and timers.isolated(task):
+            if type(payload) is TaskTimeout and payload.killed:
                 # A process task's worker timed it out and killed its child.
                 state.timed_out(task, number, payload, worker, started, ended, killed=True)
                 state.release(task, number, KILLED)

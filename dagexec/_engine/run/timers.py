@@ -8,8 +8,9 @@ TaskTimeout, maybe retried) but keeps its in-flight slot and resources until its
 function returns; its worker reports an :class:`~dagexec._engine.run.attempts.Overran`
 instead of the value, which frees them (see :mod:`dagexec._engine.run.attempts`).
 
-Owned by the thread that drives the run, like the run state; tokens are Events,
-which the running attempt reads through ``current_task()``.
+Owned by the thread that drives the run, like the run state; tokens are Flags
+(cheap ``threading.Event`` objects: ``flag.py``), which the running attempt reads
+through ``current_task()``.
 """
 
 from __future__ import annotations
@@ -231,12 +232,6 @@ class AttemptTimers:
         """``task``'s attempt ``attempt`` timed out: the one place the driver says so
         to the run (a process task's is the report of its worker: see reports.handle)."""
         self.state.timed_out(task, attempt, self._error(task, attempt), worker, started, ended)
-
-    def isolated(self, task: int) -> bool:
-        """Whether ``task`` runs in a child process (it times itself out there)."""
-        policies = self.state.policy
-        policy = policies[task] if policies is not None and task < len(policies) else None
-        return policy is not None and policy.isolate is not None
 
     def _error(self, task: int, attempt: int) -> TaskTimeout:
         policies = self.state.policy
