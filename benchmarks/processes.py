@@ -36,6 +36,11 @@ Parts, each printed as a table:
    off in >= 10 alternating pairs: the median of each, on / off, and the share of
    process calls that went early. Reported, not a target.
 
+9. **the cost of a call**: part 2's shape with calls that do nothing (``crunch`` of 0
+   loops), 8 chains x 250: CPU per task in this process, in its calling thread
+   (dagexec's scheduler) and in the children, dagexec against the floor. What the
+   parent spends on a process task beside the call itself. Reported, not a target.
+
 ``--early on|off`` sets ``EARLY_SEND`` for parts 1-7 (default: the module's, off);
 part 8 switches it itself.
 
@@ -466,6 +471,35 @@ def part_per_task(ex: dagexec.Executor, pool: ProcessPoolExecutor, repeat: int) 
     print(f"  ({load()})")
 
 
+def part_call_cost(ex: dagexec.Executor, repeat: int) -> None:
+    chains, length = 8, 250
+    tasks = chains_graph(chains, length, 0)
+    n = chains * length
+    expected = serial(tasks)
+    procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
+    print(f"\n== 9. the cost of a call: {n} calls that do nothing, {WORKERS} workers; {load()}")
+    floor = Floor()
+    try:
+        impls: dict[str, Callable[[], dict[str, Any]]] = {
+            "serial": lambda: serial(tasks),
+            "floor (2 threads x own child)": lambda: floor.run(tasks, chains, length),
+            "dagexec isolate=process": lambda: dict(ex.run(procs, targets=list(tasks)).items()),
+        }
+        kids = {
+            "floor (2 threads x own child)": lambda: [p.pid for p in floor.procs if p.pid],
+            "dagexec isolate=process": live_children,
+        }
+        medians = rounds(impls, expected, repeat, ["fold"], kids)
+    finally:
+        floor.close()
+    print(f"  {'implementation':<30}{'us/task (wall)':>15}{'x floor':>9}")
+    fl = medians["floor (2 threads x own child)"].wall
+    for label, row in medians.items():
+        print(f"  {label:<30}{row.wall / n * 1e6:15.1f}{row.wall / fl:9.2f}")
+    print_cpu(medians, n)
+    print(f"  ({load()})")
+
+
 def part_large(ex: dagexec.Executor, repeat: int) -> None:
     size = 50 * 1000 * 1000
     data = os.urandom(1 << 20) * (size // (1 << 20))
@@ -739,6 +773,8 @@ def main() -> None:
             part_second_run(ex, repeat)
         if "8" in parts:
             part_early(ex, repeat)
+        if "9" in parts:
+            part_call_cost(ex, repeat)
     if "5" in parts:
         part_startup(repeat)
     if RESULTS:

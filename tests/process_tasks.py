@@ -135,6 +135,16 @@ def scale(x: int, factor: int = 1, *, offset: int = 0) -> int:
     return x * factor + offset
 
 
+def a_timeout_object(*values: Any) -> dagexec.TaskTimeout:
+    """Returns (not raises) what a timed-out process task fails with."""
+    return dagexec.TaskTimeout("someone", 1.0, 1)
+
+
+def raise_a_timeout(*values: Any) -> None:
+    """Raises what a timed-out process task fails with, with no timeout of its own."""
+    raise dagexec.TaskTimeout("someone", 1.0, 1)
+
+
 def square(x: int) -> int:
     return x * x
 

@@ -51,8 +51,8 @@ HOT_PATH: dict[str, tuple[int, str]] = {
         "body runs per ready task (0.017 calls/task, wide): a helper per task is +26% calls/task",
     ),
     "_engine/run/reports.py:handle": (
-        29,
-        "per results batch (0.017 calls/task wide, 0.051 partial); per message in a policy run",
+        25,
+        "per results batch (0.017 calls/task wide, 0.051 partial); per message not a value",
     ),
     "_engine/run/driver.py:Driver.loop": (
         21,

@@ -279,11 +279,34 @@ def test_a_timeout_kills_the_child_and_fails_at_once(
     g.add("after", pt.square, args=(4,), isolate="process", run_if="all_done")
     result = ex.run(g, on_error="continue", targets=["slow", "after"])
     err = result.errors["slow"]
-    assert isinstance(err, dagexec.TaskTimeout) and err.timeout == 1.0
+    assert isinstance(err, dagexec.TaskTimeout) and err.timeout == 1.0 and err.killed
+    assert result.stats.timeouts == 1
     (pid,) = gate.wait_for_arrivals(1)
     assert not alive(pid)  # killed and reaped before the task was reported
     assert result["after"] == 16  # the worker took the next task: nothing abandoned
     assert not _segments()
+
+
+def test_a_returned_timeout_object_is_a_value_not_a_timeout(ex: dagexec.Executor) -> None:
+    # A value is a value, whatever its type: a process task that returns the
+    # exception its worker reports a killed child with did not time out.
+    g = dagexec.Graph()
+    g.add("made", pt.a_timeout_object, timeout=30.0, isolate="process")
+    g.add("after", pt.square, args=(3,), isolate="process")
+    result = ex.run(g)
+    assert isinstance(result["made"], dagexec.TaskTimeout)
+    assert result["made"].timeout == 1.0 and result["after"] == 9
+    assert not result.errors
+
+
+def test_a_raised_timeout_object_is_a_failure_not_a_killed_child(ex: dagexec.Executor) -> None:
+    # The task's own code raised it: nothing was killed, nothing timed out.
+    g = dagexec.Graph()
+    g.add("raises", pt.raise_a_timeout, isolate="process")
+    result = ex.run(g, on_error="continue")
+    err = result.errors["raises"]
+    assert isinstance(err, dagexec.TaskTimeout) and not err.killed
+    assert result.stats.timeouts == 0
 
 
 def test_a_timeout_counts_once_per_attempt_with_retries(

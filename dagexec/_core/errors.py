@@ -201,7 +201,15 @@ class TaskTimeout(DagexecError, TimeoutError):
     resources, until the function returns; its worker slot gets a new thread,
     its value is discarded and ``current_task().cancelled`` is set for it. The
     run does not wait for it (docs/attempts.md).
+
+    A process task's attempt (``isolate="process"``) is not left running: its
+    worker kills the child at the deadline, and says so with ``killed``. One that
+    the task's own code raised, or returned, has ``killed`` False.
     """
+
+    # Set by the one place a process task times out (ChildSlot.time_out): how the
+    # run tells a killed child from a TaskTimeout the task's code raised itself.
+    killed = False
 
     def __init__(self, task: Hashable, timeout: float, attempt: int = 1) -> None:
         self.task = task

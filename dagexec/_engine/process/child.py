@@ -63,7 +63,7 @@ try:
         LOGS,
         PLACE,
         SEGMENT_PREFIX,
-        VALUE,
+        VALUE_META,
         WITHDRAW,
         EarlyCalls,
         Reader,
@@ -82,7 +82,7 @@ except ImportError:  # loaded by file as _dagexec_child, beside _dagexec_transfe
         LOGS,
         PLACE,
         SEGMENT_PREFIX,
-        VALUE,
+        VALUE_META,
         WITHDRAW,
         EarlyCalls,
         Reader,
@@ -204,7 +204,7 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
             continue  # withdrawn: the stop listener said DROPPED
         # Where a reply with large buffers goes: a file the parent names the same way.
         out_path = f"{shm}/{tag}{seq}-out" if shm else None
-        if stop.is_set():
+        if stop._flag:  # type: ignore[attr-defined]  # is_set()'s field, without its call
             stop.clear()
         running[0] = seq
         try:
@@ -346,7 +346,7 @@ def _reply_value(replies: int, value: Any, name: Any, out_path: str | None) -> N
         )
         _reply_error(replies, error, name, out_path)
         return
-    _send_reply(replies, (VALUE,), data, buffers, out_path)
+    _send_reply(replies, VALUE_META, data, buffers, out_path)
 
 
 def _reply_error(replies: int, exc: BaseException, name: Any, out_path: str | None) -> None:

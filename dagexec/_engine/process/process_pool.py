@@ -301,7 +301,9 @@ class ChildSlot:
         TaskTimeout. The one place a process task times out."""
         assert call.timeout is not None
         self.kill(shm)
-        raise TaskTimeout(info.name, call.timeout, info.attempt)
+        error = TaskTimeout(info.name, call.timeout, info.attempt)
+        error.killed = True
+        raise error
 
     def _wait(
         self,

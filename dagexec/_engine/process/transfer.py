@@ -61,6 +61,7 @@ __all__ = [
     "PLACE",
     "SEGMENT_PREFIX",
     "VALUE",
+    "VALUE_META",
     "WITHDRAW",
     "EarlyCalls",
     "Reader",
@@ -88,6 +89,7 @@ DROPPED = "dropped"
 # begun (the child answers DROPPED), rather than forward a stop to the call running.
 WITHDRAW = 1 << 63
 VALUE = "value"  # child -> parent, final: (VALUE,); data is (value,) pickled
+VALUE_META = (VALUE,)  # the meta a child sends it with (its envelope is made once)
 # child -> parent, final: (ERROR, (module, qualname, message, traceback note), why
 # it did not pickle or None); data is the exception pickled, or empty if it did not
 ERROR = "error"
@@ -118,6 +120,7 @@ _ENV = struct.Struct("<I")  # a message's envelope length, first in its frame
 _HEAD = struct.Struct("<QI")  # both, as a message's frame starts
 _READ = 64 * 1024  # what one read asks for: a small frame comes whole
 _CHUNK = 1 << 30  # one read/write call moves at most this much (Linux caps ~2 GiB)
+_VALUE_ENVELOPE = pickle.dumps((VALUE_META, None), protocol=5)
 
 
 _shm_checked: tuple[str, str | None] | None = None  # (_SHM_DIR, the answer for it)
@@ -140,7 +143,12 @@ def lift(values: tuple[Any, ...]) -> tuple[Any, ...]:
     :class:`pickle.PickleBuffer` it travels as a raw buffer and arrives as the
     ``bytes`` the receiver made of it.
     """
-    if not any(type(v) is bytes and len(v) >= OOB_MIN for v in values):
+    # A loop here, not any() over a generator: a generator's frame and a call per
+    # message, on both sides of every process task's round trip.
+    for v in values:
+        if type(v) is bytes and len(v) >= OOB_MIN:
+            break
+    else:
         return values
     return tuple(
         pickle.PickleBuffer(v) if type(v) is bytes and len(v) >= OOB_MIN else v for v in values
@@ -179,7 +187,10 @@ def send(fd: int, meta: Any, data: bytes, buffers: list[memoryview], shm_path: s
             except OSError:  # /dev/shm filled up meanwhile: the pipe still works
                 unlink_quietly(shm_path)
         layout = (tuple(b.readonly for b in buffers), sizes, where)
-    envelope = pickle.dumps((meta, layout), protocol=5)
+    if meta is VALUE_META and layout is None:  # a child's usual answer: pickled once
+        envelope = _VALUE_ENVELOPE
+    else:
+        envelope = pickle.dumps((meta, layout), protocol=5)
     head = _HEAD.pack(_ENV.size + len(envelope) + len(data), len(envelope))
     _write_parts(fd, head + envelope, data)
     if layout is not None and where is None:

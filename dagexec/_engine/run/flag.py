@@ -1,4 +1,5 @@
-"""Flag: a ``threading.Event`` that is cheap to make and to set, for the few made per run.
+"""Flag: a ``threading.Event`` that is cheap to make and to set: a run's own flags, and
+the token of each attempt of a task with a policy (``timers.py``), which a task may wait on.
 
 ``threading.Event()`` builds a ``Condition`` over a plain ``Lock``, and
 ``Condition.__init__`` looks up three methods a plain lock lacks

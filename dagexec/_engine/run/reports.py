@@ -13,16 +13,17 @@ stop's layer (:class:`~dagexec._engine.run.run_stop.RunStop`). Driving thread on
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from ..._core.errors import Cancelled, TaskTimeout
 from ..._core.result import CANCELLED as S_CANCELLED
 from ..._core.result import DONE as S_DONE
 from ..._core.result import FAILED as S_FAILED
-from ..._state.events import KILLED
+from ..._state.events import KILLED, Report
+from ..._state.runstate import RunState
 from ..workers.wire import (
     ABORT,
     CHAIN,
-    DONE,
     FAILED,
     FREED,
     MEMBER,
@@ -32,6 +33,7 @@ from ..workers.wire import (
 )
 from .attempts import Overran
 from .run_stop import RunStop
+from .timers import AttemptTimers
 
 __all__ = ["handle"]
 
@@ -43,20 +45,24 @@ def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C90
 
     Jobs that returned a value (the bulk, on a graph of small tasks) go to the
     state machine together, in runs between the other messages, which alone
-    are looked at one by one (in a run with a task policy, every message is).
+    are looked at one by one. In a run with a task policy (process tasks have
+    one), the attempt timers hear of each such end first (:func:`_returned`):
+    one by one, through ``finish`` and ``release``, they cost the driving thread
+    ~5 us more per process task (docs/performance.md, "Process tasks").
     """
     state, timers = run.state, run.timers
+    # A plain run calls the state machine itself: no call more per batch (the speed
+    # gate counts them, and the wide graph's batches are mostly of one report).
+    returned = state.ended if timers is None else partial(_returned, state, timers)
     others: Sequence[int] = run.balance.off_workers(batch, now)
-    if timers is not None:
-        others = range(len(batch))  # each attempt's end is the timers' to hear of
-    elif not others:  # the usual batch: every job returned a value
-        state.ended(batch)  # type: ignore[arg-type]  # only DONE reports, as others says
+    if not others:  # the usual batch: every job returned a value
+        returned(batch)  # type: ignore[arg-type]  # only DONE reports, as others says
         batch.clear()
         return
     start = 0  # the first returned value not yet applied
     for i in others:
         if start < i:  # the returned values before this message come first
-            state.ended(batch[start:i])  # type: ignore[arg-type]  # DONE reports only
+            returned(batch[start:i])  # type: ignore[arg-type]  # DONE reports only
         start = i + 1
         msg = batch[i]
         if msg is ABORT:
@@ -88,16 +94,15 @@ def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C90
                 run.balance.off(worker, now)
         elif kind == CHAIN:  # off its worker already (Balance.off_workers)
             state.chain_ended(task, payload, worker)
-        else:  # a job is off its worker (noted already if it returned a value)
-            if kind != DONE:
-                run.balance.off(worker, now)
+        else:  # a job failed, and is off its worker (values returned go in runs, above)
+            run.balance.off(worker, now)
             if timers is not None:
                 timers.ended(task)
-            outcome = S_DONE if kind == DONE else S_FAILED
-            if outcome == S_FAILED and state.stopping and isinstance(payload, Cancelled):
+            outcome = S_FAILED
+            if state.stopping and isinstance(payload, Cancelled):
                 outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
             number = state.attempt.get(task, 1)  # before a retry counts on
-            if timers is not None and type(payload) is TaskTimeout and timers.isolated(task):
+            if type(payload) is TaskTimeout and payload.killed:
                 # A process task's worker timed it out and killed its child.
                 state.timed_out(task, number, payload, worker, started, ended, killed=True)
                 state.release(task, number, KILLED)
@@ -105,5 +110,14 @@ def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C90
             state.finish(task, outcome, payload, worker, started, ended)
             state.release(task, number)
     if start < len(batch):
-        state.ended(batch[start:])  # type: ignore[arg-type]  # DONE reports only
+        returned(batch[start:])  # type: ignore[arg-type]  # DONE reports only
     batch.clear()
+
+
+def _returned(state: RunState, timers: AttemptTimers, reports: list[Report]) -> None:
+    """Jobs that returned a value, in a row of the batch: the state machine's in one
+    call (each is off its worker: released there, see ``Ending.ended``), after the
+    timers have heard that each attempt ended in time (an attempt past its deadline
+    reports FAILED with an :class:`Overran`, never DONE)."""
+    timers.ended_all(reports)
+    state.ended(reports)

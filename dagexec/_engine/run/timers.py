@@ -8,8 +8,9 @@ TaskTimeout, maybe retried) but keeps its in-flight slot and resources until its
 function returns; its worker reports an :class:`~dagexec._engine.run.attempts.Overran`
 instead of the value, which frees them (see :mod:`dagexec._engine.run.attempts`).
 
-Owned by the thread that drives the run, like the run state; tokens are Events,
-which the running attempt reads through ``current_task()``.
+Owned by the thread that drives the run, like the run state; tokens are Flags
+(cheap ``threading.Event`` objects: ``flag.py``), which the running attempt reads
+through ``current_task()``.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from ..._core.errors import TaskTimeout
 from ..._core.policy import Attempt, CurrentTask, Policy
 from ..._core.result import IN_FLIGHT
 from ..._core.safe import task_for_message
-from ..._state.events import ABANDONED, LET_GO
+from ..._state.events import ABANDONED, LET_GO, R_TASK, Report
 from ..._state.runstate import RunState
 from . import clock
 from .attempts import TIMED_OUT, AttemptBook, LiveAttempt, Overran, TimedAttempt
+from .flag import Flag
 
 __all__ = ["AttemptTimers"]
 
@@ -96,7 +98,10 @@ class AttemptTimers:
         """The function of ``task``'s next attempt, wrapped so that it can see
         itself (``current_task()``), and the extra flags its job needs."""
         state = self.state
-        token = threading.Event()  # a cleanup task sent out during a stop starts clear
+        # A cleanup task sent out during a stop starts clear. A Flag, not an Event: an
+        # Event builds its Condition, ~4 us a task of a process task's scheduler CPU
+        # (of ~27: benchmarks/processes.py part 2; flag.py says why it is the same).
+        token = Flag()
         self.tokens[task] = token
         number = state.attempt.get(task, 1)
         info = CurrentTask(state.names[task], number, token)
@@ -148,6 +153,15 @@ class AttemptTimers:
         self.live.pop(task, None)
         self.running_on.pop(task, None)
 
+    def ended_all(self, reports: list[Report]) -> None:
+        """:meth:`ended` for each of ``reports`` (values returned, in a batch)."""
+        tokens, live, running_on = self.tokens, self.live, self.running_on
+        for report in reports:
+            task = report[R_TASK]
+            tokens.pop(task, None)
+            live.pop(task, None)
+            running_on.pop(task, None)
+
     def overran(self, task: int, late: Overran, worker: int, started: float, ended: float) -> bool:
         """A report of an attempt that returned after its deadline: its value is never
         used. Times the task out now if the worker was first to notice. Frees the
@@ -177,6 +191,11 @@ class AttemptTimers:
         """Wake the retries that are due, time out the attempts that ran too long;
         return the seconds until the next timer, or None if there is none."""
         state, deadlines = self.state, self.deadlines
+        if not deadlines and not state.timers and state.gate is None:
+            # Nothing timed (a run of process tasks, which time themselves): no clock,
+            # no wake, no list, on every round of such a run (~2 us a task of its
+            # driving thread; the state's clock is read as reports arrive, Driver._receive).
+            return None
         now = clock.now()
         state.wake(now)
         while deadlines and (deadlines[0][0] <= now or self._over(deadlines[0])):
@@ -213,12 +232,6 @@ class AttemptTimers:
         """``task``'s attempt ``attempt`` timed out: the one place the driver says so
         to the run (a process task's is the report of its worker: see reports.handle)."""
         self.state.timed_out(task, attempt, self._error(task, attempt), worker, started, ended)
-
-    def isolated(self, task: int) -> bool:
-        """Whether ``task`` runs in a child process (it times itself out there)."""
-        policies = self.state.policy
-        policy = policies[task] if policies is not None and task < len(policies) else None
-        return policy is not None and policy.isolate is not None
 
     def _error(self, task: int, attempt: int) -> TaskTimeout:
         policies = self.state.policy
