@@ -263,8 +263,12 @@ class Balance:
         held, queues, dead = self.held, self.queues, self.dead
         for idle in self.workers:
             if not held[idle] and idle not in dead:
-                victim = max(self.workers, key=lambda w: len(queues[w]))
-                if not queues[victim]:
+                # The first longest, as max(workers, key=...) took it, without a
+                # lambda: its closure made a cell at every call of this method, which
+                # runs every round of a busy run (and a Python call per worker here).
+                lengths = list(map(len, queues))
+                victim = lengths.index(max(lengths))
+                if not lengths[victim]:
                     return
                 self._move(victim, idle, now)
 

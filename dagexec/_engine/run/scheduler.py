@@ -179,7 +179,11 @@ class Run(Driver):
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
         # The most ever in flight (RunStats.effective_cap); the driver's ``cap`` is
         # the current limit, below it while the memory-aware depth says so.
-        self.bound = min(max_in_flight, len(inboxes) * (queue_cap + 1))
+        # (Not min(): a builtin that parses its arguments as keywords, ~700
+        # instructions a call; this one and Depth's made ~9 a run, ~6,800 of a
+        # 10-task run's instructions; cachegrind, benchmarks/small_runs.py --count.)
+        full = len(inboxes) * (queue_cap + 1)
+        self.bound = max_in_flight if max_in_flight < full else full
         self.capacity = dict(capacity or {})
         self.results: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.finished = Flag()  # outcome is ready
@@ -233,7 +237,8 @@ class Run(Driver):
         # values made (depth.py); but not in a plan no bigger than one task per worker
         # and without maps, whose tasks all go out at once whatever the depth (it
         # never starts below that): a small run then sizes nothing.
-        self.cap = min(self.bound, len(inboxes) * (depth + 1))
+        cap = len(inboxes) * (depth + 1)
+        self.cap = self.bound if self.bound < cap else cap
         self.depth = None
         if adaptive and (len(plan.names) > len(inboxes) or plan.maps is not None):
             self.depth = Depth(len(inboxes), self.cap, plan)
