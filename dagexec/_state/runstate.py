@@ -105,7 +105,6 @@ class RunState(Dispatching, Attempts, Growing):
     def __init__(
         self,
         plan: Plan,
-        *,
         on_error: str = "raise",
         workers: int = 1,
         observed: bool = False,

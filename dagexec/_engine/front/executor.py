@@ -293,20 +293,22 @@ class Executor:
         capacity: Mapping[str, float],
         context: contextvars.Context,
     ) -> Run:
+        # Positional, in Run's order: keywords to a class are gathered into a dict
+        # in C and matched by name again (see Run.__init__).
         return Run(
             plan,
             self._inboxes,
-            crew=self._crew,
-            book=self._book,
-            queue_cap=self.queue_cap,
-            max_in_flight=self.max_in_flight,
-            adaptive=self.memory_aware,
-            on_error=job.on_error,
-            hooks=job.hooks,
-            trace=job.trace,
-            capacity=capacity,
-            context=context,
-            logs=job.logs,
+            self.queue_cap,
+            self.max_in_flight,
+            job.on_error,
+            job.hooks,
+            job.trace,
+            capacity,
+            context,
+            self._crew,
+            self._book,
+            self.memory_aware,
+            job.logs,
         )
 
     def _run_prepared(self, job: Job, capacity: Mapping[str, float]) -> RunResult:
