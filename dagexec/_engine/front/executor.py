@@ -229,9 +229,8 @@ class Executor:
                 is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is
                 raised in either mode.
         """
-        options = RunOptions(
-            on_error, callbacks, trace, progress, resources, timeout, checkpoint, logs
-        )
+        # RunOptions' fields as a plain tuple (see run_checks.Options).
+        options = (on_error, callbacks, trace, progress, resources, timeout, checkpoint, logs)
         job = prepare(graph, targets, options)
         capacity = self.resources  # the usual run: nothing to add or check, no call
         if resources is not None or job.plan.needs is not None:

@@ -63,7 +63,8 @@ class Run(Protocol):
 
 class Outcome(NamedTuple):
     """What the scheduler hands the caller: the result, and what to raise if anything.
-    A tuple: made without a call of ours."""
+    A tuple; a run's end makes it with ``tuple.__new__``, without the Python-level
+    ``__new__`` of a named tuple."""
 
     result: RunResult | None
     error: BaseException | None
