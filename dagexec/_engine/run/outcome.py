@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple, Protocol
 
 from ..._core.errors import TaskTimeout
@@ -56,7 +57,7 @@ class Run(Protocol):
     @property
     def abandoned(self) -> int: ...
     @property
-    def abandoned_attempts(self) -> set[tuple[int, int]]: ...
+    def abandoned_attempts(self) -> AbstractSet[tuple[int, int]]: ...
     @property
     def capture(self) -> Capture | None: ...
 

@@ -61,6 +61,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Hashable, Mapping
+from collections.abc import Set as AbstractSet
 from functools import partial
 from time import perf_counter
 from typing import Any
@@ -105,6 +106,9 @@ __all__ = ["ABORT", "Outcome", "Run"]
 
 log = logging.getLogger("dagexec")
 OWN_FILES.add(__file__)  # callback errors' tracebacks reach these frames
+
+
+_NONE_ABANDONED: frozenset[tuple[int, int]] = frozenset()
 
 
 def _nothing() -> None:
@@ -174,7 +178,9 @@ class Run(Driver):
         self.lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]] = {}
         self.subscribed = False  # to the book's news of abandoned attempts (_borrow)
         self.abandoned = 0  # attempts still running when the run ended (RunStats)
-        self.abandoned_attempts: set[tuple[int, int]] = set()  # (task, attempt), for the trace
+        # (task, attempt), for the trace; the shared empty one until a run has any
+        # (a set made per run was a type call, and read only by a traced run).
+        self.abandoned_attempts: AbstractSet[tuple[int, int]] = _NONE_ABANDONED
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
         # The most ever in flight (RunStats.effective_cap); the driver's ``cap`` is
         # the current limit, below it while the memory-aware depth says so.
@@ -183,7 +189,7 @@ class Run(Driver):
         # 10-task run's instructions; cachegrind, benchmarks/small_runs.py --count.)
         full = len(inboxes) * (queue_cap + 1)
         self.bound = max_in_flight if max_in_flight < full else full
-        self.capacity = dict(capacity or {})
+        self.capacity = dict(capacity) if capacity else {}  # a literal: no type call
         self.results: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.finished = Flag()  # outcome is ready
         self.stop = Flag()  # no item carrying it starts once set; see abort
@@ -201,9 +207,9 @@ class Run(Driver):
         self.expired: float | None = None  # its timeout= passed (set before abort())
         self.begun = self.detached = False  # the driving thread only, like all below
         self.escaped: BaseException | None = None  # see main()
-        # Asked when the run is made for the state's log, and again when it starts
-        # (a queued run starts later) for its start, end and dispatch logs.
-        self.info = log.isEnabledFor(logging.INFO)
+        # Asked when the run starts (a queued run starts later), for its start, end
+        # and dispatch logs and the state's: see _run.
+        self.info = False
         # Positional (plan, on_error, workers, observed, capacity, log, warn), as is
         # this class's own making (Executor._new_run): keywords to a class are
         # gathered into a dict in C and matched by name again (~4,700 instructions
@@ -214,7 +220,7 @@ class Run(Driver):
             len(inboxes),
             trace or hooks.per_task,
             capacity,
-            log.info if self.info else None,
+            None,  # the state's log: set in _run, if INFO is on then
             log.warning,
         )
         self.trace = trace
@@ -396,9 +402,13 @@ class Run(Driver):
         self.started_at = self.now = perf_counter()
         if self.trace:
             self.observer.recorder = Recorder(state, self.started_at)
-        # Once per run, for its start and end logs (see __init__); dispatch then
-        # pays one falsy test. DEBUG is off whenever INFO is.
+        # Once per run, for its start and end logs and the state's (a task's failure,
+        # a retry), which all come after this; dispatch then pays one falsy test.
+        # DEBUG is off whenever INFO is. (It was asked when the run was made too:
+        # ~1,000 instructions a run, a Python call into logging.)
         self.info = log.isEnabledFor(logging.INFO)
+        if self.info:
+            state.log = log.info
         self.debug = self.info and log.isEnabledFor(logging.DEBUG)
         # current_task() in a plain task names it through this: the names grow as
         # maps expand, and were written before the task was handed out. Weakly:
