@@ -4,10 +4,11 @@
 ``Condition.__init__`` looks up three methods a plain lock lacks
 (``_release_save``, ``_acquire_restore``, ``_is_owned``), raising and catching
 an ``AttributeError`` for each: ~4-6 us per Event on the project machine
-(CPython 3.11). A run makes four (``finished``, ``stop``, ``hard_stop``,
-``cancelled``), which was about a tenth of a 10-task run's Python work on the
-calling thread (``python benchmarks/small_runs.py --count``), and sets two of
-them at its end, each ``set`` six Python calls into the ``Condition``.
+(CPython 3.11). A run made four (``finished``, ``stop``, ``hard_stop``,
+``cancelled``; ``hard_stop`` now only in a plan with cleanup tasks), which was
+about a tenth of a 10-task run's Python work on the calling thread (``python
+benchmarks/small_runs.py --count``), and sets two of them at its end, each
+``set`` six Python calls into the ``Condition``.
 
 Most of a run's flags are set and read, and never waited on: a plain run's
 caller drives it itself, and its workers only read ``stop``. So a Flag is a

@@ -193,15 +193,8 @@ class Run(Driver):
         self.results: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.finished = Flag()  # outcome is ready
         self.stop = Flag()  # no item carrying it starts once set; see abort
-        self.hard_stop = Flag()  # the same for cleanup tasks' items
-        self.hard_stop.mate = weakref.ref(self.stop)  # weak: the run alone holds its stop
         self.cancelled = Flag()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
-        # logs=: the run's capture rides on the flags every item carries, which a
-        # worker's Running holds while it runs the item (see _observation/capture.py).
-        self.capture: Capture | None = None
-        if logs is not None:
-            self.capture = self.stop.capture = self.hard_stop.capture = Capture(*logs)
         self.capturing = False  # capture.start() called; release() owed at the end
         self.lingering: list[threading.Event] = []  # abandoned attempts' done flags
         self.expired: float | None = None  # its timeout= passed (set before abort())
@@ -223,6 +216,21 @@ class Run(Driver):
             None,  # the state's log: set in _run, if INFO is on then
             log.warning,
         )
+        # The stop that cleanup tasks' items carry instead of ``stop``: only a plan
+        # with cleanup tasks has such items, and only it makes this flag (a Flag
+        # and a weak reference: ~3,000 instructions of a 10-task run; cachegrind,
+        # small_runs.py --count). None: an abort's hard stop has no item to stop.
+        self.hard_stop: Flag | None = None
+        if self.state.cleanup is not None:
+            self.hard_stop = Flag()
+            self.hard_stop.mate = weakref.ref(self.stop)  # weak: the run alone holds its stop
+        # logs=: the run's capture rides on the flags every item carries, which a
+        # worker's Running holds while it runs the item (see _observation/capture.py).
+        self.capture: Capture | None = None
+        if logs is not None:
+            self.capture = self.stop.capture = Capture(*logs)
+            if self.hard_stop is not None:
+                self.hard_stop.capture = self.capture
         self.trace = trace
         # What only some runs need is made by a method that a plain run never
         # enters: the observer and the items' flags of a watched run (_watch); the
