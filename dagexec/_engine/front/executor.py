@@ -341,7 +341,8 @@ class Executor:
         abandoned = self._stopper.abandoned
         return (
             here is self._scheduler
-            or here.ident == self._driver
+            # (ident is a Python property: asked only while a caller drives a run.)
+            or (self._driver is not None and here.ident == self._driver)
             or here in self._threads
             # An interrupted run's thread; or, after a shutdown during a run the
             # caller drives, that caller, but only until the run is over.
