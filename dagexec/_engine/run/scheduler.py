@@ -109,6 +109,9 @@ OWN_FILES.add(__file__)  # callback errors' tracebacks reach these frames
 
 
 _NONE_ABANDONED: frozenset[tuple[int, int]] = frozenset()
+_NO_SLOTS: frozenset[int] = frozenset()  # no worker's thread hangs (the usual run)
+# The state's warning sink, bound once: not a bound method made per run.
+_warn = log.warning
 
 
 def _nothing() -> None:
@@ -214,7 +217,7 @@ class Run(Driver):
             trace or hooks.per_task,
             capacity,
             None,  # the state's log: set in _run, if INFO is on then
-            log.warning,
+            _warn,
         )
         # The stop that cleanup tasks' items carry instead of ``stop``: only a plan
         # with cleanup tasks has such items, and only it makes this flag (a Flag
@@ -245,7 +248,7 @@ class Run(Driver):
             depth = inbox_depth(plan.policy, queue_cap)
             self.timers = self._timers()
         # Hung threads of earlier runs' timed-out attempts get no work.
-        dead = frozenset() if crew is None or not crew.blocked else crew.blocked_slots()
+        dead = _NO_SLOTS if crew is None or not crew.blocked else crew.blocked_slots()
         self.balance = Balance(inboxes, depth, dead)
         # The stop's fields (run_stop.py).
         self.abort_requested = self.hard_requested = False  # written by abort(), any thread
