@@ -59,6 +59,11 @@ class Flag(threading.Event):
     this flag, long after the run).
     """
 
+    # The two fields every flag has, as slots: a flag nothing else is stored on (a
+    # run's finished and cancelled) then never makes an instance dict (threading.Event
+    # has no __slots__, so any other field still goes to one, made when first set).
+    __slots__ = ("_flag", "_guard")
+
     # Class-level default: the three flags of a run that name nothing pay no store.
     name_of: Callable[[int], Hashable] | None = None
     # A run with logs= hangs its Capture here too, on stop and hard_stop: what a
