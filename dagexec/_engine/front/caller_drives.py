@@ -215,7 +215,8 @@ def _take_slot(
         if (
             executor._stopper.abandoned is not None
             or (executor._pending and not all(map(_DONE, executor._pending)))
-            or not executor._slot.acquire(blocking=False)
+            # (Positional: a keyword to a C method is gathered into a dict first.)
+            or not executor._slot.acquire(False)
         ):
             return None  # a queued or interrupted run goes first: queue behind it
         try:

@@ -360,9 +360,11 @@ class Run(Driver):
             self.timers.close()
         if self.subscribed:
             self.book.unsubscribe(self._freed)
-        for error in self.observer.errors:
-            release_frames(error)
-        self.observer.errors.clear()
+        errors = self.observer.errors  # SILENT's (a plain run's) stays empty
+        if errors:
+            for error in errors:
+                release_frames(error)
+            errors.clear()
         self.cancelled.set()
         self.finished.set()
         # A queued run's caller is released by the run's future, once the
