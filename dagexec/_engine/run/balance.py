@@ -268,7 +268,7 @@ class Balance:
                 # runs every round of a busy run (and a Python call per worker here).
                 lengths = [*map(len, queues)]
                 victim = lengths.index(max(lengths))
-                if not lengths[victim]:
+                if not queues[victim]:
                     return
                 self._move(victim, idle, now)
 
