@@ -12,6 +12,7 @@ chain off its worker.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from .._core.result import CANCELLED, DONE, FAILED, HELD, IN_FLIGHT
@@ -104,9 +105,12 @@ class Dispatching(Ending):
                 if len(task_deps) == 2:
                     out.append((values[task_deps[0]], values[task_deps[1]]))
                 else:
-                    # No comprehension: its frame, and a cell for ``values`` made at
-                    # every call of this method (3.11), even with no such task.
-                    out.append(tuple(map(values.__getitem__, task_deps)))
+                    # A tuple of three or more, by itemgetter (in C). Not a comprehension:
+                    # its frame, and a cell for ``values`` made at every call of this
+                    # method (3.11), even with no such task; nor map(): the speed gate's
+                    # layered graph (a third of its tasks have three) read 16,232 ->
+                    # 16,308 instructions per task with map, 15,677 with this.
+                    out.append(itemgetter(*task_deps)(values))
                 for d in task_deps:
                     left = consumers[d] - 1
                     consumers[d] = left
