@@ -219,21 +219,6 @@ class Run(Driver):
             None,  # the state's log: set in _run, if INFO is on then
             _warn,
         )
-        # The stop that cleanup tasks' items carry instead of ``stop``: only a plan
-        # with cleanup tasks has such items, and only it makes this flag (a Flag
-        # and a weak reference: ~3,000 instructions of a 10-task run; cachegrind,
-        # small_runs.py --count). None: an abort's hard stop has no item to stop.
-        self.hard_stop: Flag | None = None
-        if self.state.cleanup is not None:
-            self.hard_stop = Flag()
-            self.hard_stop.mate = weakref.ref(self.stop)  # weak: the run alone holds its stop
-        # logs=: the run's capture rides on the flags every item carries, which a
-        # worker's Running holds while it runs the item (see _observation/capture.py).
-        self.capture: Capture | None = None
-        if logs is not None:
-            self.capture = self.stop.capture = Capture(*logs)
-            if self.hard_stop is not None:
-                self.hard_stop.capture = self.capture
         self.trace = trace
         # What only some runs need is made by a method that a plain run never
         # enters: the observer and the items' flags of a watched run (_watch); the
@@ -243,10 +228,20 @@ class Run(Driver):
         self.observer, self.flags = SILENT, 0  # SILENT: shared; nothing to record or tell
         if trace or hooks.any:
             self._watch()
-        depth, self.timers = queue_cap, None
+        # The stop that cleanup tasks' items carry instead of ``stop``: only a plan
+        # with cleanup tasks has such items, and only it makes this flag (_policies:
+        # a Flag and a weak reference, ~3,000 instructions of a 10-task run;
+        # cachegrind, small_runs.py --count). None: an abort's hard stop has no
+        # item to stop.
+        depth, self.timers, self.hard_stop = queue_cap, None, None
         if plan.policy is not None:
             depth = inbox_depth(plan.policy, queue_cap)
-            self.timers = self._timers()
+            self._policies()
+        # logs=: the run's capture rides on the flags every item carries, which a
+        # worker's Running holds while it runs the item (see _observation/capture.py).
+        self.capture: Capture | None = None
+        if logs is not None:
+            self._capture(logs)
         # Hung threads of earlier runs' timed-out attempts get no work.
         dead = _NO_SLOTS if crew is None or not crew.blocked else crew.blocked_slots()
         self.balance = Balance(inboxes, depth, dead)
@@ -278,11 +273,20 @@ class Run(Driver):
         timed = self.trace or hooks.task_end
         self.flags = (TIMED if timed else 0) | (NOTIFY_START if hooks.starts else 0)
 
-    def _timers(self) -> AttemptTimers:
-        """The attempt timers of a run whose plan has a task policy."""
-        timers = AttemptTimers(self.state, self.book, self._replace_worker)
+    def _policies(self) -> None:
+        """The attempt timers of a run whose plan has a task policy, and the hard stop
+        of one with cleanup tasks."""
+        timers = self.timers = AttemptTimers(self.state, self.book, self._replace_worker)
         timers.lend = self._lend
-        return timers
+        if self.state.cleanup is not None:
+            self.hard_stop = Flag()
+            self.hard_stop.mate = weakref.ref(self.stop)  # weak: the run alone holds its stop
+
+    def _capture(self, logs: tuple[int, str | None]) -> None:
+        """The capture of a run with ``logs=``, on the flags its items carry."""
+        self.capture = self.stop.capture = Capture(*logs)
+        if self.hard_stop is not None:
+            self.hard_stop.capture = self.capture
 
     def main(self, *, detachable: bool = False, wake_every: float | None = None) -> None:
         """Drive the run to its end. Never raises: errors go into ``outcome``. A second
