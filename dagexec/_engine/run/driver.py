@@ -80,7 +80,7 @@ class Driver(RunStop):
         """Dispatch and take reports until the run is over; True if it returned
         early instead, aborted and detachable (see :meth:`RunStop.settle`)."""
         state, balance, events, timers = self.state, self.balance, self.state.events, self.timers
-        depth, apply, held = self.depth, handle, self.balance.held
+        depth, apply = self.depth, handle
         wait: float | None = None
         while state.unfinished:
             if (state.stopping or self.abort_requested) and self.settle():
@@ -95,9 +95,7 @@ class Driver(RunStop):
                 balance.steer(self.now, self.started_at, state.ran_on)
             # Cleanup tasks (run_if="all_done") are dispatched during a stop too.
             pickup = bool(state.ready) and self._dispatch()
-            # Only with a worker that holds nothing (one C-level look): feed_idle
-            # does nothing otherwise, and most rounds of a busy run have none.
-            if not state.stopping and state.in_flight > 1 and 0 in held:
+            if not state.stopping and state.in_flight > 1:
                 balance.feed_idle(self.now)
             if state.in_flight == 0 and not pickup and wait is None:
                 over = self.at_rest()
