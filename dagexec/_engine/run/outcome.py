@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple, Protocol
 
 from ..._core.errors import TaskTimeout
@@ -57,7 +56,7 @@ class Run(Protocol):
     @property
     def abandoned(self) -> int: ...
     @property
-    def abandoned_attempts(self) -> AbstractSet[tuple[int, int]]: ...
+    def abandoned_attempts(self) -> frozenset[tuple[int, int]]: ...
     @property
     def capture(self) -> Capture | None: ...
 

@@ -61,7 +61,6 @@ import queue
 import threading
 import weakref
 from collections.abc import Hashable, Mapping
-from collections.abc import Set as AbstractSet
 from functools import partial
 from time import perf_counter
 from typing import Any
@@ -106,11 +105,9 @@ __all__ = ["ABORT", "Outcome", "Run"]
 
 log = logging.getLogger("dagexec")
 OWN_FILES.add(__file__)  # callback errors' tracebacks reach these frames
-
-
+# Made once, not per run: no attempt abandoned, no worker's thread hung, the warning sink.
 _NONE_ABANDONED: frozenset[tuple[int, int]] = frozenset()
-_NO_SLOTS: frozenset[int] = frozenset()  # no worker's thread hangs (the usual run)
-# The state's warning sink, bound once: not a bound method made per run.
+_NO_SLOTS: frozenset[int] = frozenset()
 _warn = log.warning
 
 
@@ -181,15 +178,11 @@ class Run(Driver):
         self.lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]] = {}
         self.subscribed = False  # to the book's news of abandoned attempts (_borrow)
         self.abandoned = 0  # attempts still running when the run ended (RunStats)
-        # (task, attempt), for the trace; the shared empty one until a run has any
-        # (a set made per run was a type call, and read only by a traced run).
-        self.abandoned_attempts: AbstractSet[tuple[int, int]] = _NONE_ABANDONED
+        self.abandoned_attempts = _NONE_ABANDONED  # (task, attempt), for the trace
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
         # The most ever in flight (RunStats.effective_cap); the driver's ``cap`` is
         # the current limit, below it while the memory-aware depth says so.
-        # (Not min(): a builtin that parses its arguments as keywords, ~700
-        # instructions a call; this one and Depth's made ~9 a run, ~6,800 of a
-        # 10-task run's instructions; cachegrind, benchmarks/small_runs.py --count.)
+        # (Compared, not min(): a builtin that parses keywords; ~700 instructions.)
         full = len(inboxes) * (queue_cap + 1)
         self.bound = max_in_flight if max_in_flight < full else full
         self.capacity = dict(capacity) if capacity else {}  # a literal: no type call
@@ -203,13 +196,8 @@ class Run(Driver):
         self.expired: float | None = None  # its timeout= passed (set before abort())
         self.begun = self.detached = False  # the driving thread only, like all below
         self.escaped: BaseException | None = None  # see main()
-        # Asked when the run starts (a queued run starts later), for its start, end
-        # and dispatch logs and the state's: see _run.
-        self.info = False
-        # Positional (plan, on_error, workers, observed, capacity, log, warn), as is
-        # this class's own making (Executor._new_run): keywords to a class are
-        # gathered into a dict in C and matched by name again (~4,700 instructions
-        # of a 10-task run for the two; cachegrind, small_runs.py --count).
+        self.info = False  # asked when the run starts (a queued run starts later): _run
+        # Positional, as _new_run makes this run: keywords to a class make a dict in C.
         self.state = RunState(
             plan,
             on_error,
@@ -228,20 +216,16 @@ class Run(Driver):
         self.observer, self.flags = SILENT, 0  # SILENT: shared; nothing to record or tell
         if trace or hooks.any:
             self._watch()
-        # The stop that cleanup tasks' items carry instead of ``stop``: only a plan
-        # with cleanup tasks has such items, and only it makes this flag (_policies:
-        # a Flag and a weak reference, ~3,000 instructions of a 10-task run;
-        # cachegrind, small_runs.py --count). None: an abort's hard stop has no
-        # item to stop.
-        depth, self.timers, self.hard_stop = queue_cap, None, None
-        if plan.policy is not None:
-            depth = inbox_depth(plan.policy, queue_cap)
-            self._policies()
         # logs=: the run's capture rides on the flags every item carries, which a
         # worker's Running holds while it runs the item (see _observation/capture.py).
         self.capture: Capture | None = None
         if logs is not None:
-            self._capture(logs)
+            self.capture = self.stop.capture = Capture(*logs)
+        # hard_stop (cleanup tasks' items' stop) only for a plan with any: _policies.
+        depth, self.timers, self.hard_stop = queue_cap, None, None
+        if plan.policy is not None:
+            depth = inbox_depth(plan.policy, queue_cap)
+            self._policies()
         # Hung threads of earlier runs' timed-out attempts get no work.
         dead = _NO_SLOTS if crew is None or not crew.blocked else crew.blocked_slots()
         self.balance = Balance(inboxes, depth, dead)
@@ -274,19 +258,13 @@ class Run(Driver):
         self.flags = (TIMED if timed else 0) | (NOTIFY_START if hooks.starts else 0)
 
     def _policies(self) -> None:
-        """The attempt timers of a run whose plan has a task policy, and the hard stop
-        of one with cleanup tasks."""
+        """A task policy's attempt timers; and cleanup tasks' hard stop, if any."""
         timers = self.timers = AttemptTimers(self.state, self.book, self._replace_worker)
         timers.lend = self._lend
         if self.state.cleanup is not None:
             self.hard_stop = Flag()
             self.hard_stop.mate = weakref.ref(self.stop)  # weak: the run alone holds its stop
-
-    def _capture(self, logs: tuple[int, str | None]) -> None:
-        """The capture of a run with ``logs=``, on the flags its items carry."""
-        self.capture = self.stop.capture = Capture(*logs)
-        if self.hard_stop is not None:
-            self.hard_stop.capture = self.capture
+            self.hard_stop.capture = self.capture  # logs=: as on the stop
 
     def main(self, *, detachable: bool = False, wake_every: float | None = None) -> None:
         """Drive the run to its end. Never raises: errors go into ``outcome``. A second
@@ -364,11 +342,9 @@ class Run(Driver):
             self.timers.close()
         if self.subscribed:
             self.book.unsubscribe(self._freed)
-        errors = self.observer.errors  # SILENT's (a plain run's) stays empty
-        if errors:
-            for error in errors:
-                release_frames(error)
-            errors.clear()
+        for error in self.observer.errors:
+            release_frames(error)
+        self.observer.errors.clear()
         self.cancelled.set()
         self.finished.set()
         # A queued run's caller is released by the run's future, once the
@@ -419,13 +395,10 @@ class Run(Driver):
         self.started_at = self.now = perf_counter()
         if self.trace:
             self.observer.recorder = Recorder(state, self.started_at)
-        # Once per run, for its start and end logs and the state's (a task's failure,
-        # a retry), which all come after this; dispatch then pays one falsy test.
-        # DEBUG is off whenever INFO is. (It was asked when the run was made too:
-        # ~1,000 instructions a run, a Python call into logging.)
+        # Once per run, for its start and end logs and the state's (all after this);
+        # dispatch then pays one falsy test. DEBUG is off whenever INFO is.
         self.info = log.isEnabledFor(logging.INFO)
-        if self.info:
-            state.log = log.info
+        state.log = log.info if self.info else None
         self.debug = self.info and log.isEnabledFor(logging.DEBUG)
         # current_task() in a plain task names it through this: the names grow as
         # maps expand, and were written before the task was handed out. Weakly:
@@ -455,7 +428,7 @@ class Run(Driver):
         if self.timers is not None:
             left = self.timers.abandon()
             self.abandoned = len(left)
-            self.abandoned_attempts = {(task, live.number) for live, task in left}
+            self.abandoned_attempts = frozenset({(task, live.number) for live, task in left})
             self.lingering = [live.done for live, _ in left]
             for attempt, _ in left:
                 log.warning(
@@ -473,8 +446,7 @@ class Run(Driver):
         result = build_result(self, perf_counter() - self.started_at)
         if self.info or self.hooks.run_end:
             conclude(self, result)
-        # tuple.__new__, not Outcome(): a named tuple's own __new__ is Python code
-        # (~1,400 instructions more a run; cachegrind).
+        # (tuple.__new__: a named tuple's own __new__ is Python code, ~1,400 more.)
         self.outcome = tuple.__new__(Outcome, (result, self.state.first_error))
 
     def _borrow(self) -> None:
