@@ -46,10 +46,6 @@ HOT_PATH: dict[str, tuple[int, str]] = {
         26,
         "the per-report loop of policy/stopping runs (0 calls in plain runs): a helper is +1/task",
     ),
-    "_state/dispatch.py:Dispatching.dispatch_all": (
-        17,
-        "body runs per ready task (0.017 calls/task, wide): a helper per task is +26% calls/task",
-    ),
     "_engine/run/reports.py:handle": (
         25,
         "per results batch (0.017 calls/task wide, 0.051 partial); per message not a value",

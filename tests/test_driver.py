@@ -128,7 +128,9 @@ def test_a_run_is_one_record_in_layers_set_in_one_place() -> None:
     assert not unset, f"fields of the run never set by Run.__init__: {unset}"
     # Nothing besides the run holds what the whole run shares: no part was handed
     # its results queue or its stop flags (no item is out yet to carry them).
-    for field in ("results", "stop", "hard_stop", "cancelled"):
+    # (A plan without cleanup tasks makes no hard stop: no item could carry it.)
+    assert run.hard_stop is None
+    for field in ("results", "stop", "cancelled"):
         shared = getattr(run, field)
         holders = [o for o in gc.get_referrers(shared) if o is not run and o is not vars(run)]
         holders = [o for o in holders if not isinstance(o, FrameType)]

@@ -214,8 +214,9 @@ def _take_slot(
             raise RuntimeError("this Executor is shut down; create a new one to run")
         if (
             executor._stopper.abandoned is not None
-            or not all(map(_DONE, executor._pending))
-            or not executor._slot.acquire(blocking=False)
+            or (executor._pending and not all(map(_DONE, executor._pending)))
+            # (Positional: a keyword to a C method is gathered into a dict first.)
+            or not executor._slot.acquire(False)
         ):
             return None  # a queued or interrupted run goes first: queue behind it
         try:

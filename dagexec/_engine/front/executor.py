@@ -229,9 +229,8 @@ class Executor:
                 is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is
                 raised in either mode.
         """
-        options = RunOptions(
-            on_error, callbacks, trace, progress, resources, timeout, checkpoint, logs
-        )
+        # RunOptions' fields as a plain tuple (see run_checks.Options).
+        options = (on_error, callbacks, trace, progress, resources, timeout, checkpoint, logs)
         job = prepare(graph, targets, options)
         capacity = self.resources  # the usual run: nothing to add or check, no call
         if resources is not None or job.plan.needs is not None:
@@ -293,20 +292,22 @@ class Executor:
         capacity: Mapping[str, float],
         context: contextvars.Context,
     ) -> Run:
+        # Positional, in Run's order: keywords to a class are gathered into a dict
+        # in C and matched by name again (see Run.__init__).
         return Run(
             plan,
             self._inboxes,
-            crew=self._crew,
-            book=self._book,
-            queue_cap=self.queue_cap,
-            max_in_flight=self.max_in_flight,
-            adaptive=self.memory_aware,
-            on_error=job.on_error,
-            hooks=job.hooks,
-            trace=job.trace,
-            capacity=capacity,
-            context=context,
-            logs=job.logs,
+            self.queue_cap,
+            self.max_in_flight,
+            job.on_error,
+            job.hooks,
+            job.trace,
+            capacity,
+            context,
+            self._crew,
+            self._book,
+            self.memory_aware,
+            job.logs,
         )
 
     def _run_prepared(self, job: Job, capacity: Mapping[str, float]) -> RunResult:
@@ -340,7 +341,8 @@ class Executor:
         abandoned = self._stopper.abandoned
         return (
             here is self._scheduler
-            or here.ident == self._driver
+            # (ident is a Python property: asked only while a caller drives a run.)
+            or (self._driver is not None and here.ident == self._driver)
             or here in self._threads
             # An interrupted run's thread; or, after a shutdown during a run the
             # caller drives, that caller, but only until the run is over.

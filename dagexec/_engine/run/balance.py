@@ -71,7 +71,7 @@ class Balance:
         dead: frozenset[int] = frozenset(),
     ) -> None:
         self.inboxes = inboxes
-        self.queues = list(map(_QUEUE, inboxes))  # the deques: length reads, no lock
+        self.queues = [*map(_QUEUE, inboxes)]  # the deques: length reads, no lock
         self.workers = range(len(inboxes))
         self.queue_cap = queue_cap
         self.held = [0] * len(inboxes)  # tasks queued or running, per worker
@@ -263,7 +263,11 @@ class Balance:
         held, queues, dead = self.held, self.queues, self.dead
         for idle in self.workers:
             if not held[idle] and idle not in dead:
-                victim = max(self.workers, key=lambda w: len(queues[w]))
+                # The first longest, as max(workers, key=...) took it, without a
+                # lambda: its closure made a cell at every call of this method, which
+                # runs every round of a busy run (and a Python call per worker here).
+                lengths = [*map(len, queues)]
+                victim = lengths.index(max(lengths))
                 if not queues[victim]:
                     return
                 self._move(victim, idle, now)

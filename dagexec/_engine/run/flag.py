@@ -5,10 +5,11 @@ the token of each attempt of a task with a policy (``timers.py``), which a task 
 ``Condition.__init__`` looks up three methods a plain lock lacks
 (``_release_save``, ``_acquire_restore``, ``_is_owned``), raising and catching
 an ``AttributeError`` for each: ~4-6 us per Event on the project machine
-(CPython 3.11). A run makes four (``finished``, ``stop``, ``hard_stop``,
-``cancelled``), which was about a tenth of a 10-task run's Python work on the
-calling thread (``python benchmarks/small_runs.py --count``), and sets two of
-them at its end, each ``set`` six Python calls into the ``Condition``.
+(CPython 3.11). A run made four (``finished``, ``stop``, ``hard_stop``,
+``cancelled``; ``hard_stop`` now only in a plan with cleanup tasks), which was
+about a tenth of a 10-task run's Python work on the calling thread (``python
+benchmarks/small_runs.py --count``), and sets two of them at its end, each
+``set`` six Python calls into the ``Condition``.
 
 Most of a run's flags are set and read, and never waited on: a plain run's
 caller drives it itself, and its workers only read ``stop``. So a Flag is a
@@ -59,6 +60,11 @@ class Flag(threading.Event):
     this flag, long after the run).
     """
 
+    # The two fields every flag has, as slots: a flag nothing else is stored on (a
+    # run's finished and cancelled) then never makes an instance dict (threading.Event
+    # has no __slots__, so any other field still goes to one, made when first set).
+    __slots__ = ("_flag", "_guard")
+
     # Class-level default: the three flags of a run that name nothing pay no store.
     name_of: Callable[[int], Hashable] | None = None
     # A run with logs= hangs its Capture here too, on stop and hard_stop: what a
@@ -73,7 +79,7 @@ class Flag(threading.Event):
     # lock and its state (set() and wait() write their own, under _guard). Not
     # _flag: a worker reads it for every item, and a miss on the instance's
     # dict then a look-up on the class cost more per task than the store per run.
-    _sets = 0  # how many set() calls: a wait() sees one it raced, even if cleared
+    _sets = 0  # set() calls since the first wait(): a wait() sees one it raced, even if cleared
     _waiting: threading.Condition | None = None  # made by the first wait()
 
     def __init__(self) -> None:  # no super().__init__(): it would build the slow Condition
@@ -89,8 +95,13 @@ class Flag(threading.Event):
         """Set the flag and wake every thread waiting for it."""
         with self._guard:
             self._flag = True
-            self._sets += 1
             waiting = self._waiting
+            # Counted for a waiter only: one that has not made the condition yet
+            # takes _guard after this and sees the flag. Not a store per set: a
+            # new key in the flag's instance dict (~1,500 instructions a set,
+            # two sets a run; cachegrind, small_runs.py --count).
+            if waiting is not None:
+                self._sets += 1
         if waiting is not None:
             with waiting:
                 waiting.notify_all()

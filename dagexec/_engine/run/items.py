@@ -42,7 +42,7 @@ class Dispatcher(Protocol):
     @property
     def stop(self) -> threading.Event: ...
     @property
-    def hard_stop(self) -> threading.Event: ...
+    def hard_stop(self) -> threading.Event | None: ...
     @property
     def context(self) -> contextvars.Context | None: ...
     @property
@@ -84,6 +84,7 @@ def special_items(
             fn, extra = timers.attempt(task, policy, NOTIFY_START)
             # A cleanup task still starts after a cancel or a first Ctrl-C.
             flag = driver.hard_stop if policy.cleanup else stop
+            assert flag is not None  # a run with cleanup tasks has its hard stop
             items.append((report, task, fn, args, flags | extra, flag, context))
             del fn
         elif chain_next[task] < 0:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from ..._core.errors import TaskTimeout
@@ -56,14 +56,15 @@ class Run(Protocol):
     @property
     def abandoned(self) -> int: ...
     @property
-    def abandoned_attempts(self) -> set[tuple[int, int]]: ...
+    def abandoned_attempts(self) -> frozenset[tuple[int, int]]: ...
     @property
     def capture(self) -> Capture | None: ...
 
 
 class Outcome(NamedTuple):
     """What the scheduler hands the caller: the result, and what to raise if anything.
-    A tuple: made without a call of ours."""
+    A tuple; a run's end makes it with ``tuple.__new__``, without the Python-level
+    ``__new__`` of a named tuple."""
 
     result: RunResult | None
     error: BaseException | None
@@ -123,7 +124,9 @@ def build_result(run: Run, wall: float) -> RunResult:
     """The result of ``run``: target values, every task's state, errors, stats, trace."""
     state = run.state
     plan, codes = run.plan, state.state
-    names = tuple(state.names)  # the plan's, and the items of its maps
+    names = state.names  # the plan's, and the items of its maps (then a list)
+    if type(names) is not tuple:
+        names = tuple(names)
     # One C-level pass per column, not a Python loop per target: a big graph can
     # have a hundred thousand targets (its sinks). Targets are the plan's tasks,
     # never a map's items, so their names are the plan's.
@@ -134,13 +137,9 @@ def build_result(run: Run, wall: float) -> RunResult:
         # keyword alone costs ~1,600 instructions per run (parsed in C; cachegrind).
         values = dict(zip(target_names, map(state.values.__getitem__, targets)))  # noqa: B905
     else:
-        values = {
-            name: state.values[t]
-            for name, t, code in zip(target_names, targets, target_codes, strict=True)
-            if code == DONE
-        }
+        values = _done_values(target_names, targets, target_codes, state.values)
     status = StatusMap(names, state.index, codes)
-    errors = {names[t]: e for t, e in state.errors.items()} if state.errors else {}
+    errors = _named_errors(names, state.errors) if state.errors else {}
     loaded = 0
     if plan.loaded:
         loaded = sum(1 for t in plan.loaded if codes[t] == DONE)
@@ -172,6 +171,26 @@ def build_result(run: Run, wall: float) -> RunResult:
     if recorder is not None:
         _add_trace(result, recorder, run, status)
     return result
+
+
+# The two comprehensions of a result that is not the usual one, each a function of
+# its own: in build_result, each made a cell for a name it reads at every call.
+
+
+def _done_values(
+    names: Sequence[Hashable], targets: Sequence[int], codes: bytes, values: Sequence[Any]
+) -> dict[Hashable, Any]:
+    """The values of the targets that are DONE (``codes``: the targets' states)."""
+    return {
+        name: values[t] for name, t, code in zip(names, targets, codes, strict=True) if code == DONE
+    }
+
+
+def _named_errors(
+    names: Sequence[Hashable], errors: Mapping[int, BaseException]
+) -> dict[Hashable, BaseException]:
+    """The run's errors by task name."""
+    return {names[t]: e for t, e in errors.items()}
 
 
 def _add_trace(result: RunResult, recorder: Recorder, run: Run, status: StatusMap) -> None:

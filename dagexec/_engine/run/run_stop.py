@@ -67,7 +67,7 @@ class RunStop:
     results: queue.SimpleQueue[Message]
     lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]]  # see Run._borrow
     stop: Flag  # no item carrying it starts once it is set (see abort)
-    hard_stop: Flag  # what cleanup tasks' items carry instead
+    hard_stop: Flag | None  # what cleanup tasks' items carry instead (None: no such task)
     cancelled: Flag  # nothing queued will start any more
     abort_requested: bool  # written by abort(), on any thread
     hard_requested: bool  # likewise: a second Ctrl-C
@@ -86,7 +86,7 @@ class RunStop:
         say). Cleanup tasks (run_if="all_done") still run, unless ``hard``: their
         items carry ``hard_stop`` instead.
         """
-        if hard:
+        if hard and self.hard_stop is not None:
             self.hard_stop.set()
         self.stop.set()
         self.request_abort(hard)
@@ -137,7 +137,8 @@ class RunStop:
         self.aborted = True
         if hard:
             self.hard_aborted = True
-            self.hard_stop.set()
+            if self.hard_stop is not None:
+                self.hard_stop.set()
         state = self.state
         unfinished = state.unfinished
         state.stop(hard=hard)
@@ -156,7 +157,7 @@ class RunStop:
         be on its way to the driver, and the run must stop now, not cancel tasks
         one by one as if nothing happened.
         """
-        hard_stop = self.hard_stop.is_set()
+        hard_stop = self.hard_stop is not None and self.hard_stop.is_set()
         if not self.state.stopping or (hard_stop and not self.hard_aborted):
             self.hard_requested = self.hard_requested or hard_stop
             self.apply_abort()

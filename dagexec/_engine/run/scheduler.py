@@ -105,6 +105,10 @@ __all__ = ["ABORT", "Outcome", "Run"]
 
 log = logging.getLogger("dagexec")
 OWN_FILES.add(__file__)  # callback errors' tracebacks reach these frames
+# Made once, not per run: no attempt abandoned, no worker's thread hung, the warning sink.
+_NONE_ABANDONED: frozenset[tuple[int, int]] = frozenset()
+_NO_SLOTS: frozenset[int] = frozenset()
+_warn = log.warning
 
 
 def _nothing() -> None:
@@ -156,7 +160,6 @@ class Run(Driver):
         self,
         plan: Plan,
         inboxes: list[Inbox[Item | None]],
-        *,
         queue_cap: int,
         max_in_flight: int,
         on_error: str,
@@ -175,40 +178,34 @@ class Run(Driver):
         self.lent: dict[LiveAttempt, tuple[tuple[int, Any], ...]] = {}
         self.subscribed = False  # to the book's news of abandoned attempts (_borrow)
         self.abandoned = 0  # attempts still running when the run ended (RunStats)
-        self.abandoned_attempts: set[tuple[int, int]] = set()  # (task, attempt), for the trace
+        self.abandoned_attempts = _NONE_ABANDONED  # (task, attempt), for the trace
         self.queue_cap, self.max_in_flight = queue_cap, max_in_flight
         # The most ever in flight (RunStats.effective_cap); the driver's ``cap`` is
         # the current limit, below it while the memory-aware depth says so.
-        self.bound = min(max_in_flight, len(inboxes) * (queue_cap + 1))
-        self.capacity = dict(capacity or {})
+        # (Compared, not min(): a builtin that parses keywords; ~700 instructions.)
+        full = len(inboxes) * (queue_cap + 1)
+        self.bound = max_in_flight if max_in_flight < full else full
+        self.capacity = dict(capacity) if capacity else {}  # a literal: no type call
         self.results: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.finished = Flag()  # outcome is ready
         self.stop = Flag()  # no item carrying it starts once set; see abort
-        self.hard_stop = Flag()  # the same for cleanup tasks' items
-        self.hard_stop.mate = weakref.ref(self.stop)  # weak: the run alone holds its stop
         self.cancelled = Flag()  # after an abort: nothing queued will start
         self.outcome: Outcome | None = None
-        # logs=: the run's capture rides on the flags every item carries, which a
-        # worker's Running holds while it runs the item (see _observation/capture.py).
-        self.capture: Capture | None = None
-        if logs is not None:
-            self.capture = self.stop.capture = self.hard_stop.capture = Capture(*logs)
         self.capturing = False  # capture.start() called; release() owed at the end
         self.lingering: list[threading.Event] = []  # abandoned attempts' done flags
         self.expired: float | None = None  # its timeout= passed (set before abort())
         self.begun = self.detached = False  # the driving thread only, like all below
         self.escaped: BaseException | None = None  # see main()
-        # Asked when the run is made for the state's log, and again when it starts
-        # (a queued run starts later) for its start, end and dispatch logs.
-        self.info = log.isEnabledFor(logging.INFO)
+        self.info = False  # asked when the run starts (a queued run starts later): _run
+        # Positional, as _new_run makes this run: keywords to a class make a dict in C.
         self.state = RunState(
             plan,
-            on_error=on_error,
-            workers=len(inboxes),
-            observed=trace or hooks.per_task,
-            capacity=capacity,
-            log=log.info if self.info else None,
-            warn=log.warning,
+            on_error,
+            len(inboxes),
+            trace or hooks.per_task,
+            capacity,
+            None,  # the state's log: set in _run, if INFO is on then
+            _warn,
         )
         self.trace = trace
         # What only some runs need is made by a method that a plain run never
@@ -219,12 +216,18 @@ class Run(Driver):
         self.observer, self.flags = SILENT, 0  # SILENT: shared; nothing to record or tell
         if trace or hooks.any:
             self._watch()
-        depth, self.timers = queue_cap, None
+        # logs=: the run's capture rides on the flags every item carries, which a
+        # worker's Running holds while it runs the item (see _observation/capture.py).
+        self.capture: Capture | None = None
+        if logs is not None:
+            self.capture = self.stop.capture = Capture(*logs)
+        # hard_stop (cleanup tasks' items' stop) only for a plan with any: _policies.
+        depth, self.timers, self.hard_stop = queue_cap, None, None
         if plan.policy is not None:
             depth = inbox_depth(plan.policy, queue_cap)
-            self.timers = self._timers()
+            self._policies()
         # Hung threads of earlier runs' timed-out attempts get no work.
-        dead = frozenset() if crew is None or not crew.blocked else crew.blocked_slots()
+        dead = _NO_SLOTS if crew is None or not crew.blocked else crew.blocked_slots()
         self.balance = Balance(inboxes, depth, dead)
         # The stop's fields (run_stop.py).
         self.abort_requested = self.hard_requested = False  # written by abort(), any thread
@@ -233,7 +236,8 @@ class Run(Driver):
         # values made (depth.py); but not in a plan no bigger than one task per worker
         # and without maps, whose tasks all go out at once whatever the depth (it
         # never starts below that): a small run then sizes nothing.
-        self.cap = min(self.bound, len(inboxes) * (depth + 1))
+        cap = len(inboxes) * (depth + 1)
+        self.cap = self.bound if self.bound < cap else cap
         self.depth = None
         if adaptive and (len(plan.names) > len(inboxes) or plan.maps is not None):
             self.depth = Depth(len(inboxes), self.cap, plan)
@@ -253,11 +257,14 @@ class Run(Driver):
         timed = self.trace or hooks.task_end
         self.flags = (TIMED if timed else 0) | (NOTIFY_START if hooks.starts else 0)
 
-    def _timers(self) -> AttemptTimers:
-        """The attempt timers of a run whose plan has a task policy."""
-        timers = AttemptTimers(self.state, self.book, self._replace_worker)
+    def _policies(self) -> None:
+        """A task policy's attempt timers; and cleanup tasks' hard stop, if any."""
+        timers = self.timers = AttemptTimers(self.state, self.book, self._replace_worker)
         timers.lend = self._lend
-        return timers
+        if self.state.cleanup is not None:
+            self.hard_stop = Flag()
+            self.hard_stop.mate = weakref.ref(self.stop)  # weak: the run alone holds its stop
+            self.hard_stop.capture = self.capture  # logs=: as on the stop
 
     def main(self, *, detachable: bool = False, wake_every: float | None = None) -> None:
         """Drive the run to its end. Never raises: errors go into ``outcome``. A second
@@ -388,9 +395,10 @@ class Run(Driver):
         self.started_at = self.now = perf_counter()
         if self.trace:
             self.observer.recorder = Recorder(state, self.started_at)
-        # Once per run, for its start and end logs (see __init__); dispatch then
-        # pays one falsy test. DEBUG is off whenever INFO is.
+        # Once per run, for its start and end logs and the state's (all after this);
+        # dispatch then pays one falsy test. DEBUG is off whenever INFO is.
         self.info = log.isEnabledFor(logging.INFO)
+        state.log = log.info if self.info else None
         self.debug = self.info and log.isEnabledFor(logging.DEBUG)
         # current_task() in a plain task names it through this: the names grow as
         # maps expand, and were written before the task was handed out. Weakly:
@@ -420,7 +428,7 @@ class Run(Driver):
         if self.timers is not None:
             left = self.timers.abandon()
             self.abandoned = len(left)
-            self.abandoned_attempts = {(task, live.number) for live, task in left}
+            self.abandoned_attempts = frozenset({(task, live.number) for live, task in left})
             self.lingering = [live.done for live, _ in left]
             for attempt, _ in left:
                 log.warning(
@@ -438,7 +446,8 @@ class Run(Driver):
         result = build_result(self, perf_counter() - self.started_at)
         if self.info or self.hooks.run_end:
             conclude(self, result)
-        self.outcome = Outcome(result, self.state.first_error)
+        # (tuple.__new__: a named tuple's own __new__ is Python code, ~1,400 more.)
+        self.outcome = tuple.__new__(Outcome, (result, self.state.first_error))
 
     def _borrow(self) -> None:
         """Start the run owing what abandoned attempts of earlier runs still hold.
