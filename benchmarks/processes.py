@@ -414,32 +414,51 @@ def part_graph(ex: dagexec.Executor, pool: ProcessPoolExecutor, repeat: int, qui
     print(f"  ({load()})")
 
 
-def part_per_task(ex: dagexec.Executor, pool: ProcessPoolExecutor, repeat: int) -> None:
-    chains, length = 8, 25
-    loops = calibrate(0.2)
-    tasks = chains_graph(chains, length, loops)
-    n = chains * length
+def chains_against_floor(
+    ex: dagexec.Executor,
+    tasks: Graphs,
+    chains: int,
+    length: int,
+    rounds_: int,
+    peers: dict[str, tuple[Callable[[], dict[str, Any]], Callable[[], list[int]] | None]],
+) -> dict[str, Row]:
+    """Part 2's and part 9's rounds: the serial loop, the floor, dagexec's process
+    tasks and ``peers`` (label -> (run, the pids of its children or None)) on chains
+    of ``tasks``; each implementation's :class:`Row`."""
     expected = serial(tasks)
     procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
-    print(f"\n== 2. per-task cost: {n} tasks, {WORKERS} workers; median of {repeat * 3}; {load()}")
     floor = Floor()
     try:
         impls: dict[str, Callable[[], dict[str, Any]]] = {
             "serial": lambda: serial(tasks),
             "floor (2 threads x own child)": lambda: floor.run(tasks, chains, length),
             "dagexec isolate=process": lambda: dict(ex.run(procs, targets=list(tasks)).items()),
-            "graphlib + PPE (reused)": lambda: graphlib_ppe(tasks, pool),
         }
-        if have_dask():
-            impls["dask multiprocessing"] = lambda: dask_mp(tasks)
-        kids = {
+        kids: dict[str, Callable[[], list[int]]] = {
             "floor (2 threads x own child)": lambda: [p.pid for p in floor.procs if p.pid],
             "dagexec isolate=process": live_children,
-            "graphlib + PPE (reused)": lambda: pool_pids(pool),
         }
-        medians = rounds(impls, expected, repeat * 3, ["fold"], kids)
+        for label, (run, pids) in peers.items():
+            impls[label] = run
+            if pids is not None:
+                kids[label] = pids
+        return rounds(impls, expected, rounds_, ["fold"], kids)
     finally:
         floor.close()
+
+
+def part_per_task(ex: dagexec.Executor, pool: ProcessPoolExecutor, repeat: int) -> None:
+    chains, length = 8, 25
+    loops = calibrate(0.2)
+    tasks = chains_graph(chains, length, loops)
+    n = chains * length
+    print(f"\n== 2. per-task cost: {n} tasks, {WORKERS} workers; median of {repeat * 3}; {load()}")
+    peers: dict[str, tuple[Callable[[], dict[str, Any]], Callable[[], list[int]] | None]] = {
+        "graphlib + PPE (reused)": (lambda: graphlib_ppe(tasks, pool), lambda: pool_pids(pool)),
+    }
+    if have_dask():
+        peers["dask multiprocessing"] = (lambda: dask_mp(tasks), None)
+    medians = chains_against_floor(ex, tasks, chains, length, repeat * 3, peers)
     work_us = medians["serial"].wall / n * 1e6
     print(f"  tasks of ~{work_us:.0f} us ({loops:,} loops, calibrated for 200 us)")
     print(
@@ -475,23 +494,8 @@ def part_call_cost(ex: dagexec.Executor, repeat: int) -> None:
     chains, length = 8, 250
     tasks = chains_graph(chains, length, 0)
     n = chains * length
-    expected = serial(tasks)
-    procs = dagexec_graph(tasks, lambda name: None if name == "fold" else "process")
     print(f"\n== 9. the cost of a call: {n} calls that do nothing, {WORKERS} workers; {load()}")
-    floor = Floor()
-    try:
-        impls: dict[str, Callable[[], dict[str, Any]]] = {
-            "serial": lambda: serial(tasks),
-            "floor (2 threads x own child)": lambda: floor.run(tasks, chains, length),
-            "dagexec isolate=process": lambda: dict(ex.run(procs, targets=list(tasks)).items()),
-        }
-        kids = {
-            "floor (2 threads x own child)": lambda: [p.pid for p in floor.procs if p.pid],
-            "dagexec isolate=process": live_children,
-        }
-        medians = rounds(impls, expected, repeat, ["fold"], kids)
-    finally:
-        floor.close()
+    medians = chains_against_floor(ex, tasks, chains, length, repeat, {})
     print(f"  {'implementation':<30}{'us/task (wall)':>15}{'x floor':>9}")
     fl = medians["floor (2 threads x own child)"].wall
     for label, row in medians.items():

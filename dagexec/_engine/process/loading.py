@@ -32,12 +32,7 @@ def extra_for(
     paths = None
     if sys.path != slot.sent_path:
         paths = slot.sent_path = list(sys.path)
-    loaded, by_file = slot.loaded, call.by_file
-    if (by_file is None or by_file in loaded) and ("__main__" in loaded or b"__main__" not in data):
-        # Nothing new to load: _files() would find so, after a call, a list and a dict
-        # (every call of a run, once its modules are loaded).
-        return None if paths is None else (paths, {})
-    files = _files(loaded, call, data)
+    files = _files(slot.loaded, call, data)
     return None if paths is None and not files else (paths, files)
 
 

@@ -46,9 +46,9 @@ def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C90
     Jobs that returned a value (the bulk, on a graph of small tasks) go to the
     state machine together, in runs between the other messages, which alone
     are looked at one by one. In a run with a task policy (process tasks have
-    one), the attempt timers hear of each such end first (:func:`_returned`):
-    one by one, through ``finish`` and ``release``, they cost the driving thread
-    ~5 us more per process task (docs/performance.md, "Process tasks").
+    one), the attempt timers hear of each run of values first (:func:`_returned`);
+    such values used to go one by one, through ``finish`` and ``release``, ~5 us
+    more per process task on the driving thread (docs/performance.md, "Process tasks").
     """
     state, timers = run.state, run.timers
     # A plain run calls the state machine itself: no call more per batch (the speed
@@ -97,7 +97,7 @@ def handle(run: RunStop, batch: list[Message], now: float) -> None:  # noqa: C90
         else:  # a job failed, and is off its worker (values returned go in runs, above)
             run.balance.off(worker, now)
             if timers is not None:
-                timers.ended(task)
+                timers.ended((msg,))  # a failure's report
             outcome = S_FAILED
             if state.stopping and isinstance(payload, Cancelled):
                 outcome = S_CANCELLED  # it obeyed the stop: not a failure of its own
@@ -119,5 +119,5 @@ def _returned(state: RunState, timers: AttemptTimers, reports: list[Report]) -> 
     call (each is off its worker: released there, see ``Ending.ended``), after the
     timers have heard that each attempt ended in time (an attempt past its deadline
     reports FAILED with an :class:`Overran`, never DONE)."""
-    timers.ended_all(reports)
+    timers.ended(reports)
     state.ended(reports)

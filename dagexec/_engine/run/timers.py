@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from time import perf_counter
 
 from ..._core.errors import TaskTimeout
@@ -99,8 +99,8 @@ class AttemptTimers:
         itself (``current_task()``), and the extra flags its job needs."""
         state = self.state
         # A cleanup task sent out during a stop starts clear. A Flag, not an Event: an
-        # Event builds its Condition, ~4 us a task of a process task's scheduler CPU
-        # (of ~27: benchmarks/processes.py part 2; flag.py says why it is the same).
+        # Event builds its Condition, ~4 us of the driving thread's CPU per process task
+        # (docs/performance.md, "Process tasks"; flag.py says why it behaves the same).
         token = Flag()
         self.tokens[task] = token
         number = state.attempt.get(task, 1)
@@ -147,14 +147,9 @@ class AttemptTimers:
         self.seq += 1
         heapq.heappush(self.deadlines, (begun + live.timeout, self.seq, task, live.number))
 
-    def ended(self, task: int) -> None:
-        """An attempt's function returned in time (its report is being applied)."""
-        self.tokens.pop(task, None)
-        self.live.pop(task, None)
-        self.running_on.pop(task, None)
-
-    def ended_all(self, reports: list[Report]) -> None:
-        """:meth:`ended` for each of ``reports`` (values returned, in a batch)."""
+    def ended(self, reports: Sequence[Report]) -> None:
+        """The attempts of ``reports`` (their tasks' ends: values returned, in a batch,
+        or a failure) returned in time: their tokens and deadlines are let go of."""
         tokens, live, running_on = self.tokens, self.live, self.running_on
         for report in reports:
             task = report[R_TASK]
