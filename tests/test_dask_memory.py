@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import gc
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import dagexec
 import dagexec._engine.run.depth
@@ -73,18 +74,19 @@ def test_small_values_open_the_full_depth_and_large_ones_close_it() -> None:
     assert depth.cap() == 130
 
 
-class _PlanKey:
-    """Stands for a Plan: Depth keys its memory on the plan object, weakly."""
+def _memory() -> list[int]:
+    """Stands for a plan's ``first_depth``: Depth's memory across a plan's runs."""
+    return [0]
 
 
 def test_a_rerun_of_a_plan_starts_where_its_last_run_first_asked_to_go() -> None:
-    plan, other = _PlanKey(), _PlanKey()
-    first = Depth(workers=2, full=130, plan=plan)
+    plan, other = _memory(), _memory()
+    first = Depth(workers=2, full=130, memory=plan)
     assert first.start == 2  # nothing known: one task per worker
     assert first.after([_report(1)]) == 4  # small values: deeper, twice as deep at most
-    assert Depth(workers=2, full=130, plan=plan).start == 130  # its rerun starts there
-    assert Depth(workers=2, full=64, plan=plan).start == 64  # never past its own full
-    assert Depth(workers=2, full=130, plan=other).start == 2  # another plan does not
+    assert Depth(workers=2, full=130, memory=plan).start == 130  # its rerun starts there
+    assert Depth(workers=2, full=64, memory=plan).start == 64  # never past its own full
+    assert Depth(workers=2, full=130, memory=other).start == 2  # another plan does not
     assert Depth(workers=2, full=130).start == 2  # nor a run without a plan
 
 
@@ -92,13 +94,13 @@ def test_big_inputs_then_small_results_start_the_rerun_shallow() -> None:
     # A run whose opening tasks make big chunks and whose later ones reduce them
     # goes deep by its end; its rerun must not start there, or it would make ~130
     # chunks before the first report narrows it (what this module exists to stop).
-    plan = _PlanKey()
-    depth = Depth(workers=2, full=130, plan=plan)
+    plan = _memory()
+    depth = Depth(workers=2, full=130, memory=plan)
     assert depth.after([_report(b"x" * (8 << 20))]) == 2
     for _ in range(300):  # the reduction's small values open it up
         depth.after([_report(1)])
     assert depth.current == 130
-    assert Depth(workers=2, full=130, plan=plan).start == 2
+    assert Depth(workers=2, full=130, memory=plan).start == 2
 
 
 def test_one_small_first_value_does_not_open_the_depth_to_big_ones() -> None:
@@ -106,11 +108,11 @@ def test_one_small_first_value_does_not_open_the_depth_to_big_ones() -> None:
     # ones 8 MB blocks. Opening to the full depth on that row let 34 tasks go and
     # peaked at 4x dask threaded's memory; the depth now at most doubles per
     # sample, and the rerun starts at the lowest depth the first samples asked for.
-    plan = _PlanKey()
-    depth = Depth(workers=2, full=130, plan=plan)
+    plan = _memory()
+    depth = Depth(workers=2, full=130, memory=plan)
     assert depth.after([_report(bytes(8 << 10))]) == 4
     assert depth.after([_report(Chunk(8 << 20))]) == 2
-    rerun = Depth(workers=2, full=130, plan=plan)
+    rerun = Depth(workers=2, full=130, memory=plan)
     assert rerun.start == 2
     # A run of small values still reaches the full depth, doubling: 4, 8, ..., 130.
     small = Depth(workers=2, full=130)
@@ -121,24 +123,30 @@ def test_a_first_cap_at_the_worker_count_is_remembered_too() -> None:
     # A rerun that lands where the last run stood writes nothing (a speed cut):
     # but a first run whose first cap is its own worker count still leaves it,
     # so a rerun with fewer workers starts there, not at its own count.
-    plan = _PlanKey()
-    four = Depth(workers=4, full=260, plan=plan)
+    plan = _memory()
+    four = Depth(workers=4, full=260, memory=plan)
     assert four.after([_report(b"x" * (8 << 20))]) == 4
-    assert dagexec._engine.run.depth._first_cap[plan] == 4
-    again = Depth(workers=2, full=130, plan=plan)
+    assert plan == [4]
+    again = Depth(workers=2, full=130, memory=plan)
     assert again.start == 4
     assert again.after([_report(b"x" * (8 << 20))]) == 2  # its own first cap: written
-    assert dagexec._engine.run.depth._first_cap[plan] == 2
+    assert plan == [2]
 
 
-def test_a_plan_is_forgotten_with_it() -> None:
-    plan = _PlanKey()
-    Depth(workers=2, full=130, plan=plan).after([_report(1)])
-    memory = dagexec._engine.run.depth._first_cap
-    assert plan in memory
-    del plan
-    gc.collect()  # not needed on CPython's refcounting; kept for other builds
-    assert len([k for k in memory if isinstance(k, _PlanKey)]) == 0
+def test_a_plans_runs_remember_its_first_depth_on_it() -> None:
+    g = dagexec.Graph()
+    g.add("root", lambda: 1)
+    for i in range(8):
+        g.add(f"m{i}", lambda r: r + 1, deps=["root"])
+    plan = g._plan(None)
+    assert plan.first_depth == [0]  # not run yet: nothing known
+    with dagexec.Executor(workers=2) as ex:
+        result = ex.run(g)
+    # Small values: the first samples asked for the full depth, kept for a rerun.
+    assert plan.first_depth == [result.stats.effective_cap]
+    assert Depth(workers=2, full=result.stats.effective_cap, memory=plan.first_depth).start == (
+        result.stats.effective_cap
+    )
 
 
 def test_batches_are_sampled_each_time_until_the_depth_is_full() -> None:
@@ -271,14 +279,65 @@ def test_dask_graphs_keep_as_few_chunks_alive_as_dask_local() -> None:
 
 
 def test_a_rerun_that_asks_for_its_last_start_takes_one_first_sample_not_two() -> None:
-    plan = _PlanKey()
-    first = Depth(workers=2, full=130, plan=plan)
+    plan = _memory()
+    first = Depth(workers=2, full=130, memory=plan)
     for _ in range(10):
         first.after([_report(1)])
-    rerun = Depth(workers=2, full=130, plan=plan)
+    rerun = Depth(workers=2, full=130, memory=plan)
     assert rerun.start == 130
     assert rerun.after([_report(1)]) == 130
     assert rerun.countdown == 8  # the next sample 8 batches on, as at the full depth
+
+
+_SIZES = st.sampled_from([0, 24, 800, 2000, 4100, 8 << 10, 300 << 10, 8 << 20])
+
+
+@given(
+    workers=st.integers(1, 4),
+    full=st.sampled_from([1, 2, 8, 130, 260, 1 << 20]),
+    runs=st.lists(st.lists(st.tuples(_SIZES, st.booleans()), max_size=40), max_size=4),
+)
+def test_the_calm_fast_path_equals_the_general_one(
+    workers: int, full: int, runs: list[list[tuple[int, bool]]]
+) -> None:
+    """``Depth.after``'s fast path (a sample at the full depth that keeps it full)
+    against the general one (``calm`` at -1.0 turns it off), slot by slot after
+    every batch, over reruns of one plan: a batch is a value of some size, or
+    (False) a report with nothing to sample."""
+    fast_memory, slow_memory = _memory(), _memory()
+    for batches in runs:
+        fast = Depth(workers, full, memory=fast_memory)
+        slow = Depth(workers, full, memory=slow_memory)
+        slow.calm = -1.0
+        for size, sampled in batches:
+            report = _report(Chunk(size)) if sampled else (0, 0, FAILED, None, 0.0, 0.0)
+            assert fast.after([report]) == slow.after([report])
+            for name in Depth.__slots__:
+                if name != "calm":
+                    assert getattr(fast, name) == getattr(slow, name), name
+        assert fast_memory == slow_memory
+
+
+def test_a_rerun_at_the_full_depth_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case the fast path is for (a small run's rerun), shown to take it: with
+    the general path's helpers made to fail, its sample still lands."""
+    plan = _memory()
+    first = Depth(workers=2, full=130, memory=plan)
+    for _ in range(10):
+        first.after([_report(1)])
+    rerun = Depth(workers=2, full=130, memory=plan)
+
+    def not_called(*args: object) -> None:
+        raise AssertionError("the general path was taken")
+
+    for name in ("cap", "next_look", "remember"):
+        monkeypatch.setattr(Depth, name, not_called)
+    assert rerun.after([_report(1)]) == 130
+    assert rerun.countdown == 8 and rerun.samples == 2 and rerun.typical > 0
+    # A big value is not calm: the general path takes it (and here, fails).
+    big = Depth(workers=2, full=130, memory=plan)
+    with pytest.raises(AssertionError, match="general path"):
+        big.after([_report(Chunk(8 << 20))])
 
 
 def test_small_values_among_big_ones_never_open_the_depth() -> None:

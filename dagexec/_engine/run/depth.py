@@ -38,7 +38,6 @@ Owned by the thread that drives the run, like everything of the driver's.
 
 from __future__ import annotations
 
-import weakref
 from sys import getsizeof
 from time import thread_time
 from typing import Any
@@ -114,14 +113,12 @@ _PUT_OFF_MOST = 256
 _CHECK_COST = 10e-6
 
 # How many samples a run's start is remembered from: the lowest depth they asked
-# for, by plan (weakly: a plan that its graph's cache dropped goes from here too).
-# A later run of the plan starts there: not where the last one went later (a
-# graph whose big inputs come first and small results after would otherwise
-# start its rerun at the depth of its small results), nor where its very first
-# value alone pointed (dask's cumsum makes a small row first, then 8 MB blocks).
+# for, kept on the plan (``Plan.first_depth``: it goes with the plan). A later
+# run of the plan starts there: not where the last one went later (a graph
+# whose big inputs come first and small results after would otherwise start
+# its rerun at the depth of its small results), nor where its very first value
+# alone pointed (dask's cumsum makes a small row first, then 8 MB blocks).
 _REMEMBERED_SAMPLES = 2
-
-_first_cap: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 class Depth:
@@ -130,18 +127,22 @@ class Depth:
     Args:
         workers: the run's worker count, the shallowest the cap goes.
         full: the deepest it goes, what the inboxes can hold.
+        memory: where the depth the first samples ask for is kept for the next
+            run of the same plan (the plan's ``first_depth``: one int, 0 until a
+            run has sampled); None: nothing is remembered.
     """
 
     __slots__ = (
         "allowed",
         "batches",
+        "calm",
         "clock",
         "countdown",
         "current",
         "elapsed",
         "full",
         "known",
-        "plan",
+        "memory",
         "samples",
         "spent",
         "start",
@@ -149,17 +150,21 @@ class Depth:
         "workers",
     )
 
-    def __init__(self, workers: int, full: int, plan: Any = None) -> None:
+    def __init__(self, workers: int, full: int, memory: list[int] | None = None) -> None:
         self.workers = workers
         # Comparisons, not max() and min(): builtins that parse their arguments as
         # keywords, ~700 instructions a call; a run's Depth made ~7 calls, part of
         # ~6,800 instructions of a 10-task run (cachegrind, small_runs.py --count).
         self.full = full if full > workers else workers
         self.typical = -1.0  # nothing seen yet
-        self.plan = plan
-        # What _first_cap holds for the plan now (None: nothing): a rerun that
-        # lands where the last one did writes nothing (a weak key costs ~1 us).
-        self.known = None if plan is None else _first_cap.get(plan)
+        # The remembered size up to which a sample leaves the full depth full (cap();
+        # a task's margin keeps float rounding out): -1.0 if none does.
+        room = self.full - workers
+        self.calm = BUDGET_BYTES / (room + 1) if 0 < room < BUDGET_BYTES else -1.0
+        self.memory = memory
+        # What the plan's last run left (None: nothing): a rerun that lands where
+        # the last one did writes nothing.
+        self.known = None if memory is None or not memory[0] else memory[0]
         known = workers if self.known is None else self.known
         # The cap before any report: one task per worker, or where the last run
         # of the same plan stood after its first report.
@@ -212,6 +217,15 @@ class Depth:
             # would, without its four calls (a small run's one sample).
             size = getsizeof(value) if type(value) in FLAT else self.size(value)
             self.note(size, self.elapsed)
+            if self.typical <= self.calm and self.current == self.full == self.known:
+                # At the full depth, where the plan's last run started too, and the
+                # values seen keep it there: what cap(), next_look() and remember()
+                # would do, without their three calls (a rerun's one sample in a
+                # small run: ~4k of its ~390k instructions, small_runs.py --count).
+                # tests/test_dask_memory.py compares the two.
+                self.samples = _REMEMBERED_SAMPLES
+                self.countdown = self.elapsed = _SAMPLE_EVERY
+                break
             wanted = self.cap()
             # Deeper at most twice as deep per sample: a few small values first
             # (a sum, a row) say little about the tasks that go out next.
@@ -279,8 +293,8 @@ class Depth:
             self.samples = _REMEMBERED_SAMPLES
             return False
         lowest = wanted if self.samples == 1 or self.known is None else min(wanted, self.known)
-        if self.plan is not None and lowest != self.known:
-            _first_cap[self.plan] = lowest
+        if self.memory is not None and lowest != self.known:
+            self.memory[0] = lowest
         self.known = lowest
         return self.samples < _REMEMBERED_SAMPLES
 

@@ -240,7 +240,7 @@ class Run(Driver):
         self.cap = self.bound if self.bound < cap else cap
         self.depth = None
         if adaptive and (len(plan.names) > len(inboxes) or plan.maps is not None):
-            self.depth = Depth(len(inboxes), self.cap, plan)
+            self.depth = Depth(len(inboxes), self.cap, plan.first_depth)
             self.cap = self.depth.start
         self.context = context  # the caller's contextvars, copied per task (None: empty)
         self.wake_every = None
