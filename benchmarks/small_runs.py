@@ -34,21 +34,28 @@ VM (a thread that just went to sleep is slow to wake), so the floor reads
 about twice what it reads in short rotating blocks: the two modes disagree on
 the floor, not on the order of the executors (docs/performance.md).
 
-``--count`` prints what the machine's load cannot move (with two workers the
-count still moves by tens of thousands of instructions from one process to the
-next, as the workers batch by timing; one worker repeats within 1k): Python
-calls per run on the calling thread (cProfile; a plain ``Executor.run`` is
-driven on it, so that is all the run's own work but the workers') and, with
-valgrind on PATH, instructions per run of the whole process (cachegrind
-``--cache-sim=no``, a process with more runs minus one with fewer, so start-up
-cancels out; workers included), and of ``Executor.run``'s calling thread alone
-(callgrind, a count per thread); and the instructions of a one-task
-``Executor.run`` (``1-task Executor.run``), which is nothing but the per-run
-ceremony and one hand-off.
+``--count`` prints what the machine's load cannot move: Python calls per run
+on the calling thread (cProfile; a plain ``Executor.run`` is driven on it, so
+that is all the run's own work but the workers') and, with valgrind on PATH,
+instructions per run of the whole process (cachegrind ``--cache-sim=no``, a
+process with more runs minus one with fewer, so start-up cancels out; workers
+included), and of ``Executor.run``'s calling thread alone (callgrind, a count
+per thread); and the instructions of a one-task ``Executor.run`` (``1-task
+Executor.run``), which is nothing but the per-run ceremony and one hand-off.
+
+With two workers a dagexec count moves by ~20-40k instructions from one
+process to the next: valgrind runs one thread at a time and picks which one
+runs next by its own rule, and in 30-75% of its runs the driver wakes to half
+of the middle level's eight reports (2% of runs without valgrind), a round more
+(``--batches`` prints both histograms). So each count is the median of
+``--processes`` pairs of processes (5), printed with its range; and the two
+contenders that matter are counted at one worker too, where the count repeats
+within ~1k (no other worker to wait for).
 
     python benchmarks/small_runs.py [--rounds 300] [--block 10] [--workers 2]
     python benchmarks/small_runs.py --back-to-back [--rounds 5] [--block 2000]
-    python benchmarks/small_runs.py --count
+    python benchmarks/small_runs.py --count [--processes 5]
+    python benchmarks/small_runs.py --batches
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -343,7 +351,13 @@ def caller_instructions_per_run(w: int, few: int, many: int) -> float:
 CPROFILE_HANGS = not getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
-def count(w: int, quick: bool) -> None:
+def median_count(count_one: Callable[[], float], processes: int) -> tuple[float, float, float]:
+    """The median of ``processes`` counts by ``count_one``, with the lowest and highest."""
+    counts = sorted(count_one() for _ in range(processes))
+    return statistics.median(counts), counts[0], counts[-1]
+
+
+def count(w: int, quick: bool, processes: int) -> None:
     print(f"1 -> 8 -> 1 no-op graph, {w} workers: fixed work per run")
     if CPROFILE_HANGS:
         print("  calls per run: not counted, cProfile hangs on a free-threaded build (gh-125165)")
@@ -354,25 +368,80 @@ def count(w: int, quick: bool) -> None:
         print(f"  {name:14s} {c:8.1f} calls per run (calling thread, cProfile)")
     if quick or shutil.which("valgrind") is None:
         return
-    instr = {
-        name: instructions_per_run(name, w, 10, 60)
-        for name in (
-            "Executor.run",
-            "graphlib+TPE",
-            "dagexec.run",
-            "graphlib+new TPE",
-            "1-task Executor.run",
+    few, many = 10, 110
+    print(f"  instructions per run: the median of {processes} processes (lowest-highest)")
+    instr: dict[str, float] = {}
+    for name in (
+        "Executor.run",
+        "graphlib+TPE",
+        "dagexec.run",
+        "graphlib+new TPE",
+        "1-task Executor.run",
+    ):
+        med, low, high = median_count(partial(instructions_per_run, name, w, few, many), processes)
+        instr[name] = med
+        print(
+            f"  {name:19s} {med:10,.0f} instructions per run (all threads, cachegrind)"
+            f"  {low:,.0f}-{high:,.0f}"
         )
-    }
-    for name, n in instr.items():
-        print(f"  {name:19s} {n:10,.0f} instructions per run (all threads, cachegrind)")
-    caller = caller_instructions_per_run(w, 10, 60)
-    print(f"  Executor.run        {caller:10,.0f} instructions per run (calling thread, callgrind)")
+    med, low, high = median_count(lambda: caller_instructions_per_run(w, few, many), processes)
     print(
-        f"  Executor.run / graphlib+TPE = {instr['Executor.run'] / instr['graphlib+TPE']:.2f}x, "
-        f"dagexec.run / graphlib+new TPE = "
-        f"{instr['dagexec.run'] / instr['graphlib+new TPE']:.2f}x (instructions)"
+        f"  Executor.run        {med:10,.0f} instructions per run (calling thread, callgrind)"
+        f"  {low:,.0f}-{high:,.0f}"
     )
+    print(
+        f"  Executor.run / graphlib+TPE = {instr['Executor.run'] / instr['graphlib+TPE']:.3f}x, "
+        f"dagexec.run / graphlib+new TPE = "
+        f"{instr['dagexec.run'] / instr['graphlib+new TPE']:.3f}x (instructions)"
+    )
+    if w != 1:
+        ours, theirs = (
+            instructions_per_run(n, 1, few, many) for n in ("Executor.run", "graphlib+TPE")
+        )
+        print(
+            f"  at one worker: Executor.run {ours:,.0f}, graphlib+TPE {theirs:,.0f} = "
+            f"{ours / theirs:.3f}x (one process each: repeats within ~1k)"
+        )
+
+
+def batch_sizes(w: int, runs: int) -> dict[int, int]:
+    """How many reports each of the driver's wake-ups took, over ``runs`` warm runs
+    of ``Executor.run`` (the driver's ``_receive`` wrapped, counting)."""
+    from dagexec._engine.run import driver
+
+    sizes: dict[int, int] = {}
+    receive = driver.Driver._receive
+
+    def counted(self: driver.Driver, pickup: bool, wait: float | None) -> Any:
+        batch = receive(self, pickup, wait)
+        sizes[len(batch)] = sizes.get(len(batch), 0) + 1
+        return batch
+
+    g = dagexec_graph()
+    with dagexec.Executor(workers=w) as ex:
+        ex.run(g)
+        driver.Driver._receive = counted  # type: ignore[method-assign]
+        try:
+            for _ in range(runs):
+                ex.run(g)
+        finally:
+            driver.Driver._receive = receive  # type: ignore[method-assign]
+    return dict(sorted(sizes.items()))
+
+
+def batches(w: int, runs: int) -> None:
+    """``--batches``: reports per wake-up of the driver, here and under valgrind
+    (``--tool=none``: no counting, the same scheduling as the counts)."""
+    print(f"1 -> 8 -> 1 no-op graph, {w} workers, {runs} runs: wake-ups of the driver by")
+    print("reports taken (a run whose middle level comes in one batch has 3 wake-ups)")
+    print(f"  here:          {batch_sizes(w, runs)}")
+    if shutil.which("valgrind") is None:
+        return
+    cmd = ["valgrind", "--tool=none", sys.executable, __file__, "--batches-child", str(runs)]
+    cmd += ["--workers", str(w)]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    print(f"  under valgrind: {out.strip()}")
 
 
 def main() -> None:
@@ -382,14 +451,23 @@ def main() -> None:
     p.add_argument("--back-to-back", action="store_true", help="long blocks in a fixed order")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--count", action="store_true", help="calls and instructions per run")
+    p.add_argument("--processes", type=int, default=5, help="--count: processes per count")
+    p.add_argument("--batches", action="store_true", help="reports per wake-up of the driver")
     p.add_argument("--quick", action="store_true", help="a few rounds: checks it runs")
+    p.add_argument("--batches-child", type=int, help=argparse.SUPPRESS)
     p.add_argument("--repeat-child", nargs=2, metavar=("WHICH", "RUNS"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.repeat_child:
         repeat_child(args.repeat_child[0], int(args.repeat_child[1]), args.workers)
         return
+    if args.batches_child:
+        print(batch_sizes(args.workers, args.batches_child))
+        return
+    if args.batches:
+        batches(args.workers, 20 if args.quick else 100)
+        return
     if args.count:
-        count(args.workers, args.quick)
+        count(args.workers, args.quick, args.processes)
         return
     b2b = args.back_to_back
     rounds = args.rounds or (5 if b2b else 300)
