@@ -93,10 +93,8 @@ class Plan:
     # once per plan, not per run (the million-task graph has ~175,000 targets, and
     # picking their names cost ~30 ms a run).
     target_names: tuple[Hashable, ...] = field(init=False, default=())
-    # The one part of a plan its runs write: the lowest dispatch depth the first
-    # samples of its last run asked for, where its next run starts (the
-    # memory-aware depth, dagexec/_engine/run/depth.py); 0 until a run has
-    # sampled. On the plan, not in a weak dict keyed by it: read every run.
+    # The one part its runs write: the depth its last run's first samples asked
+    # for, where the next starts (0: none yet; _engine/run/depth.py).
     first_depth: list[int] = field(init=False, default_factory=lambda: [0])
 
     def __post_init__(self) -> None:
