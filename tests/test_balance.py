@@ -1,5 +1,4 @@
-"""Balance: the batch split must equal handing tasks out one at a time; an idle
-worker is fed only from behind a running task."""
+"""Balance.share: the batch split must equal handing tasks out one at a time."""
 
 from __future__ import annotations
 
@@ -97,37 +96,3 @@ def test_even_split_fast_path_equals_the_level_loop(data: st.DataObject) -> None
     fast = balance.share(n)
     assert fast == balance._share_levels(n)
     assert fast == one_at_a_time(balance.held, [0] * workers, cap, set(), n)
-
-
-# ------------------------------------------------------------------ feed_idle
-def test_an_idle_worker_takes_a_task_waiting_behind_a_running_one() -> None:
-    """Worker 0 runs a task with three more behind it; worker 1 has nothing: one of
-    the three moves to worker 1 (the oldest waiting), and each count follows."""
-    balance = loaded(2, 4, depth=[3, 0], running=[1, 0])
-    balance.feed_idle(now=5.0)
-    assert balance.held == [3, 1]
-    assert [len(q) for q in balance.queues] == [2, 1]
-    assert balance.last_seen[1] == 5.0  # it starts working now
-
-
-def test_an_idle_worker_leaves_a_waking_workers_tasks_alone() -> None:
-    """Worker 0 has taken none of its four tasks (its thread is waking): they wait
-    for no other task, so nothing moves to the idle worker 1 (a wake-up and a
-    round of reports for nothing). Once worker 0 is running one, one moves."""
-    balance = loaded(2, 4, depth=[4, 0], running=[0, 0])
-    balance.feed_idle(now=5.0)
-    assert balance.held == [4, 0]
-    assert [len(q) for q in balance.queues] == [4, 0]
-    balance.inboxes[0].get_nowait()  # worker 0 takes its first task
-    balance.feed_idle(now=6.0)
-    assert balance.held == [3, 1]
-    assert [len(q) for q in balance.queues] == [2, 1]
-
-
-def test_the_longest_inbox_behind_a_running_task_is_the_one_fed_from() -> None:
-    """Worker 0 waits with four (not started), worker 1 runs with two behind: the
-    idle worker 2 takes from worker 1, though worker 0's inbox is longer."""
-    balance = loaded(3, 4, depth=[4, 2, 0], running=[0, 1, 0])
-    balance.feed_idle(now=1.0)
-    assert [len(q) for q in balance.queues] == [4, 1, 1]
-    assert balance.held == [4, 2, 1]

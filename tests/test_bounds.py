@@ -102,3 +102,39 @@ def test_ready_task_is_not_left_behind_a_gated_one_while_a_worker_is_idle() -> N
     assert result["slow"] == "slow"
     assert result.stats.tasks_per_worker[0] >= 1
     assert_within_bounds(result)
+
+
+def test_a_task_is_not_left_behind_a_slow_one_on_a_worker_slow_to_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Worker 0 gets [slow, q2], worker 1 [q1]; worker 0's thread starts only once
+    'slow' has started elsewhere. When q1's report comes, worker 0 has taken
+    nothing yet: the idle worker 1 must still be given a task from its inbox, or
+    'slow', which waits for q2, would hold q2 behind it (the driver, off the main
+    thread, waits for reports with no timer: nothing would look again). An
+    outside review caught a change to feed_idle that skipped a worker that had
+    not started (docs/performance.md, "What the two-worker count measures")."""
+    from dagexec._engine.workers import crew
+
+    elsewhere = threading.Event()  # 'slow' started (on worker 1, as worker 0 waits)
+    q2_done = threading.Event()
+    real = crew.worker_loop
+
+    def late_start(slot: int, inbox: object) -> None:
+        if slot == 0:
+            elsewhere.wait(10)  # the failure path only: the test then fails below
+        real(slot, inbox)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(crew, "worker_loop", late_start)
+
+    def slow() -> bool:
+        elsewhere.set()
+        return q2_done.wait(10)
+
+    g = dagexec.Graph()
+    g.add("slow", slow, priority=10)
+    g.add("q2", q2_done.set, priority=5)
+    g.add("q1", lambda: None, priority=0)
+    with dagexec.Executor(2, queue_cap=4, max_in_flight=10) as ex:
+        result = run_in_thread(ex.run, g).result(timeout=60)
+    assert result["slow"] is True, "q2 waited behind 'slow' on a worker that had not started"

@@ -12,8 +12,7 @@ it knows which worker has gone quiet for much longer than tasks usually take:
   (busy, and silent for ``max(_STALL_FLOOR, _STALL_FACTOR x mean task time)``)
   gets nothing new while another has room;
 * tasks waiting in a stalled worker's inbox are moved to workers with room;
-* a worker with nothing at all takes a waiting task from the longest inbox
-  whose worker is running one (not from a worker whose thread is still waking).
+* a worker with nothing at all takes a waiting task from the longest inbox.
 
 A moved task keeps its place in the bounds: it was already counted in flight.
 
@@ -256,17 +255,10 @@ class Balance:
                     break
 
     def feed_idle(self, now: float) -> None:
-        """Give a worker that has nothing at all a task waiting in the longest inbox
-        whose worker is running something: a task waiting behind another.
+        """Give a worker that has nothing at all a task waiting in the longest inbox.
 
         Called after dispatch, so it only moves tasks when there was no fresh
         work for the idle worker: a move costs a get and a put, dispatch is free.
-        Not from a worker that has taken none of what it holds: its thread is
-        still waking up (~0.1 ms), and a move costs the idle one a wake-up and
-        the run a round of reports more (under valgrind, which wakes threads
-        late, a third to two thirds of a 1 -> 8 -> 1 run's: ~20k instructions
-        each; docs/performance.md, "What the two-worker count measures"). If
-        it never starts, it is stalled, and :meth:`steer` moves its tasks.
         """
         held, queues, dead = self.held, self.queues, self.dead
         for idle in self.workers:
@@ -275,11 +267,8 @@ class Balance:
                 # lambda: its closure made a cell at every call of this method, which
                 # runs every round of a busy run (and a Python call per worker here).
                 lengths = [*map(len, queues)]
-                for w in self.workers:
-                    if held[w] == lengths[w]:  # all it holds still waits: not started
-                        lengths[w] = 0
                 victim = lengths.index(max(lengths))
-                if not lengths[victim]:
+                if not queues[victim]:
                     return
                 self._move(victim, idle, now)
 
