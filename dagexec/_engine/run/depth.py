@@ -220,8 +220,8 @@ class Depth:
             if self.typical <= self.calm and self.current == self.full == self.known:
                 # At the full depth, where the plan's last run started too, and the
                 # values seen keep it there: what cap(), next_look() and remember()
-                # would do, without their three calls (a rerun's one sample in a
-                # small run: ~4k of its ~390k instructions, small_runs.py --count).
+                # would do, without their three calls (a small rerun's one sample;
+                # measured in docs/performance.md, "the depth's sample").
                 # tests/test_dask_memory.py compares the two.
                 self.samples = _REMEMBERED_SAMPLES
                 self.countdown = self.elapsed = _SAMPLE_EVERY

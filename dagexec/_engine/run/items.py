@@ -62,9 +62,9 @@ def plain_jobs(
     """One plain job per task handed out.
 
     Filled in by index, not by a comprehension, whose function and frame (3.11)
-    cost ~1.7k instructions per worker's batch (a 10-task run on two workers
-    makes four): 359.6k -> 352.6k at one worker; nor by ``append``, a call per
-    task that cProfile counts (docs/performance.md, "Small runs").
+    are made once per worker's batch, the most of a small run's; nor by
+    ``append``, a call per task that the speed gate counts (measured in
+    docs/performance.md, "The jobs filled in by index").
     """
     fns, report, flags = driver.state.fns, driver.results.put, driver.flags
     stop, context = driver.stop, driver.context
