@@ -152,3 +152,68 @@ def test_a_value_a_task_sets_does_not_leak_into_later_tasks_even_from_an_empty_c
         second = contextvars.Context().run(ex.run, g, ["other"])
     assert first["reader"] == "unset"
     assert second["other"] == "unset"
+
+
+def test_jobs_from_an_empty_context_see_nothing_set_by_earlier_tasks_on_their_worker() -> None:
+    """The caller's context is empty, so each task runs in its worker's own Context
+    (not a copy): a task that sets a var there must leave the next one a fresh,
+    empty Context. One worker; the three tasks are separate jobs (no chain), run
+    in order by the ``after`` dependencies of the readers."""
+
+    def setter() -> str:
+        first = request_id.get()
+        request_id.set("leaked")
+        return first
+
+    g = dagexec.Graph()
+    g.add("setter", setter)
+    g.add("setter_again", lambda _: setter(), deps=["setter"])
+    g.add("reader", lambda *_: request_id.get(), deps=["setter", "setter_again"])
+    g.add("reader_too", lambda *_: request_id.get(), deps=["setter", "setter_again"])
+    with dagexec.Executor(workers=1) as ex:
+        everything = ["setter", "setter_again", "reader", "reader_too"]
+        result = contextvars.Context().run(ex.run, g, everything)
+        again = contextvars.Context().run(ex.run, g, everything)
+    for r in (result, again):
+        assert [r[k] for k in ("setter", "setter_again", "reader", "reader_too")] == ["unset"] * 4
+
+
+def test_a_value_set_in_the_workers_own_context_is_let_go_after_its_task() -> None:
+    """What a task sets in its worker's own Context must not outlive the task (an
+    idle worker keeps nothing alive)."""
+    import gc
+    import weakref
+
+    class Big:
+        pass
+
+    holder: contextvars.ContextVar[Big] = contextvars.ContextVar("holder")
+    refs: list[weakref.ref[Big]] = []
+
+    def keep() -> int:
+        big = Big()
+        refs.append(weakref.ref(big))
+        holder.set(big)
+        return 1
+
+    g = dagexec.Graph()
+    g.add("keep", keep)
+    with dagexec.Executor(workers=1) as ex:
+        assert contextvars.Context().run(ex.run, g)["keep"] == 1
+        gc.collect()
+        assert refs[0]() is None  # gone while the worker waits for more work
+
+
+def test_a_task_that_resets_what_it_set_leaves_the_context_as_it_found_it() -> None:
+    def set_and_reset() -> str:
+        token = request_id.set("for a moment")
+        request_id.reset(token)
+        return request_id.get()
+
+    g = dagexec.Graph()
+    g.add("a", set_and_reset)
+    g.add("b", lambda _: request_id.get(), deps=["a"])
+    g.add("c", lambda _: request_id.get(), deps=["a"])
+    with dagexec.Executor(workers=1) as ex:
+        r = contextvars.Context().run(ex.run, g, ["a", "b", "c"])
+    assert (r["a"], r["b"], r["c"]) == ("unset", "unset", "unset")

@@ -303,7 +303,7 @@ class Executor:
             job.hooks,
             job.trace,
             capacity,
-            context,
+            context or None,  # empty: the tasks need no copy of it (see Run.context)
             self._crew,
             self._book,
             self.memory_aware,

@@ -242,7 +242,9 @@ class Run(Driver):
         if adaptive and (len(plan.names) > len(inboxes) or plan.maps is not None):
             self.depth = Depth(len(inboxes), self.cap, plan.first_depth)
             self.cap = self.depth.start
-        self.context = context  # the caller's contextvars, copied per task (None: empty)
+        # The caller's contextvars, copied per task; None if empty (_new_run), and each task
+        # then runs in its worker's own empty Context, not a copy (worker.py's _loop).
+        self.context = context
         self.wake_every = None
         self.started_at = self.now = 0.0
         self.debug = False

@@ -39,6 +39,7 @@ from .wire import (
     Chain,
     Item,
     Job,
+    Reporter,
 )
 
 __all__ = ["worker_loop"]
@@ -57,13 +58,21 @@ def worker_loop(worker_id: int, inbox: Inbox[Item | None]) -> None:
     each task in a fresh copy of it: the task sees the caller's ``contextvars``,
     and what it sets stays its own (a ``Context`` can be entered by one thread
     at a time, and tasks must not see each other's changes). An item without one
-    (the drain's probe) is called directly.
+    (its caller's were empty; or the drain's probe) is called directly in the
+    worker's own Context, which is empty too and is made afresh whenever a task
+    leaves a contextvar set in it: the same isolation, without a copy per task.
     """
     here = running_by_thread[threading.get_ident()] = Running()
     here.inbox = inbox
     here.refuse = partial(_refuse, worker_id)
     try:
-        _loop(worker_id, inbox, here)
+        # Each pass runs in a fresh, empty Context of the worker's own: a task whose
+        # caller's contextvars are empty runs in it directly, with no copy of its own
+        # (see _loop); one that sets a contextvar there ends the pass.
+        while True:
+            own = Context()
+            if not own.run(_loop, worker_id, inbox, here, own):
+                break
     finally:
         del running_by_thread[threading.get_ident()]
         if here.child is not None:
@@ -72,7 +81,15 @@ def worker_loop(worker_id: int, inbox: Inbox[Item | None]) -> None:
             here.early.close()
 
 
-def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
+def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running, own: Context) -> bool:
+    """Run items until :data:`STOP` (False), or until a task run without a context of
+    its own (``context`` None: its caller's was empty) set a contextvar in the
+    worker's (True: go on in a fresh one, so that no later task sees it).
+
+    Such a task runs in the worker's Context as it is, empty, and not in a copy
+    made and entered for it: ~700 instructions less per task (a tenth of a no-op
+    task's cost on the speed gate's workloads; docs/performance.md). Whether it
+    stayed empty is one length read of ``own``, the Context this pass runs in."""
     # An item waiting is popped straight off the inbox's deque (atomic on its own,
     # as the Inbox docstring says); only an empty inbox costs a call, to sleep. It
     # is looked at first: an IndexError raised and caught costs ~2,500 instructions,
@@ -93,7 +110,7 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
         else:
             item = wait()
         if item is STOP:
-            return
+            return False
         if type(item) is Chain:  # exactly: isinstance() was ~250 instructions per job
             # Handed over in a one-slot list, so that no frame but _run_chain's
             # holds the chain's input once its first member has consumed it.
@@ -114,9 +131,7 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
             report((worker_id, task, NOT_STARTED, None, 0.0, 0.0))
             del report, stop
             continue
-        if flags & NOTIFY_START:
-            report((worker_id, task, STARTED, None, 0.0, 0.0))
-        started = perf_counter() if flags & TIMED else 0.0
+        started = _announce(report, worker_id, task, flags) if flags else 0.0
         here.task, here.stop = task, stop
         try:
             value = fn(*args) if context is None else _enter(context.copy(), fn, *args)
@@ -132,6 +147,17 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running) -> None:
         del value  # a failure's traceback would keep the task's frames alive
         here.stop = None
         del report, fn, stop, context
+        if own:  # the task set a contextvar in the worker's own Context
+            return True
+
+
+def _announce(report: Reporter, worker_id: int, task: int, flags: int) -> float:
+    """An observed run's task starts: its STARTED report, for the start hooks, and
+    its start time, for the trace and ``on_task_end`` (0.0 if not timed). Out of
+    _loop, which a plain run's task (no flags) passes with one test."""
+    if flags & NOTIFY_START:
+        report((worker_id, task, STARTED, None, 0.0, 0.0))
+    return perf_counter() if flags & TIMED else 0.0
 
 
 def _began_early(here: Running, fn: object) -> bool:
@@ -186,7 +212,9 @@ def _run_chain(worker_id: int, box: list[Chain], here: Running) -> None:
         started = perf_counter() if timed else 0.0
         here.task, here.stop = tasks[k], stop
         try:
-            value = fn(*args) if context is None else context.copy().run(fn, *args)
+            # Each member in a Context of its own, an empty one if the caller's was
+            # (None): none sees what an earlier one set.
+            value = _enter(Context() if context is None else context.copy(), fn, *args)
         except BaseException as exc:
             # This frame ends here but stays reachable from exc's traceback:
             # it must not keep the previous member's value alive.
