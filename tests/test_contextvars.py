@@ -11,6 +11,8 @@ run. Graph used by most tests::
 from __future__ import annotations
 
 import contextvars
+import gc
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -181,8 +183,6 @@ def test_jobs_from_an_empty_context_see_nothing_set_by_earlier_tasks_on_their_wo
 def test_a_value_set_in_the_workers_own_context_is_let_go_after_its_task() -> None:
     """What a task sets in its worker's own Context must not outlive the task (an
     idle worker keeps nothing alive)."""
-    import gc
-    import weakref
 
     class Big:
         pass
@@ -198,8 +198,13 @@ def test_a_value_set_in_the_workers_own_context_is_let_go_after_its_task() -> No
 
     g = dagexec.Graph()
     g.add("keep", keep)
+    after = dagexec.Graph()
+    after.add("next", lambda: 2)
     with dagexec.Executor(workers=1) as ex:
         assert contextvars.Context().run(ex.run, g)["keep"] == 1
+        # The gate: the only worker took this run's task, so it has looked at its
+        # own Context since "keep" ended (the run above may return a moment before).
+        assert contextvars.Context().run(ex.run, after)["next"] == 2
         gc.collect()
         assert refs[0]() is None  # gone while the worker waits for more work
 
@@ -217,3 +222,60 @@ def test_a_task_that_resets_what_it_set_leaves_the_context_as_it_found_it() -> N
     with dagexec.Executor(workers=1) as ex:
         r = contextvars.Context().run(ex.run, g, ["a", "b", "c"])
     assert (r["a"], r["b"], r["c"]) == ("unset", "unset", "unset")
+
+
+class _SetsOnDel:
+    """Sets ``request_id`` when let go of: a finalizer that runs on the worker."""
+
+    def __init__(self, refs: list[weakref.ref[_Big]]) -> None:
+        self.refs = refs
+
+    def __del__(self) -> None:
+        big = _Big()
+        self.refs.append(weakref.ref(big))
+        request_id.set(big)  # type: ignore[arg-type]  # any value will do
+
+
+class _Big:
+    pass
+
+
+def test_a_finalizer_run_between_a_chains_members_reaches_no_later_task() -> None:
+    """A chain member's input is let go of by the worker between members, outside
+    any task: its finalizer's contextvar must reach neither the plain jobs that
+    run next on that worker nor outlive the worker's next look (the gate: a
+    second run on the only worker). Found by an outside review."""
+    refs: list[weakref.ref[_Big]] = []
+    g = dagexec.Graph()
+    g.add("head", lambda: _SetsOnDel(refs))
+    g.add("middle", lambda x: 1, deps=["head"])  # drops its input: the chain lets it go
+    g.add("tail", lambda x: x + 1, deps=["middle"])
+    g.add("r1", lambda x: request_id.get(), deps=["tail"])  # two users: plain jobs
+    g.add("r2", lambda x: request_id.get(), deps=["tail"])
+    after = dagexec.Graph()
+    after.add("next", lambda: request_id.get())
+    with dagexec.Executor(workers=1) as ex:
+        r = contextvars.Context().run(ex.run, g, ["r1", "r2"])
+        assert refs, "the finalizer ran"
+        assert (r["r1"], r["r2"]) == ("unset", "unset")
+        assert contextvars.Context().run(ex.run, after)["next"] == "unset"
+        gc.collect()
+        assert refs[0]() is None
+
+
+def set_in_child(tag: str, *_: Any) -> str:
+    """Read, then set, a contextvar in the child process (module level: picklable)."""
+    before = request_id.get()
+    request_id.set(tag)
+    return before
+
+
+def test_process_calls_in_one_child_do_not_see_each_others_contextvars() -> None:
+    """One worker, so one child runs all three calls in turn."""
+    g = dagexec.Graph()
+    g.add("a", set_in_child, args=["a"], isolate="process")
+    g.add("b", set_in_child, args=["b"], deps=["a"], isolate="process")
+    g.add("c", set_in_child, args=["c"], deps=["b"], isolate="process")
+    with dagexec.Executor(workers=1) as ex:
+        r = contextvars.Context().run(ex.run, g, ["a", "b", "c"])
+    assert [r[k] for k in "abc"] == ["unset"] * 3

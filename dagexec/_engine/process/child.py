@@ -52,6 +52,7 @@ import sys
 import threading
 import time
 import traceback
+from contextvars import Context
 from typing import Any, NoReturn
 
 try:
@@ -96,6 +97,7 @@ except ImportError:  # loaded by file as _dagexec_child, beside _dagexec_transfe
 __all__ = ["calling", "loading_main", "main"]
 
 _SEQ = struct.Struct("<Q")
+_enter = Context.run  # unbound: no bound method made per call
 
 # The call running now, as (name, attempt, stop event), for dagexec.current_task()
 # (which looks here when it finds no task of its own); None between calls.
@@ -223,11 +225,13 @@ def _serve(requests: int, replies: int, stops: int, tag: str) -> None:
             continue
         calling = (name, attempt, stop)
         try:
+            # Each call in a new, empty Context: a contextvar one call sets reaches no
+            # later call in this child (docs/guarantees.md), as on the worker threads.
             if dep_params:  # dependencies passed by keyword (deps={param: task})
                 kwargs.update(zip(dep_params, deps, strict=True))
-                value = fn(*args, **kwargs)
+                value = _enter(Context(), fn, *args, **kwargs)
             else:
-                value = fn(*deps, *args, **kwargs)
+                value = _enter(Context(), fn, *deps, *args, **kwargs)
         except BaseException as exc:
             if os.getpid() != _serving:
                 _end_forked_copy(name)

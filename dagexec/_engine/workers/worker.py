@@ -82,14 +82,17 @@ def worker_loop(worker_id: int, inbox: Inbox[Item | None]) -> None:
 
 
 def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running, own: Context) -> bool:
-    """Run items until :data:`STOP` (False), or until a task run without a context of
-    its own (``context`` None: its caller's was empty) set a contextvar in the
-    worker's (True: go on in a fresh one, so that no later task sees it).
+    """Run items until :data:`STOP` (False), or until something left a contextvar set
+    in ``own``, the Context this pass runs in (True: go on in a fresh one, so that
+    no later task sees it).
 
-    Such a task runs in the worker's Context as it is, empty, and not in a copy
-    made and entered for it: ~700 instructions less per task (a tenth of a no-op
-    task's cost on the speed gate's workloads; docs/performance.md). Whether it
-    stayed empty is one length read of ``own``, the Context this pass runs in."""
+    A task without a context of its own (``context`` None: its caller's was
+    empty) runs in ``own`` as it is, empty, and not in a copy made and entered
+    for it: ~1k instructions less per task (docs/performance.md). Whether ``own``
+    is still empty is one length read before each item. A finalizer that the
+    garbage collector runs between that read and the task's call (only an
+    observed run allocates there) is seen by that task alone, as one that runs
+    during a task is."""
     # An item waiting is popped straight off the inbox's deque (atomic on its own,
     # as the Inbox docstring says); only an empty inbox costs a call, to sleep. It
     # is looked at first: an IndexError raised and caught costs ~2,500 instructions,
@@ -97,6 +100,12 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running, own: Context
     waiting = inbox.queue
     pop, wait = waiting.popleft, inbox.get
     while True:
+        # Before each item: whatever ran in ``own`` since the last look (a task, or a
+        # finalizer of a value let go here: a chain member's input, a task's
+        # arguments) left it empty, or the pass ends and the next item runs in a
+        # fresh one. Before the wait, too: what was set goes as the worker idles.
+        if own:
+            return True
         # A process task taken off the inbox early, perhaps sent to the child already
         # (dagexec._engine.process.early): it comes before anything still queued.
         item = here.next
@@ -147,8 +156,6 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running, own: Context
         del value  # a failure's traceback would keep the task's frames alive
         here.stop = None
         del report, fn, stop, context
-        if own:  # the task set a contextvar in the worker's own Context
-            return True
 
 
 def _announce(report: Reporter, worker_id: int, task: int, flags: int) -> float:
