@@ -156,11 +156,15 @@ def test_a_value_a_task_sets_does_not_leak_into_later_tasks_even_from_an_empty_c
     assert second["other"] == "unset"
 
 
+class _Big:
+    """A value whose release the tests watch (by weak reference)."""
+
+
 def test_jobs_from_an_empty_context_see_nothing_set_by_earlier_tasks_on_their_worker() -> None:
     """The caller's context is empty, so each task runs in its worker's own Context
     (not a copy): a task that sets a var there must leave the next one a fresh,
-    empty Context. One worker; the three tasks are separate jobs (no chain), run
-    in order by the ``after`` dependencies of the readers."""
+    empty Context. One worker; the four tasks are separate jobs (no chain: each
+    setter has more than one user), run in the order of their dependencies."""
 
     def setter() -> str:
         first = request_id.get()
@@ -183,15 +187,11 @@ def test_jobs_from_an_empty_context_see_nothing_set_by_earlier_tasks_on_their_wo
 def test_a_value_set_in_the_workers_own_context_is_let_go_after_its_task() -> None:
     """What a task sets in its worker's own Context must not outlive the task (an
     idle worker keeps nothing alive)."""
-
-    class Big:
-        pass
-
-    holder: contextvars.ContextVar[Big] = contextvars.ContextVar("holder")
-    refs: list[weakref.ref[Big]] = []
+    holder: contextvars.ContextVar[_Big] = contextvars.ContextVar("holder")
+    refs: list[weakref.ref[_Big]] = []
 
     def keep() -> int:
-        big = Big()
+        big = _Big()
         refs.append(weakref.ref(big))
         holder.set(big)
         return 1
@@ -234,10 +234,6 @@ class _SetsOnDel:
         big = _Big()
         self.refs.append(weakref.ref(big))
         request_id.set(big)  # type: ignore[arg-type]  # any value will do
-
-
-class _Big:
-    pass
 
 
 def test_a_finalizer_run_between_a_chains_members_reaches_no_later_task() -> None:

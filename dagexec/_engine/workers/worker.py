@@ -59,16 +59,14 @@ def worker_loop(worker_id: int, inbox: Inbox[Item | None]) -> None:
     and what it sets stays its own (a ``Context`` can be entered by one thread
     at a time, and tasks must not see each other's changes). An item without one
     (its caller's were empty; or the drain's probe) is called directly in the
-    worker's own Context, which is empty too and is made afresh whenever a task
-    leaves a contextvar set in it: the same isolation, without a copy per task.
+    worker's own Context, which is empty too and is made afresh whenever anything
+    leaves a contextvar set in it (see _loop): the same isolation, without a copy
+    per task.
     """
     here = running_by_thread[threading.get_ident()] = Running()
     here.inbox = inbox
     here.refuse = partial(_refuse, worker_id)
     try:
-        # Each pass runs in a fresh, empty Context of the worker's own: a task whose
-        # caller's contextvars are empty runs in it directly, with no copy of its own
-        # (see _loop); one that sets a contextvar there ends the pass.
         while True:
             own = Context()
             if not own.run(_loop, worker_id, inbox, here, own):
@@ -88,7 +86,7 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running, own: Context
 
     A task without a context of its own (``context`` None: its caller's was
     empty) runs in ``own`` as it is, empty, and not in a copy made and entered
-    for it: ~1k instructions less per task (docs/performance.md). Whether ``own``
+    for it (measured in docs/performance.md, "the caller's empty context"). Whether ``own``
     is still empty is one length read before each item. A finalizer that the
     garbage collector runs between that read and the task's call (only an
     observed run allocates there) is seen by that task alone, as one that runs
@@ -100,10 +98,9 @@ def _loop(worker_id: int, inbox: Inbox[Item | None], here: Running, own: Context
     waiting = inbox.queue
     pop, wait = waiting.popleft, inbox.get
     while True:
-        # Before each item: whatever ran in ``own`` since the last look (a task, or a
-        # finalizer of a value let go here: a chain member's input, a task's
-        # arguments) left it empty, or the pass ends and the next item runs in a
-        # fresh one. Before the wait, too: what was set goes as the worker idles.
+        # Looked at before each item, not after each job: a finalizer of a value let
+        # go of here (a chain member's input, a task's arguments) may set a var too;
+        # and before the wait, so that what was set goes as the worker idles.
         if own:
             return True
         # A process task taken off the inbox early, perhaps sent to the child already
